@@ -1,0 +1,12 @@
+// Command etcd is etcd's own main (go.etcd.io/etcd/v3/main.go) built against the pinned server module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}

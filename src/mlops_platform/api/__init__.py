@@ -1,0 +1,1 @@
+"""InferenceService API types, one module per version."""

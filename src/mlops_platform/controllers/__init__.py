@@ -1,0 +1,1 @@
+"""Controllers of the operator."""

@@ -1,0 +1,1 @@
+"""Test helpers shipped with the package: cluster fixtures (pytest plugin), namespace helpers."""
