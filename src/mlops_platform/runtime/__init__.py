@@ -1,1 +1,4 @@
-"""Generic controller runtime (client-go/controller-runtime semantics). Imports nothing else of mlops_platform."""
+"""Generic controller runtime with client-go / controller-runtime semantics.
+
+It imports nothing else of mlops_platform (enforced by import-linter).
+"""

@@ -1,0 +1,149 @@
+"""Find the pinned control-plane binaries, building them from Go modules when missing.
+
+Resolution order for each binary (envtest convention first):
+
+1. ``$KUBEBUILDER_ASSETS/<name>`` when it reports the pinned version;
+2. ``<name>`` on ``PATH`` when it reports the pinned version;
+3. the per-version build cache that ``hack/build-control-plane`` fills (built on demand).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+NAMES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "kwokctl",
+)
+
+
+def versions() -> dict[str, str]:
+    """The pinned versions from ``versions.env`` (KUBE_VERSION, ETCD_VERSION, KWOK_VERSION)."""
+    text = resources.files("mlops_platform.devcluster").joinpath("versions.env").read_text()
+    return dict(
+        line.split("=", 1)
+        for line in (raw.strip() for raw in text.splitlines())
+        if line and not line.startswith("#")
+    )
+
+
+def expected_version(name: str) -> str:
+    v = versions()
+    if name == "etcd":
+        return v["ETCD_VERSION"]
+    if name in ("kwok", "kwokctl"):
+        return v["KWOK_VERSION"]
+    return v["KUBE_VERSION"]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("MLOPS_PLATFORM_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "mlops-platform"
+
+
+def cache_bin_dir() -> Path:
+    v = versions()
+    return cache_root() / "bin" / f"k8s-{v['KUBE_VERSION']}_etcd-{v['ETCD_VERSION']}_kwok-{v['KWOK_VERSION']}"
+
+
+def repo_root() -> Path | None:
+    """The source checkout this package runs from (editable install), if any."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "hack" / "build-control-plane").is_file():
+            return parent
+    return None
+
+
+_VERSION_ARGS = {
+    "kubectl": ["version", "--client"],
+    "kwokctl": ["--version"],
+    "kwok": ["--version"],
+}
+
+
+def reported_version(path: Path) -> str | None:
+    """What ``path --version`` says (the first vX.Y.Z in it), or None when it does not run."""
+    args = _VERSION_ARGS.get(path.name, ["--version"])
+    try:
+        out = subprocess.run(
+            [str(path), *args], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"v?(\d+\.\d+\.\d+)", out)
+    return f"v{match.group(1)}" if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of the control-plane binaries, all of the pinned versions."""
+
+    paths: dict[str, Path]
+
+    def __getitem__(self, name: str) -> Path:
+        return self.paths[name]
+
+    @property
+    def path_dirs(self) -> list[str]:
+        """Directories to put first on PATH so kwokctl finds our kubectl, not another one."""
+        return sorted({str(p.parent) for p in self.paths.values()})
+
+
+def _candidates(name: str) -> list[Path]:
+    found: list[Path] = []
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets:
+        found.append(Path(assets) / name)
+    on_path = shutil.which(name)
+    if on_path:
+        found.append(Path(on_path))
+    return found
+
+
+def find(build: bool = True) -> Binaries:
+    """Resolve every binary; build the missing ones with ``hack/build-control-plane`` if allowed."""
+    paths: dict[str, Path] = {}
+    missing: list[str] = []
+    cache = cache_bin_dir()
+    for name in NAMES:
+        want = expected_version(name)
+        chosen = next(
+            (c for c in _candidates(name) if c.is_file() and reported_version(c) == want),
+            None,
+        )
+        if chosen is None and (cache / name).is_file():
+            chosen = cache / name
+        if chosen is None:
+            missing.append(name)
+        else:
+            paths[name] = chosen.resolve()
+    if missing:
+        if not build:
+            raise FileNotFoundError(
+                f"control-plane binaries missing: {', '.join(missing)} (run `make binaries`)"
+            )
+        root = repo_root()
+        if root is None:
+            raise FileNotFoundError(
+                f"control-plane binaries missing: {', '.join(missing)}; set KUBEBUILDER_ASSETS to a "
+                "directory holding them, or run hack/build-control-plane from a source checkout"
+            )
+        subprocess.run([str(root / "hack" / "build-control-plane")], check=True)
+        for name in missing:
+            paths[name] = cache / name
+    return Binaries(paths)

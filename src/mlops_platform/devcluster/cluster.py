@@ -1,0 +1,260 @@
+"""Lifecycle of the local control plane: kwokctl's binary runtime driven with our pinned binaries.
+
+``up`` is idempotent (a running cluster is left alone, a stopped one restarted) and everything binds
+to 127.0.0.1. The cluster runs etcd, kube-apiserver (RBAC + admission on, service-account token
+signing on), kube-controller-manager, kube-scheduler and the kwok controller, which plays the
+kubelet for fake nodes: 3 CPU nodes and 2 nodes advertising ``nvidia.com/gpu``. kwok's Stage CRD is
+enabled and the upstream default stages are installed as objects, so tests can add their own stages
+(e.g. a CrashLoopBackOff) at run time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlops_platform.devcluster import binaries, crds, nodes
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+
+DEFAULT_NAME = "mlops-dev"
+FIELD_MANAGER = "mlops-platform-dev"
+
+
+def _log(msg: str, started: float | None = None) -> None:
+    prefix = f"[dev {time.monotonic() - started:5.1f}s] " if started is not None else "[dev] "
+    print(prefix + msg, file=sys.stderr, flush=True)
+
+
+def workdir() -> Path:
+    return binaries.cache_root() / "kwok"
+
+
+def cluster_dir(name: str) -> Path:
+    return workdir() / "clusters" / name
+
+
+def kubeconfig_path(name: str) -> Path:
+    return cluster_dir(name) / "kubeconfig.yaml"
+
+
+def _env(bins: binaries.Binaries | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KWOK_WORKDIR"] = str(workdir())
+    if bins is not None:
+        env["PATH"] = os.pathsep.join([*bins.path_dirs, env.get("PATH", "")])
+    return env
+
+
+def _kwokctl(bins: binaries.Binaries, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bins["kwokctl"]), *args], env=_env(bins), text=True, capture_output=True, check=check
+    )
+
+
+def kwokctl_config(bins: binaries.Binaries) -> str:
+    """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML)."""
+    v = binaries.versions()
+    conf: dict[str, Any] = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "securePort": True,
+            "kubeAuthorization": True,
+            "kubeAdmission": True,
+            "kubeVersion": v["KUBE_VERSION"],
+            "etcdVersion": v["ETCD_VERSION"].lstrip("v"),
+            "kwokVersion": v["KWOK_VERSION"],
+            "enableCRDs": ["Stage"],
+            "etcdBinary": str(bins["etcd"]),
+            "kubeApiserverBinary": str(bins["kube-apiserver"]),
+            "kubeControllerManagerBinary": str(bins["kube-controller-manager"]),
+            "kubeSchedulerBinary": str(bins["kube-scheduler"]),
+            "kwokControllerBinary": str(bins["kwok"]),
+            "kubectlBinary": str(bins["kubectl"]),
+        },
+    }
+    return yaml.safe_dump(conf, sort_keys=False)
+
+
+def exists(name: str) -> bool:
+    return (cluster_dir(name) / "kwok.yaml").is_file()
+
+
+def _api_ready(name: str, timeout: float = 3.0) -> bool:
+    if not kubeconfig_path(name).is_file():
+        return False
+
+    async def probe() -> bool:
+        async with kclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
+            try:
+                await c.request("GET", "/readyz", resource="readyz", timeout=timeout)
+                return True
+            except Exception:
+                return False
+
+    return asyncio.run(probe())
+
+
+def up(name: str = DEFAULT_NAME, *, install_crds: bool = True, wait: float = 180.0) -> Path:
+    """Start (or reuse) the cluster ``name``; return its kubeconfig path."""
+    started = time.monotonic()
+    _log("resolving control-plane binaries", started)
+    bins = binaries.find()
+    if exists(name) and _api_ready(name):
+        _log(f"cluster {name!r} is already running", started)
+    elif exists(name):
+        _log(f"starting the stopped cluster {name!r}", started)
+        result = _kwokctl(bins, "start", "cluster", "--name", name, "--wait", f"{int(wait)}s", check=False)
+        if result.returncode != 0:
+            _log(f"restart failed ({result.stderr.strip()[-300:]}); re-creating {name!r}", started)
+            down(name)
+            _create(bins, name, wait, started)
+    else:
+        _create(bins, name, wait, started)
+    asyncio.run(_populate(name, install_crds, wait, started))
+    _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
+    return kubeconfig_path(name)
+
+
+def _create(bins: binaries.Binaries, name: str, wait: float, started: float) -> None:
+    workdir().mkdir(parents=True, exist_ok=True)
+    config_file = workdir() / f"{name}.kwokctl.yaml"
+    config_file.write_text(kwokctl_config(bins))
+    _log(
+        f"creating cluster {name!r} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)",
+        started,
+    )
+    proc = subprocess.Popen(
+        [
+            str(bins["kwokctl"]),
+            "create",
+            "cluster",
+            "--name",
+            name,
+            "--config",
+            str(config_file),
+            "--kubeconfig",
+            "",
+            "--wait",
+            f"{int(wait)}s",
+        ],
+        env=_env(bins),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = [*tail[-40:], line]
+        if line:
+            _log(f"  kwokctl: {_kwokctl_message(line)}", started)
+    if proc.wait() != 0:
+        raise RuntimeError(
+            f"kwokctl create cluster {name} failed (exit {proc.returncode}):\n" + "\n".join(tail)
+        )
+
+
+def _kwokctl_message(line: str) -> str:
+    """kwokctl logs JSON lines; show their message and small attributes."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return line[:200]
+    if not isinstance(rec, dict):
+        return line[:200]
+    extra = " ".join(
+        f"{k}={v}"
+        for k, v in rec.items()
+        if k not in ("time", "level", "source", "msg") and not isinstance(v, dict) and len(str(v)) < 60
+    )
+    return f"{rec.get('msg', '')} {extra}".strip()[:200]
+
+
+async def _populate(name: str, install_crds: bool, wait: float, started: float) -> None:
+    async with kclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
+        _log("installing kwok stages (upstream defaults) and fake nodes", started)
+        for stage in nodes.default_stages():
+            await _apply(c, stage)
+        for node in nodes.fake_nodes():
+            try:
+                await c.create(resources.NODE, node)
+            except kclient.ApiError as e:
+                if not e.conflict:
+                    raise
+        if install_crds:
+            _log("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)", started)
+            await crds.install(c)
+        _log("waiting for the nodes to be Ready", started)
+        await nodes.wait_ready(c, [n["metadata"]["name"] for n in nodes.fake_nodes()], timeout=wait)
+
+
+async def _apply(c: kclient.Client, obj: dict[str, Any]) -> None:
+    res = await c.resource_for(obj["apiVersion"], obj["kind"])
+    await c.apply(res, obj, field_manager=FIELD_MANAGER)
+
+
+def _pids(name: str) -> Iterator[int]:
+    """PIDs of processes whose command line mentions this cluster's directory."""
+    marker = str(cluster_dir(name))
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if marker in cmdline:
+                yield int(proc.name)
+
+
+def down(name: str = DEFAULT_NAME) -> None:
+    """Delete the cluster ``name`` and make sure none of its processes is left."""
+    if exists(name):
+        bins = binaries.find(build=False)
+        result = _kwokctl(bins, "delete", "cluster", "--name", name, check=False)
+        if result.returncode != 0:
+            _log(f"kwokctl delete cluster failed: {result.stderr.strip()[-300:]}")
+    deadline = time.monotonic() + 20
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(_pids(name)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        while list(_pids(name)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        deadline = time.monotonic() + 10
+    left = list(_pids(name))
+    if left:
+        raise RuntimeError(f"processes of cluster {name!r} still running: {left}")
+    shutil.rmtree(cluster_dir(name), ignore_errors=True)
+    _log(f"cluster {name!r} is down; no process left")
+
+
+def status(name: str = DEFAULT_NAME) -> dict[str, Any]:
+    """What is known about the cluster: existence, API readiness, processes, kubeconfig."""
+    return {
+        "name": name,
+        "exists": exists(name),
+        "apiserver_ready": exists(name) and _api_ready(name),
+        "processes": len(list(_pids(name))),
+        "kubeconfig": str(kubeconfig_path(name)),
+    }
+
+
+def kubectl(name: str, args: list[str]) -> int:
+    bins = binaries.find(build=False)
+    return subprocess.call([str(bins["kubectl"]), "--kubeconfig", str(kubeconfig_path(name)), *args])

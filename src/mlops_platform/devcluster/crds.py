@@ -1,0 +1,80 @@
+"""Third-party CRDs, installed from the YAML files their upstream Go modules ship (pinned in hack/crds)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import yaml
+
+from mlops_platform.devcluster import gomod
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+
+FIELD_MANAGER = "mlops-platform-dev"
+
+# (module, file in the module, CRD names to take from it)
+SOURCES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "istio.io/api",
+        "kubernetes/customresourcedefinitions.gen.yaml",
+        ("virtualservices.networking.istio.io", "destinationrules.networking.istio.io"),
+    ),
+    (
+        "github.com/prometheus-operator/prometheus-operator",
+        "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+        ("prometheusrules.monitoring.coreos.com",),
+    ),
+    (
+        "github.com/prometheus-operator/prometheus-operator",
+        "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+        ("servicemonitors.monitoring.coreos.com",),
+    ),
+    *(
+        (
+            "sigs.k8s.io/gateway-api",
+            f"config/crd/standard/gateway.networking.k8s.io_{plural}.yaml",
+            (f"{plural}.gateway.networking.k8s.io",),
+        )
+        for plural in ("gatewayclasses", "gateways", "httproutes", "referencegrants")
+    ),
+    *(
+        ("github.com/kedacore/keda/v2", f"config/crd/bases/keda.sh_{plural}.yaml", (f"{plural}.keda.sh",))
+        for plural in ("scaledobjects", "triggerauthentications", "clustertriggerauthentications")
+    ),
+)
+
+
+def manifests() -> list[dict[str, Any]]:
+    """The CRD objects, in SOURCES order."""
+    out: list[dict[str, Any]] = []
+    for module, rel, names in SOURCES:
+        docs = [d for d in yaml.safe_load_all((gomod.module_dir("crds", module) / rel).read_text()) if d]
+        by_name = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "CustomResourceDefinition"}
+        for name in names:
+            if name not in by_name:
+                raise LookupError(f"{module}/{rel} has no CRD {name}")
+            out.append(by_name[name])
+    return out
+
+
+def names() -> list[str]:
+    return [n for _, _, ns in SOURCES for n in ns]
+
+
+async def install(c: kclient.Client, *, timeout: float = 60.0) -> None:
+    """Server-side apply every CRD and wait until each is Established."""
+    for crd in manifests():
+        await c.apply(resources.CRD, crd, field_manager=FIELD_MANAGER)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for name in names():
+        while True:
+            crd = await c.get(resources.CRD, name)
+            conds = crd.get("status", {}).get("conditions", [])
+            if any(x["type"] == "Established" and x["status"] == "True" for x in conds):
+                break
+            if loop.time() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
+            await asyncio.sleep(0.2)
+    c.forget_discovery()

@@ -1,0 +1,90 @@
+"""The fake nodes and kwok stages of the local cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import yaml
+
+from mlops_platform.devcluster import gomod
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+
+CPU_NODES = 3
+GPU_NODES = 2
+GPUS_PER_NODE = 8
+POOL_LABEL = "mlops.platform/pool"
+
+# Upstream kwok stages (files of sigs.k8s.io/kwok at the pinned version), the same set kwokctl
+# installs by default: fast node start, heartbeat with Lease, pods Ready / Completed / deleted.
+_STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+
+def default_stages() -> list[dict[str, Any]]:
+    root = gomod.module_dir("kwok", "sigs.k8s.io/kwok")
+    stages: list[dict[str, Any]] = []
+    for rel in _STAGE_FILES:
+        stages.extend(d for d in yaml.safe_load_all((root / rel).read_text()) if d)
+    return stages
+
+
+def _node(name: str, pool: str, extra: dict[str, str]) -> dict[str, Any]:
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "250", "ephemeral-storage": "1Ti", **extra}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/role": "agent",
+                "node-role.kubernetes.io/agent": "",
+                "type": "kwok",
+                POOL_LABEL: pool,
+                **({"nvidia.com/gpu.present": "true"} if pool == "gpu" else {}),
+            },
+        },
+        "spec": {},
+        "status": {
+            "allocatable": capacity,
+            "capacity": capacity,
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "fake"},
+        },
+    }
+
+
+def fake_nodes() -> list[dict[str, Any]]:
+    """3 CPU nodes and 2 GPU nodes (``nvidia.com/gpu`` capacity), managed by kwok."""
+    cpu = [_node(f"kwok-cpu-{i}", "cpu", {}) for i in range(CPU_NODES)]
+    gpu = [_node(f"kwok-gpu-{i}", "gpu", {"nvidia.com/gpu": str(GPUS_PER_NODE)}) for i in range(GPU_NODES)]
+    return cpu + gpu
+
+
+def is_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+async def wait_ready(c: kclient.Client, names: list[str], *, timeout: float) -> None:
+    """Poll until every named node reports Ready=True (raises TimeoutError naming the laggards)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending = set(names)
+    while True:
+        listing = await c.list(resources.NODE, label_selector="type=kwok")
+        pending = set(names) - {n["metadata"]["name"] for n in listing.get("items", []) if is_ready(n)}
+        if not pending:
+            return
+        if loop.time() > deadline:
+            raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(pending)}")
+        await asyncio.sleep(0.5)

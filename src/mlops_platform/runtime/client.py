@@ -1,0 +1,448 @@
+"""A lean asyncio Kubernetes REST client that works on plain dicts.
+
+Authentication, kubeconfig contexts, in-cluster service accounts (token file re-read on rotation),
+exec credential plugins and TLS come from ``lightkube``'s config layer, which hands us a configured
+``httpx`` client. Everything above that is deliberately thin: requests go out as JSON, responses
+come back as ``dict`` decoded by ``msgspec`` (no typed-model decoding on the hot path), and every
+request is counted by (verb, resource, code) so tests and benchmarks can assert how many API calls
+the operator made.
+
+Contract:
+- Non-2xx answers raise :class:`ApiError` carrying the HTTP status, the ``Status.reason`` and message.
+- ``429 Too Many Requests`` (and 5xx answers with ``Retry-After``) are retried after the server's
+  ``Retry-After`` (capped), up to ``max_retries`` times, like client-go.
+- ``apply`` is server-side apply (``application/apply-patch+yaml``) with a field manager and ``force``.
+- ``watch`` yields decoded watch events until the server closes the stream; it never reconnects
+  (reconnecting with backoff is the reflector's job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx2 as httpx
+import msgspec
+from lightkube.config import client_adapter, kubeconfig
+
+JSON = dict[str, Any]
+PatchType = Literal["merge", "json", "strategic"]
+_PATCH_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+MAX_RETRY_AFTER_SECONDS = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resource:
+    """Where a kind lives in the REST API (a GroupVersionResource plus what the mapper knows)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_resource(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+class ApiError(Exception):
+    """A non-2xx answer of the API server."""
+
+    def __init__(self, status: int, reason: str, message: str, body: JSON | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410 or self.reason == "Expired"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request, as counted and handed to observers."""
+
+    verb: str
+    resource: str
+    namespace: str | None
+    code: int
+    seconds: float
+
+
+RequestObserver = Callable[[RequestRecord], None]
+
+
+def _verb(method: str, name: str | None, params: Mapping[str, Any] | None) -> str:
+    if params and params.get("watch") in (True, "true", "1", 1):
+        return "watch"
+    match method:
+        case "GET":
+            return "get" if name else "list"
+        case "POST":
+            return "create"
+        case "PUT":
+            return "update"
+        case "PATCH":
+            return "patch"
+        case "DELETE":
+            return "delete" if name else "deletecollection"
+    return method.lower()
+
+
+class Client:
+    """An asyncio client for one API server. Use :meth:`from_kubeconfig` or :meth:`in_cluster`."""
+
+    def __init__(self, http: httpx.AsyncClient, *, max_retries: int = 10) -> None:
+        self._http = http
+        self._max_retries = max_retries
+        self._resources: dict[tuple[str, str], Resource] = {}
+        #: requests made so far, by (verb, resource, code); cheap enough to keep always on.
+        self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
+        self.observers: list[RequestObserver] = []
+
+    @classmethod
+    def from_kubeconfig(
+        cls, path: str | os.PathLike[str] | None = None, *, context: str | None = None, **kw: Any
+    ) -> Client:
+        """From a kubeconfig file (default: ``$KUBECONFIG``, then ``~/.kube/config``, then in-cluster)."""
+        if path is not None:
+            config = kubeconfig.KubeConfig.from_file(Path(path))
+        else:
+            config = kubeconfig.KubeConfig.from_env()
+        single = config.get(context_name=context)
+        if single is None:
+            raise ValueError(
+                f"kubeconfig {path or '(from environment)'}: no context {context or '(current)'}"
+            )
+        params = client_adapter.ConnectionParams(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)
+        return cls(client_adapter.AsyncClient(single, params), **kw)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    # -- raw requests -------------------------------------------------------------------------
+
+    def _record(self, verb: str, resource: str, namespace: str | None, code: int, seconds: float) -> None:
+        self.requests[(verb, resource, code)] += 1
+        if self.observers:
+            record = RequestRecord(verb, resource, namespace, code, seconds)
+            for observe in self.observers:
+                observe(record)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        resource: str = "",
+        namespace: str | None = None,
+        name: str | None = None,
+        timeout: float | None = None,
+    ) -> JSON:
+        """Send one request and decode the JSON answer; raise :class:`ApiError` on non-2xx."""
+        verb = _verb(method, name, params)
+        content = _encoder.encode(body) if body is not None else None
+        headers = {"Accept": "application/json"}
+        if content is not None:
+            headers["Content-Type"] = content_type
+        loop = asyncio.get_running_loop()
+        for attempt in range(self._max_retries + 1):
+            started = loop.time()
+            try:
+                response = await self._http.request(
+                    method,
+                    path,
+                    params=_clean(params),
+                    content=content,
+                    headers=headers,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.HTTPError:
+                self._record(verb, resource, namespace, 0, loop.time() - started)
+                raise
+            self._record(verb, resource, namespace, response.status_code, loop.time() - started)
+            retry_after = _retry_after(response)
+            if retry_after is not None and attempt < self._max_retries:
+                await asyncio.sleep(retry_after)
+                continue
+            return _decode(response)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- typed verbs ----------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
+        return await self.request("GET", res.path(namespace, name), **self._meta(res, namespace, name))
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+        timeout: float | None = None,
+    ) -> JSON:
+        params = {
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "limit": limit,
+            "continue": continue_,
+            "resourceVersion": resource_version,
+        }
+        return await self.request(
+            "GET", res.path(namespace), params=params, timeout=timeout, **self._meta(res, namespace, None)
+        )
+
+    async def create(self, res: Resource, obj: JSON, namespace: str | None = None) -> JSON:
+        ns = namespace or obj.get("metadata", {}).get("namespace")
+        return await self.request("POST", res.path(ns), body=obj, **self._meta(res, ns, None))
+
+    async def replace(self, res: Resource, obj: JSON, *, subresource: str | None = None) -> JSON:
+        meta = obj["metadata"]
+        ns, name = meta.get("namespace"), meta["name"]
+        return await self.request(
+            "PUT", res.path(ns, name, subresource), body=obj, **self._meta(res, ns, name, subresource)
+        )
+
+    async def apply(
+        self,
+        res: Resource,
+        obj: JSON,
+        *,
+        field_manager: str,
+        force: bool = True,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> JSON:
+        """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name)."""
+        meta = obj["metadata"]
+        ns, name = meta.get("namespace"), meta["name"]
+        params = {
+            "fieldManager": field_manager,
+            "force": "true" if force else None,
+            "dryRun": "All" if dry_run else None,
+        }
+        return await self.request(
+            "PATCH",
+            res.path(ns, name, subresource),
+            params=params,
+            body=obj,
+            content_type="application/apply-patch+yaml",
+            **self._meta(res, ns, name, subresource),
+        )
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+    ) -> JSON:
+        return await self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            params={"fieldManager": field_manager},
+            body=patch,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
+            **self._meta(res, namespace, name, subresource),
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+        preconditions: JSON | None = None,
+    ) -> JSON:
+        body: JSON = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        if preconditions:
+            body["preconditions"] = preconditions
+        return await self.request(
+            "DELETE", res.path(namespace, name), body=body, **self._meta(res, namespace, name)
+        )
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        send_initial_events: bool = False,
+    ) -> AsyncIterator[JSON]:
+        """Yield watch events (``{"type": ..., "object": {...}}``) until the server ends the stream.
+
+        A watch that fails to start raises :class:`ApiError` (e.g. 410 when ``resource_version`` is
+        too old). An ``ERROR`` event in the stream is raised as :class:`ApiError` too.
+        """
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": timeout_seconds,
+            "allowWatchBookmarks": "true" if allow_bookmarks else None,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "sendInitialEvents": "true" if send_initial_events else None,
+            "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
+        }
+        path = res.path(namespace)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        read_timeout = (timeout_seconds + 30.0) if timeout_seconds else None
+        async with self._http.stream(
+            "GET",
+            path,
+            params=_clean(params),
+            headers={"Accept": "application/json"},
+            timeout=httpx.Timeout(30.0, read=read_timeout),
+        ) as response:
+            self._record("watch", res.group_resource, namespace, response.status_code, loop.time() - started)
+            if response.status_code >= 300:
+                await response.aread()
+                _decode(response)
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                event: JSON = _decoder.decode(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise ApiError(
+                        int(status.get("code") or 500),
+                        str(status.get("reason") or "Error"),
+                        str(status.get("message") or ""),
+                        status,
+                    )
+                yield event
+
+    # -- discovery ------------------------------------------------------------------------------
+
+    async def resource_for(self, api_version: str, kind: str) -> Resource:
+        """Map (apiVersion, kind) to its REST resource through discovery, cached per client."""
+        key = (api_version, kind)
+        if key not in self._resources:
+            group, _, version = api_version.rpartition("/")
+            path = f"/apis/{api_version}" if group else f"/api/{version}"
+            listing = await self.request("GET", path, resource="discovery")
+            for r in listing.get("resources", []):
+                if "/" in r["name"]:
+                    continue
+                self._resources[(api_version, r["kind"])] = Resource(
+                    group, version, r["name"], r["kind"], r["namespaced"]
+                )
+            if key not in self._resources:
+                raise LookupError(f"the server has no resource of kind {kind!r} in {api_version!r}")
+        return self._resources[key]
+
+    def forget_discovery(self) -> None:
+        """Drop cached discovery (after installing CRDs, for instance)."""
+        self._resources.clear()
+
+    @staticmethod
+    def _meta(
+        res: Resource, namespace: str | None, name: str | None, subresource: str | None = None
+    ) -> dict[str, Any]:
+        resource = res.group_resource + (f"/{subresource}" if subresource else "")
+        return {"resource": resource, "namespace": namespace, "name": name}
+
+
+def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not params:
+        return None
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    if response.status_code != 429 and not (
+        response.status_code >= 500 and "Retry-After" in response.headers
+    ):
+        return None
+    try:
+        seconds = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        seconds = 1.0
+    return max(0.0, min(seconds, MAX_RETRY_AFTER_SECONDS))
+
+
+def _decode(response: httpx.Response) -> JSON:
+    body: Any = None
+    if response.content:
+        try:
+            body = _decoder.decode(response.content)
+        except msgspec.DecodeError:
+            body = None
+    if response.status_code >= 300:
+        status = body if isinstance(body, dict) else {}
+        raise ApiError(
+            response.status_code,
+            str(status.get("reason") or response.reason_phrase),
+            str(status.get("message") or response.text[:500]),
+            status,
+        )
+    return body if isinstance(body, dict) else {}

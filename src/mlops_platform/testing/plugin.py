@@ -1,0 +1,77 @@
+"""pytest plugin (entry point ``mlops_platform``): a shared real cluster and per-test namespaces.
+
+- ``kube_cluster`` (session): the kubeconfig of the cluster under test. With
+  ``USE_EXISTING_CLUSTER=true`` (the envtest convention) it is ``$KUBECONFIG``; otherwise the local
+  control plane named by ``$MLOPS_TEST_CLUSTER`` (default ``mlops-test``), started on demand and
+  stopped at the end of the session when this session started it.
+- ``admin_client`` (session): a :class:`~mlops_platform.runtime.client.Client` with admin rights.
+- ``namespace`` (function): a fresh namespace for one test, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+
+TEST_NAMESPACE_LABEL = "mlops.platform/test"
+
+
+def _use_existing() -> bool:
+    return os.environ.get("USE_EXISTING_CLUSTER", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[Path]:
+    if _use_existing():
+        existing = os.environ.get("KUBECONFIG")
+        if not existing:
+            pytest.fail("USE_EXISTING_CLUSTER=true needs KUBECONFIG to point at the cluster")
+        yield Path(existing)
+        return
+    from mlops_platform.devcluster import cluster
+
+    name = os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
+    started_here = not (cluster.exists(name) and cluster.status(name)["apiserver_ready"])
+    path = cluster.up(name)
+    yield path
+    if started_here:
+        cluster.down(name)
+
+
+@pytest.fixture(scope="session")
+async def admin_client(kube_cluster: Path) -> AsyncIterator[kclient.Client]:
+    c = kclient.Client.from_kubeconfig(kube_cluster)
+    yield c
+    await c.close()
+
+
+def _namespace_name(node_name: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", node_name.lower()).strip("-")[:40].strip("-")
+    return f"t-{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def namespace(admin_client: kclient.Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    name = _namespace_name(request.node.name)
+    await admin_client.create(
+        resources.NAMESPACE,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}},
+        },
+    )
+    yield name
+    try:
+        await admin_client.delete(resources.NAMESPACE, name, propagation_policy="Background")
+    except kclient.ApiError as e:
+        if not e.not_found:
+            raise

@@ -1,0 +1,182 @@
+"""The local control plane is a real Kubernetes: real controllers, real scheduler, real GC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlops_platform.devcluster import crds, nodes
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+from mlops_platform.testing import wait
+
+pytestmark = pytest.mark.integration
+
+
+def _deployment(name: str, replicas: int, requests: dict[str, str] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/model:1"}
+    if requests:
+        container["resources"] = {"requests": requests, "limits": requests}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    conds = pod.get("status", {}).get("conditions", [])
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conds
+    )
+
+
+async def test_deployment_pods_become_ready_through_real_controllers(
+    admin_client: kclient.Client, namespace: str
+) -> None:
+    dep = _deployment("web", replicas=3)
+    await admin_client.create(resources.DEPLOYMENT, dep, namespace)
+
+    async def ready_replicas() -> int:
+        live = await admin_client.get(resources.DEPLOYMENT, "web", namespace)
+        return int(live.get("status", {}).get("readyReplicas", 0)) == 3
+
+    await wait.until(ready_replicas, timeout=60, what="Deployment web readyReplicas == 3")
+    pods = (await admin_client.list(resources.POD, namespace, label_selector="app=web"))["items"]
+    assert len(pods) == 3
+    assert all(_pod_ready(p) for p in pods), [p["status"] for p in pods]
+    # kwok nodes, assigned by the real scheduler
+    assert {p["spec"]["nodeName"] for p in pods} <= {n["metadata"]["name"] for n in nodes.fake_nodes()}
+
+
+async def test_deleting_an_owner_cascades_through_the_garbage_collector(
+    admin_client: kclient.Client, namespace: str
+) -> None:
+    owner = await admin_client.create(
+        resources.CONFIG_MAP,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}},
+        namespace,
+    )
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    for i in range(3):
+        await admin_client.create(
+            resources.CONFIG_MAP,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"child-{i}", "ownerReferences": [ref], "labels": {"role": "child"}},
+            },
+            namespace,
+        )
+    await admin_client.create(
+        resources.CONFIG_MAP,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "bystander", "labels": {"role": "child"}},
+        },
+        namespace,
+    )
+    await admin_client.delete(resources.CONFIG_MAP, "owner", namespace, propagation_policy="Background")
+
+    async def children_left() -> list[str] | None:
+        items = (await admin_client.list(resources.CONFIG_MAP, namespace, label_selector="role=child"))[
+            "items"
+        ]
+        names = sorted(i["metadata"]["name"] for i in items)
+        return names if names == ["bystander"] else None
+
+    # only the dependents go; an object without the owner reference stays
+    assert await wait.until(children_left, timeout=60, what="GC of child-* ConfigMaps") == ["bystander"]
+
+
+async def test_gpu_pods_schedule_only_onto_gpu_nodes(admin_client: kclient.Client, namespace: str) -> None:
+    gpu_nodes = {
+        n["metadata"]["name"]
+        for n in nodes.fake_nodes()
+        if n["metadata"]["labels"][nodes.POOL_LABEL] == "gpu"
+    }
+    await admin_client.create(
+        resources.DEPLOYMENT, _deployment("gpu", replicas=4, requests={"nvidia.com/gpu": "1"}), namespace
+    )
+    # more GPUs than any node has: must stay Pending (Unschedulable), proving capacity is enforced
+    await admin_client.create(
+        resources.DEPLOYMENT,
+        _deployment("too-big", replicas=1, requests={"nvidia.com/gpu": str(nodes.GPUS_PER_NODE + 1)}),
+        namespace,
+    )
+
+    async def scheduled() -> list[dict[str, Any]] | None:
+        pods = (await admin_client.list(resources.POD, namespace, label_selector="app=gpu"))["items"]
+        return pods if len(pods) == 4 and all(_pod_ready(p) for p in pods) else None
+
+    pods = await wait.until(scheduled, timeout=60, what="4 GPU pods Ready")
+    assert {p["spec"]["nodeName"] for p in pods} <= gpu_nodes
+
+    async def unschedulable() -> bool:
+        pods = (await admin_client.list(resources.POD, namespace, label_selector="app=too-big"))["items"]
+        conds = pods[0].get("status", {}).get("conditions", []) if pods else []
+        return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conds)
+
+    await wait.until(unschedulable, timeout=60, what="too-big pod reported Unschedulable")
+    pods = (await admin_client.list(resources.POD, namespace, label_selector="app=too-big"))["items"]
+    assert not pods[0]["spec"].get("nodeName")
+
+
+async def test_third_party_crds_are_established(admin_client: kclient.Client) -> None:
+    for name in crds.names():
+        crd = await admin_client.get(resources.CRD, name)
+        conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        assert conds.get("Established") == "True", name
+    # and the API serves them: a real VirtualService kind is discoverable
+    vs = await admin_client.resource_for("networking.istio.io/v1", "VirtualService")
+    assert vs.plural == "virtualservices"
+
+
+async def test_rbac_is_enforced_and_service_account_tokens_are_signed(
+    admin_client: kclient.Client, namespace: str, kube_cluster: Any
+) -> None:
+    await admin_client.create(
+        resources.SERVICE_ACCOUNT,
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody"}},
+        namespace,
+    )
+    token_request = await admin_client.request(
+        "POST",
+        resources.SERVICE_ACCOUNT.path(namespace, "nobody", "token"),
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
+        resource="serviceaccounts/token",
+    )
+    token = token_request["status"]["token"]
+    assert token.count(".") == 2  # a signed JWT
+    review = await admin_client.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": f"system:serviceaccount:{namespace}:nobody",
+                "resourceAttributes": {"namespace": namespace, "verb": "list", "resource": "pods"},
+            },
+        },
+        resource="subjectaccessreviews",
+    )
+    assert review["status"]["allowed"] is False  # RBAC on: no binding, no access

@@ -1,0 +1,53 @@
+"""Unit checks of the local control plane's configuration (no cluster, no Go)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from mlops_platform.devcluster import binaries, cluster, nodes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_go_modules_pin_the_versions_in_versions_env() -> None:
+    v = binaries.versions()
+    k8s = (ROOT / "hack/k8s/go.mod").read_text()
+    assert f"k8s.io/kubernetes {v['KUBE_VERSION']}" in k8s
+    staging = re.findall(r"^\s+(k8s\.io/\S+) => (\S+) (\S+)$", k8s, re.M)
+    assert staging, "every staging module must be replaced by its published version"
+    minor_patch = "v0." + v["KUBE_VERSION"].removeprefix("v1.")
+    assert all(src == dst and ver == minor_patch for src, dst, ver in staging), staging
+    assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in (ROOT / "hack/etcd/go.mod").read_text()
+    assert f"sigs.k8s.io/kwok {v['KWOK_VERSION']}" in (ROOT / "hack/kwok/go.mod").read_text()
+
+
+def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> None:
+    bins = binaries.Binaries({name: Path(f"/opt/bin/{name}") for name in binaries.NAMES})
+    conf = yaml.safe_load(cluster.kwokctl_config(bins))
+    opts = conf["options"]
+    assert opts["bindAddress"] == "127.0.0.1"
+    assert opts["runtime"] == "binary"
+    assert opts["kubeAuthorization"] is True and opts["securePort"] is True
+    assert opts["kubeApiserverBinary"] == "/opt/bin/kube-apiserver"
+    assert opts["kwokControllerBinary"] == "/opt/bin/kwok"
+    assert "Stage" in opts["enableCRDs"]
+
+
+def test_fake_nodes_three_cpu_two_gpu() -> None:
+    all_nodes = nodes.fake_nodes()
+    pools = [n["metadata"]["labels"][nodes.POOL_LABEL] for n in all_nodes]
+    assert pools.count("cpu") == 3 and pools.count("gpu") == 2
+    for n in all_nodes:
+        assert n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+        has_gpu = "nvidia.com/gpu" in n["status"]["capacity"]
+        assert has_gpu == (n["metadata"]["labels"][nodes.POOL_LABEL] == "gpu")
+
+
+def test_binary_cache_directory_is_per_version(monkeypatch: object) -> None:
+    d = binaries.cache_bin_dir()
+    v = binaries.versions()
+    assert v["KUBE_VERSION"] in d.name and v["ETCD_VERSION"] in d.name and v["KWOK_VERSION"] in d.name
+    assert ROOT not in d.parents  # outside the repo
