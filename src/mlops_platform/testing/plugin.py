@@ -6,6 +6,7 @@
   stopped at the end of the session when this session started it.
 - ``admin_client`` (session): a :class:`~mlops_platform.runtime.client.Client` with admin rights.
 - ``namespace`` (function): a fresh namespace for one test, deleted afterwards.
+- ``local_cluster_name`` (session): the local cluster's name, for failure-injection tests.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ def kube_cluster() -> Iterator[Path]:
     yield path
     if started_here:
         cluster.down(name)
+
+
+@pytest.fixture(scope="session")
+def local_cluster_name(kube_cluster: Path) -> str:
+    """The local control plane's name, for tests that stop processes or compact etcd.
+
+    Such tests cannot run against an existing cluster (``USE_EXISTING_CLUSTER=true``): skipped there.
+    """
+    if _use_existing():
+        pytest.skip("failure injection needs the local control plane, not an existing cluster")
+    return os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
 
 
 @pytest.fixture(scope="session")

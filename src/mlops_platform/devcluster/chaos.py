@@ -1,0 +1,93 @@
+"""Failure injection on the local control plane: stop/start a component, compact etcd.
+
+Used by reliability tests. Works on the binary runtime only (real processes on this machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+
+from mlops_platform.devcluster import cluster
+
+
+@dataclasses.dataclass
+class StoppedComponent:
+    """What is needed to start a stopped component again exactly as kwokctl started it."""
+
+    name: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+def _pid_file(name: str, component: str) -> Path:
+    return cluster.cluster_dir(name) / "pids" / f"{component}.pid"
+
+
+def pid_of(name: str, component: str) -> int:
+    pid = int(_pid_file(name, component).read_text().strip())
+    os.kill(pid, 0)  # raises if it is not running
+    return pid
+
+
+def stop_component(name: str, component: str, *, sig: signal.Signals = signal.SIGKILL) -> StoppedComponent:
+    """Kill one component process (default SIGKILL) and wait until it is gone."""
+    pid = pid_of(name, component)
+    proc = Path("/proc") / str(pid)
+    argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    env = dict(kv.decode().split("=", 1) for kv in (proc / "environ").read_bytes().split(b"\0") if b"=" in kv)
+    cwd = os.readlink(proc / "cwd")
+    os.kill(pid, sig)
+    deadline = time.monotonic() + 30
+    while Path(proc).exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+    return StoppedComponent(component, argv, cwd, env)
+
+
+def start_component(name: str, stopped: StoppedComponent) -> int:
+    """Start a component stopped by :func:`stop_component` again; return its new PID."""
+    log_file = cluster.cluster_dir(name) / "logs" / f"{stopped.name}.log"
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            stopped.argv,
+            cwd=stopped.cwd,
+            env=stopped.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    _pid_file(name, stopped.name).write_text(str(proc.pid))
+    return proc.pid
+
+
+def etcd_endpoint(name: str) -> str:
+    """The etcd client URL kube-apiserver uses (from its command line)."""
+    argv = (Path("/proc") / str(pid_of(name, "kube-apiserver")) / "cmdline").read_bytes().decode()
+    match = re.search(r"--etcd-servers=([^\0,]+)", argv)
+    if not match:
+        raise LookupError("kube-apiserver has no --etcd-servers flag")
+    return match.group(1)
+
+
+def compact_etcd(name: str, endpoint: str | None = None) -> int:
+    """Compact etcd at its current revision (physically); return that revision.
+
+    Any watch or list from an older resourceVersion then gets ``410 Gone``.
+    """
+    url = endpoint or etcd_endpoint(name)
+    with httpx.Client(base_url=url, timeout=10) as http:
+        rev = int(http.post("/v3/kv/range", json={"key": "AA=="}).json()["header"]["revision"])
+        http.post("/v3/kv/compaction", json={"revision": rev, "physical": True}).raise_for_status()
+    return rev

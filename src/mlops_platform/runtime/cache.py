@@ -1,0 +1,106 @@
+"""The shared cache: one informer per (resource, namespace) per process, read by every controller.
+
+Contract:
+- ``informer_for`` returns the same :class:`Informer` for the same resource and namespace scope; an
+  informer added after ``start()`` starts at once (kinds can be watched from run time on, e.g. when an
+  optional CRD appears) and ``remove_informer`` stops one again.
+- ``wait_for_sync(timeout)`` raises :class:`CacheSyncTimeout` naming every resource not yet synced.
+- Reads (``get``, ``list``, ``by_index``) never contact the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import informer as inf
+from mlops_platform.runtime import store as cache_store
+
+Obj = dict[str, Any]
+
+
+class CacheSyncTimeout(TimeoutError):
+    pass
+
+
+class Cache:
+    def __init__(
+        self,
+        client: kclient.Client,
+        *,
+        namespace: str | None = None,
+        resync_period: float = 10 * 3600.0,
+        min_watch_timeout: float = 300.0,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace  # None = all namespaces
+        self.resync_period = resync_period
+        self.min_watch_timeout = min_watch_timeout
+        self._informers: dict[tuple[kclient.Resource, str | None], inf.Informer] = {}
+        self._started = False
+
+    def informer_for(self, resource: kclient.Resource) -> inf.Informer:
+        scope = self.namespace if resource.namespaced else None
+        k = (resource, scope)
+        if k not in self._informers:
+            informer = inf.Informer(
+                self.client,
+                resource,
+                namespace=scope,
+                resync_period=self.resync_period,
+                min_watch_timeout=self.min_watch_timeout,
+            )
+            self._informers[k] = informer
+            if self._started:
+                informer.start()
+        return self._informers[k]
+
+    async def remove_informer(self, resource: kclient.Resource) -> None:
+        scope = self.namespace if resource.namespaced else None
+        informer = self._informers.pop((resource, scope), None)
+        if informer is not None:
+            await informer.stop()
+
+    @property
+    def informers(self) -> list[inf.Informer]:
+        return list(self._informers.values())
+
+    def start(self) -> None:
+        self._started = True
+        for informer in self._informers.values():
+            informer.start()
+
+    async def stop(self) -> None:
+        self._started = False
+        await asyncio.gather(*(i.stop() for i in self._informers.values()))
+
+    def has_synced(self) -> bool:
+        return all(i.has_synced() for i in self._informers.values())
+
+    async def wait_for_sync(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(i.wait_for_sync() for i in self._informers.values())), timeout
+            )
+        except TimeoutError:
+            pending = sorted(
+                i.resource.group_resource for i in self._informers.values() if not i.has_synced()
+            )
+            raise CacheSyncTimeout(
+                f"caches not synced within {timeout:.0f}s: {', '.join(pending)} "
+                "(check RBAC list/watch permissions and that the CRDs are installed)"
+            ) from None
+
+    def get(self, resource: kclient.Resource, namespace: str | None, name: str) -> Obj | None:
+        return self.informer_for(resource).store.get(namespace if resource.namespaced else None, name)
+
+    def by_index(self, resource: kclient.Resource, index: str, value: str) -> list[Obj]:
+        return self.informer_for(resource).store.by_index(index, value)
+
+    # defined last: inside the class body the name ``list`` means this method from here on
+    def list(self, resource: kclient.Resource, namespace: str | None = None) -> list[Obj]:
+        st = self.informer_for(resource).store
+        if namespace is None or not resource.namespaced:
+            return st.list()
+        return st.by_index(cache_store.NAMESPACE_INDEX, namespace)

@@ -1,0 +1,321 @@
+"""Reflector + informer: keep a :class:`~mlops_platform.runtime.store.Store` equal to the server's truth.
+
+Contract (client-go ``tools/cache`` reflector and shared informer semantics):
+- Start with a paged LIST (``limit``/``continue``), replace the store with it (objects gone from the
+  server are delivered as deletes), then WATCH from the list's ``resourceVersion`` with
+  ``allowWatchBookmarks=true`` and a randomised server timeout (``min_watch_timeout`` .. 2x).
+- Bookmarks only advance the resourceVersion. A watch that ends normally is restarted from the last
+  resourceVersion seen. ``410 Gone`` / "Expired" (e.g. after etcd compaction) forces a re-list.
+- Connection errors and 5xx back off exponentially from 0.8 s to 30 s with jitter; the backoff resets
+  after ``reset_after`` seconds of healthy watching. ``429`` waits for the server's Retry-After.
+- Handlers run synchronously on the informer's task in event order; a handler that raises is logged
+  and does not stop delivery. Handlers must be quick (typically: enqueue a key).
+- Every ``resync_period`` (default 10 h, jittered by up to 10 %) every cached object is re-delivered
+  as an update (old is new) without contacting the server.
+- ``transform`` runs on every object before it is stored (default: drop ``metadata.managedFields``).
+- ``has_synced()`` is true once the first LIST has been stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import httpx2 as httpx
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import store as cache_store
+
+log = logging.getLogger("mlops_platform.runtime.informer")
+Obj = dict[str, Any]
+Transform = Callable[[Obj], Obj]
+
+
+class EventHandler(Protocol):
+    def on_add(self, obj: Obj) -> None: ...
+    def on_update(self, old: Obj, new: Obj) -> None: ...
+    def on_delete(self, obj: Obj) -> None: ...
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """The default transform: managedFields are large and no controller reads them."""
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
+
+
+class Backoff:
+    """Exponential backoff with jitter that resets after a healthy period (client-go's manager)."""
+
+    def __init__(
+        self,
+        initial: float = 0.8,
+        cap: float = 30.0,
+        factor: float = 2.0,
+        jitter: float = 1.0,
+        reset_after: float = 120.0,
+        now: Callable[[], float] | None = None,
+    ) -> None:
+        self.initial, self.cap, self.factor = initial, cap, factor
+        self.jitter, self.reset_after = jitter, reset_after
+        self._now = now
+        self._next = initial
+        self._last_failure: float | None = None
+
+    def _time(self) -> float:
+        return self._now() if self._now else asyncio.get_running_loop().time()
+
+    def next_delay(self) -> float:
+        now = self._time()
+        if self._last_failure is not None and now - self._last_failure > self.reset_after:
+            self._next = self.initial
+        self._last_failure = now
+        base = self._next
+        self._next = min(self._next * self.factor, self.cap)
+        return min(base + random.random() * self.jitter * base, self.cap)
+
+
+class Informer:
+    """List-watch one resource (optionally one namespace / selector) into a store and notify handlers."""
+
+    def __init__(
+        self,
+        client: kclient.Client,
+        resource: kclient.Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resync_period: float = 10 * 3600.0,
+        transform: Transform | None = strip_managed_fields,
+        page_size: int = 500,
+        min_watch_timeout: float = 300.0,
+        indexers: dict[str, cache_store.IndexFunc] | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.resync_period = resync_period
+        self.transform = transform
+        self.page_size = page_size
+        self.min_watch_timeout = min_watch_timeout
+        self.store = cache_store.Store(indexers)
+        self.handlers: list[EventHandler] = []
+        self.last_resource_version: str | None = None
+        self.relists = 0  # how many times the reflector had to LIST (1 = only the initial list)
+        self._synced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- public -----------------------------------------------------------------------------------
+
+    def add_event_handler(self, handler: EventHandler) -> None:
+        """Register a handler; if already synced, it first receives an add for every cached object."""
+        self.handlers.append(handler)
+        if self.has_synced():
+            for obj in self.store.list():
+                self._call(handler.on_add, obj)
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_for_sync(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._synced.wait(), timeout)
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name=f"informer {self.resource.group_resource}")
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def run(self) -> None:
+        """Run the reflector (and the resync timer) until cancelled."""
+        resync = asyncio.create_task(self._resync_loop())
+        try:
+            await self._reflect()
+        finally:
+            resync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await resync
+
+    # -- reflector ----------------------------------------------------------------------------------
+
+    async def _reflect(self) -> None:
+        backoff = Backoff()
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list_and_replace()
+                    need_list = False
+                await self._watch_once()
+            except kclient.ApiError as e:
+                if e.gone:
+                    log.info(
+                        "watch expired, re-listing",
+                        extra={"resource": self.resource.group_resource, "error": str(e)},
+                    )
+                    need_list = True
+                    continue
+                delay = _retry_after_seconds(e) if e.status == 429 else backoff.next_delay()
+                log.warning(
+                    "list/watch failed",
+                    extra={
+                        "resource": self.resource.group_resource,
+                        "error": str(e),
+                        "retry_in": round(delay, 2),
+                    },
+                )
+                await asyncio.sleep(delay)
+            except (httpx.HTTPError, OSError) as e:
+                delay = backoff.next_delay()
+                log.warning(
+                    "list/watch connection error",
+                    extra={
+                        "resource": self.resource.group_resource,
+                        "error": f"{type(e).__name__}: {e}",
+                        "retry_in": round(delay, 2),
+                    },
+                )
+                await asyncio.sleep(delay)
+
+    async def _list_and_replace(self) -> None:
+        items: list[Obj] = []
+        cont: str | None = None
+        while True:
+            page = await self.client.list(
+                self.resource,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+                limit=self.page_size,
+                continue_=cont,
+            )
+            items.extend(page.get("items") or ())
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue") or None
+            if not cont:
+                rv = meta.get("resourceVersion")
+                break
+        self.relists += 1
+        self._replace(items)
+        self.last_resource_version = rv
+        self._synced.set()
+
+    def _replace(self, items: list[Obj]) -> None:
+        kind, api_version = self.resource.kind, self.resource.api_version
+        fresh: dict[str, Obj] = {}
+        for obj in items:
+            obj.setdefault("kind", kind)
+            obj.setdefault("apiVersion", api_version)
+            obj = self._transform(obj)
+            fresh[cache_store.key_of(obj)] = obj
+        for k in self.store.list_keys():
+            if k not in fresh:
+                gone = self.store.delete_key(k)
+                if gone is not None:
+                    self._notify_delete(gone)
+        for obj in fresh.values():
+            old = self.store.upsert(obj)
+            if old is None:
+                self._notify_add(obj)
+            elif _rv(old) != _rv(obj):
+                self._notify_update(old, obj)
+
+    async def _watch_once(self) -> None:
+        timeout = int(self.min_watch_timeout * (1.0 + random.random()))
+        started = asyncio.get_running_loop().time()
+        async for event in self.client.watch(
+            self.resource,
+            self.namespace,
+            resource_version=self.last_resource_version,
+            timeout_seconds=timeout,
+            allow_bookmarks=True,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+        ):
+            kind = event.get("type")
+            obj: Obj = event.get("object") or {}
+            rv = _rv(obj)
+            if kind == "BOOKMARK":
+                self.last_resource_version = rv or self.last_resource_version
+                continue
+            obj.setdefault("kind", self.resource.kind)
+            obj.setdefault("apiVersion", self.resource.api_version)
+            obj = self._transform(obj)
+            if kind in ("ADDED", "MODIFIED"):
+                old = self.store.upsert(obj)
+                if old is None:
+                    self._notify_add(obj)
+                else:
+                    self._notify_update(old, obj)
+            elif kind == "DELETED":
+                self.store.delete(obj)
+                self._notify_delete(obj)
+            self.last_resource_version = rv or self.last_resource_version
+        log.debug(
+            "watch closed by the server",
+            extra={
+                "resource": self.resource.group_resource,
+                "seconds": round(asyncio.get_running_loop().time() - started, 1),
+            },
+        )
+
+    async def _resync_loop(self) -> None:
+        if self.resync_period <= 0:
+            return
+        while True:
+            await asyncio.sleep(self.resync_period * (1.0 + 0.1 * random.random()))
+            if self.has_synced():
+                self.resync()
+
+    def resync(self) -> None:
+        """Re-deliver every cached object as an update, without contacting the server."""
+        for obj in self.store.list():
+            self._notify_update(obj, obj)
+
+    # -- delivery -----------------------------------------------------------------------------------
+
+    def _transform(self, obj: Obj) -> Obj:
+        return self.transform(obj) if self.transform else obj
+
+    def _notify_add(self, obj: Obj) -> None:
+        for h in self.handlers:
+            self._call(h.on_add, obj)
+
+    def _notify_update(self, old: Obj, new: Obj) -> None:
+        for h in self.handlers:
+            self._call(h.on_update, old, new)
+
+    def _notify_delete(self, obj: Obj) -> None:
+        for h in self.handlers:
+            self._call(h.on_delete, obj)
+
+    def _call(self, fn: Callable[..., None], *args: Obj) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("event handler failed", extra={"resource": self.resource.group_resource})
+
+
+def _rv(obj: Obj) -> str | None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return str(rv) if rv is not None else None
+
+
+def _retry_after_seconds(e: kclient.ApiError) -> float:
+    details = e.body.get("details") or {}
+    try:
+        return max(0.1, min(float(details.get("retryAfterSeconds") or 1), kclient.MAX_RETRY_AFTER_SECONDS))
+    except (TypeError, ValueError):
+        return 1.0
