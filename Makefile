@@ -38,8 +38,8 @@ demo: cluster-up ## the main job: local control plane up, then show its nodes
 	@$(CLI) dev kubectl --name $(DEMO_CLUSTER) -- get nodes -o wide
 
 lint: venv ## ruff, mypy --strict, import-linter, generated-files check
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -53,8 +53,8 @@ test: venv binaries lint ## everything CI runs: lint, then unit + integration + 
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
 
 fmt: venv ## format the code
-	$(BIN)/ruff format src tests
-	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests examples
+	$(BIN)/ruff check --fix src tests examples
 
 clean: ## remove the venv and caches (the binary cache outside the repo is kept)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

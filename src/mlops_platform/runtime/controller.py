@@ -1,0 +1,278 @@
+"""Controllers: watch kinds, map events to requests, run a reconciler on N workers.
+
+Registration is builder-style (controller-runtime ``builder``)::
+
+    ctrl = (
+        controller.Builder("inferenceservice", cache, metrics)
+        .for_(ISVC, predicates.generation_changed())
+        .owns(resources.DEPLOYMENT)
+        .watches(resources.CONFIG_MAP, map_config_to_services)
+        .with_options(max_concurrent_reconciles=4)
+        .build(reconciler)
+    )
+
+Contract:
+- ``for_`` enqueues the object itself; ``owns`` enqueues the controller owner (ownerReferences entry
+  with ``controller: true`` of the ``for_`` kind) — on update both the old and the new owner;
+  ``watches`` enqueues whatever the mapper returns. Predicates filter events before enqueueing.
+- ``build`` raises :class:`BuildError` listing EVERY misconfiguration at once.
+- Each request is reconciled by at most one worker at a time; results and exceptions are handled as
+  documented in :mod:`mlops_platform.runtime.reconcile`. One failing object never blocks others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mlops_platform.runtime import cache as rcache
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import logs, rate_limiting_queue, ratelimiter, workqueue
+from mlops_platform.runtime import metrics as rmetrics
+from mlops_platform.runtime import predicates as preds
+from mlops_platform.runtime.reconcile import Reconciler, Request, Result, TerminalError
+
+log = logging.getLogger("mlops_platform.runtime.controller")
+Obj = dict[str, Any]
+Mapper = Callable[[Obj], Iterable[Request]]
+
+
+class BuildError(ValueError):
+    pass
+
+
+def request_for(obj: Obj) -> Request:
+    meta = obj["metadata"]
+    return Request(meta.get("namespace"), meta["name"])
+
+
+def owner_mapper(owner: kclient.Resource) -> Mapper:
+    """Map an object to its controller owner of kind ``owner`` (same namespace)."""
+
+    def mapper(obj: Obj) -> Iterable[Request]:
+        meta = obj.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or ():
+            if not ref.get("controller") or ref.get("kind") != owner.kind:
+                continue
+            group = ref.get("apiVersion", "").rpartition("/")[0]
+            if group == owner.group:
+                return (Request(meta.get("namespace") if owner.namespaced else None, ref["name"]),)
+        return ()
+
+    return mapper
+
+
+@dataclasses.dataclass
+class _Watch:
+    resource: kclient.Resource
+    mapper: Mapper | None  # None: the object itself
+    predicate: preds.Predicate
+    on_update_both: bool = True
+
+
+class _Handler:
+    """Informer event handler: filter with the predicate, map, enqueue."""
+
+    def __init__(self, watch: _Watch, queue: rate_limiting_queue.RateLimitingQueue[Request]) -> None:
+        self._w, self._q = watch, queue
+
+    def _enqueue(self, obj: Obj) -> None:
+        if self._w.mapper is None:
+            self._q.add(request_for(obj))
+        else:
+            for req in self._w.mapper(obj):
+                self._q.add(req)
+
+    def on_add(self, obj: Obj) -> None:
+        if self._w.predicate.create(obj):
+            self._enqueue(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if self._w.predicate.update(old, new):
+            if self._w.mapper is not None and old is not new:
+                self._enqueue(old)
+            self._enqueue(new)
+
+    def on_delete(self, obj: Obj) -> None:
+        if self._w.predicate.delete(obj):
+            self._enqueue(obj)
+
+
+class Builder:
+    def __init__(self, name: str, cache: rcache.Cache, metrics: rmetrics.Metrics | None = None) -> None:
+        self._name = name
+        self._cache = cache
+        self._metrics = metrics
+        self._for: list[_Watch] = []
+        self._watches: list[_Watch] = []
+        self._owns: list[tuple[kclient.Resource, tuple[preds.Predicate, ...]]] = []
+        self._max_concurrent = 1
+        self._rate_limiter: ratelimiter.RateLimiter[Request] | None = None
+        self._errors: list[str] = []
+
+    def for_(self, resource: kclient.Resource, *predicates: preds.Predicate) -> Builder:
+        self._for.append(_Watch(resource, None, preds.all_of(*predicates)))
+        return self
+
+    def owns(self, resource: kclient.Resource, *predicates: preds.Predicate) -> Builder:
+        self._owns.append((resource, predicates))
+        return self
+
+    def watches(self, resource: kclient.Resource, mapper: Mapper, *predicates: preds.Predicate) -> Builder:
+        if not callable(mapper):
+            self._errors.append(f"watches({resource.kind}): mapper is not callable")
+        self._watches.append(_Watch(resource, mapper, preds.all_of(*predicates)))
+        return self
+
+    def with_options(
+        self,
+        *,
+        max_concurrent_reconciles: int = 1,
+        rate_limiter: ratelimiter.RateLimiter[Request] | None = None,
+    ) -> Builder:
+        if max_concurrent_reconciles < 1:
+            self._errors.append(f"max_concurrent_reconciles must be >= 1, got {max_concurrent_reconciles}")
+        self._max_concurrent = max_concurrent_reconciles
+        self._rate_limiter = rate_limiter
+        return self
+
+    def build(self, reconciler: Reconciler) -> Controller:
+        errors = list(self._errors)
+        if not self._name:
+            errors.append("a controller needs a name")
+        if len(self._for) != 1:
+            errors.append(f"exactly one for_() is required, got {len(self._for)}")
+        if not callable(getattr(reconciler, "reconcile", None)):
+            errors.append("the reconciler has no reconcile(request) method")
+        if errors:
+            raise BuildError(f"controller {self._name!r}: " + "; ".join(errors))
+        primary = self._for[0]
+        watches = [primary, *self._watches]
+        for res, ps in self._owns:
+            watches.append(_Watch(res, owner_mapper(primary.resource), preds.all_of(*ps)))
+        return Controller(
+            self._name,
+            self._cache,
+            watches,
+            reconciler,
+            self._max_concurrent,
+            self._rate_limiter,
+            self._metrics,
+        )
+
+
+class Controller:
+    def __init__(
+        self,
+        name: str,
+        cache: rcache.Cache,
+        watches: list[_Watch],
+        reconciler: Reconciler,
+        max_concurrent_reconciles: int,
+        rate_limiter: ratelimiter.RateLimiter[Request] | None,
+        metrics: rmetrics.Metrics | None,
+    ) -> None:
+        self.name = name
+        self.cache = cache
+        self.reconciler = reconciler
+        self.max_concurrent_reconciles = max_concurrent_reconciles
+        self.metrics = metrics or rmetrics.Metrics()
+        qm = self.metrics.workqueue.new_queue_metrics(name, controller=name)
+        self.queue: rate_limiting_queue.RateLimitingQueue[Request] = rate_limiting_queue.RateLimitingQueue(
+            rate_limiter, name, metrics=qm
+        )
+        self._watches = watches
+        self._workers: list[asyncio.Task[None]] = []
+        self.metrics.max_concurrent.labels(name).set(max_concurrent_reconciles)
+        self.metrics.active_workers.labels(name).set(0)
+        for result in ("success", "error", "requeue", "requeue_after"):
+            self.metrics.reconcile_total.labels(name, result)
+        self.metrics.reconcile_errors.labels(name)
+        for w in self._watches:
+            self.cache.informer_for(w.resource).add_event_handler(_Handler(w, self.queue))
+
+    @property
+    def resources(self) -> list[kclient.Resource]:
+        return [w.resource for w in self._watches]
+
+    def start(self) -> None:
+        """Start the workers (call after the cache has synced)."""
+        for i in range(self.max_concurrent_reconciles):
+            self._workers.append(asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}"))
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking work, let in-flight reconciles finish (bounded by ``timeout``), stop workers."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.shutdown_with_drain(), timeout)
+        self.queue.shutdown()
+        for t in self._workers:
+            t.cancel()
+        for t in self._workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._workers.clear()
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                req = await self.queue.get()
+            except workqueue.ShutDown:
+                return
+            try:
+                with logs.log_context(
+                    controller=self.name,
+                    namespace=req.namespace,
+                    name=req.name,
+                    reconcile_id=uuid.uuid4().hex[:12],
+                ):
+                    await self._process(req)
+            except Exception:  # never let a bug in bookkeeping kill the worker
+                log.exception("controller worker error")
+                self.queue.add_rate_limited(req)
+            finally:
+                self.queue.done(req)
+
+    async def _process(self, req: Request) -> None:
+        m, name = self.metrics, self.name
+        m.active_workers.labels(name).inc()
+        started = time.perf_counter()
+        try:
+            result = await self.reconciler.reconcile(req)
+        except TerminalError as e:
+            self.queue.forget(req)
+            m.reconcile_total.labels(name, "error").inc()
+            m.reconcile_errors.labels(name).inc()
+            m.terminal_errors.labels(name).inc()
+            log.error("reconcile failed permanently (not retried)", extra={"error": str(e)})
+            return
+        except Exception as e:
+            self.queue.add_rate_limited(req)
+            m.reconcile_total.labels(name, "error").inc()
+            m.reconcile_errors.labels(name).inc()
+            log.error(
+                "reconcile failed, will retry",
+                extra={"error": f"{type(e).__name__}: {e}", "requeues": self.queue.num_requeues(req)},
+                exc_info=not isinstance(e, kclient.ApiError),
+            )
+            return
+        finally:
+            m.reconcile_time.labels(name).observe(time.perf_counter() - started)
+            m.active_workers.labels(name).dec()
+        if result is None:
+            result = Result()
+        if result.requeue_after is not None and result.requeue_after > 0:
+            self.queue.forget(req)
+            self.queue.add_after(req, result.requeue_after)
+            m.reconcile_total.labels(name, "requeue_after").inc()
+        elif result.requeue:
+            self.queue.add_rate_limited(req)
+            m.reconcile_total.labels(name, "requeue").inc()
+        else:
+            self.queue.forget(req)
+            m.reconcile_total.labels(name, "success").inc()

@@ -1,0 +1,100 @@
+"""A small asyncio HTTP/1.1 server on h11 for probes, metrics (and, later, TLS webhooks).
+
+h11 does the protocol work (parsing, framing, keep-alive); this module only routes a request to an
+async handler ``(method, path, body) -> (status, content_type, body)``. Binds 127.0.0.1 by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+
+import h11
+
+log = logging.getLogger("mlops_platform.runtime.httpserver")
+Response = tuple[int, str, bytes]
+Handler = Callable[[str, str, bytes], Awaitable[Response]]
+MAX_BODY = 8 * 1024 * 1024
+
+
+class HttpServer:
+    def __init__(
+        self,
+        routes: dict[str, Handler],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.routes = routes
+        self.host, self.port = host, port
+        self.ssl_context = ssl_context
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl_context)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request, body = await self._read_request(conn, reader)
+                if request is None:
+                    return
+                path = request.target.decode("latin-1").split("?", 1)[0]
+                handler = self.routes.get(path)
+                if handler is None:
+                    status, ctype, payload = 404, "text/plain", b"not found\n"
+                else:
+                    try:
+                        status, ctype, payload = await handler(request.method.decode(), path, body)
+                    except Exception:
+                        log.exception("http handler failed", extra={"path": path})
+                        status, ctype, payload = 500, "text/plain", b"internal error\n"
+                headers = [("content-type", ctype), ("content-length", str(len(payload)))]
+                writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+                writer.write(conn.send(h11.Data(data=payload)) or b"")
+                writer.write(conn.send(h11.EndOfMessage()) or b"")
+                await writer.drain()
+                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                    return
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            return
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _read_request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader
+    ) -> tuple[h11.Request | None, bytes]:
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await asyncio.wait_for(reader.read(65536), 60)
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > MAX_BODY:
+                    raise h11.LocalProtocolError("request body too large")
+            elif isinstance(event, h11.EndOfMessage):
+                return request, bytes(body)
+            elif isinstance(event, h11.ConnectionClosed):
+                return None, b""

@@ -1,0 +1,227 @@
+"""The manager: shared cache, controllers, leader election, probes and metrics, graceful shutdown.
+
+Contract (controller-runtime ``manager``):
+- ``run()`` starts the probe and metrics endpoints, the informers of every registered controller,
+  and waits for the caches to sync (``cache_sync_timeout`` -> :class:`~.cache.CacheSyncTimeout`
+  naming the resources). Caches run on standby replicas too, so a new leader starts warm.
+- Without leader election the controllers start at once. With it, they start when this replica
+  acquires the Lease and stop when it loses it; losing leadership ends ``run()`` with
+  :class:`LeadershipLost` (the process should exit and be restarted, like controller-runtime).
+- ``/healthz`` answers 200 while the manager runs; ``/readyz`` 200 only when the caches have synced
+  and, with leader election on, this replica leads; ``/metrics`` serves the Prometheus registry.
+- ``stop()`` (or SIGTERM via :meth:`run_until_signal`): stop taking work, let in-flight reconciles
+  finish within ``graceful_shutdown_timeout``, release the Lease, stop informers and servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+from collections.abc import Coroutine
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from mlops_platform.runtime import cache as rcache
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import controller as rcontroller
+from mlops_platform.runtime import httpserver, leaderelection
+from mlops_platform.runtime import metrics as rmetrics
+
+log = logging.getLogger("mlops_platform.runtime.manager")
+
+
+class LeadershipLost(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Options:
+    #: watch only this namespace (None: all namespaces)
+    namespace: str | None = None
+    leader_election: bool = False
+    leader_election_id: str = ""
+    leader_election_namespace: str = "default"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str = dataclasses.field(default_factory=lambda: f"{socket.gethostname()}_{os.getpid()}")
+    #: (host, port) of /healthz and /readyz; port 0 picks a free port; None disables
+    health_probe_address: tuple[str, int] | None = ("127.0.0.1", 8081)
+    #: (host, port) of /metrics; None disables
+    metrics_address: tuple[str, int] | None = ("127.0.0.1", 8080)
+    cache_sync_timeout: float = 120.0
+    graceful_shutdown_timeout: float = 30.0
+    resync_period: float = 10 * 3600.0
+    #: /readyz needs leadership when leader election is on (standbys report not ready)
+    readiness_requires_leadership: bool = True
+
+
+class Manager:
+    def __init__(self, client: kclient.Client, options: Options | None = None) -> None:
+        self.client = client
+        self.options = options or Options()
+        self.metrics = rmetrics.Metrics()
+        self.metrics.observe_client(client)
+        self.cache = rcache.Cache(
+            client, namespace=self.options.namespace, resync_period=self.options.resync_period
+        )
+        self.controllers: list[rcontroller.Controller] = []
+        self.elector: leaderelection.LeaderElector | None = None
+        self._stop = asyncio.Event()
+        self._servers: list[httpserver.HttpServer] = []
+        self._running_controllers = False
+        self._synced = False
+
+    # -- registration -------------------------------------------------------------------------------
+
+    def builder(self, name: str) -> rcontroller.Builder:
+        """A controller builder bound to this manager's cache and metrics; pass the result to add()."""
+        return rcontroller.Builder(name, self.cache, self.metrics)
+
+    def add(self, ctrl: rcontroller.Controller) -> None:
+        self.controllers.append(ctrl)
+
+    # -- probes ---------------------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        if not (self._synced and self.cache.has_synced()):
+            return False
+        if self.options.leader_election and self.options.readiness_requires_leadership:
+            return self.elector is not None and self.elector.is_leader()
+        return True
+
+    async def _healthz(self, method: str, path: str, body: bytes) -> httpserver.Response:
+        return 200, "text/plain", b"ok\n"
+
+    async def _readyz(self, method: str, path: str, body: bytes) -> httpserver.Response:
+        if self.is_ready():
+            return 200, "text/plain", b"ok\n"
+        return 503, "text/plain", b"not ready: caches syncing or not leading\n"
+
+    async def _metrics(self, method: str, path: str, body: bytes) -> httpserver.Response:
+        return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+
+    @property
+    def health_port(self) -> int | None:
+        return self._servers[0].port if self.options.health_probe_address and self._servers else None
+
+    @property
+    def metrics_port(self) -> int | None:
+        if not self.options.metrics_address or not self._servers:
+            return None
+        return self._servers[-1].port
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run_until_signal(self) -> None:
+        """run() with SIGTERM/SIGINT mapped to a graceful stop."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            await self.run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    async def run(self) -> None:
+        await self._start_servers()
+        try:
+            self.cache.start()
+            log.info(
+                "waiting for caches to sync",
+                extra={"resources": [i.resource.group_resource for i in self.cache.informers]},
+            )
+            await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
+            if self._stop.is_set():
+                return
+            self._synced = True
+            log.info("caches synced")
+            if self.options.leader_election:
+                await self._run_elected()
+            else:
+                await self._lead()
+        finally:
+            await self.cache.stop()
+            for s in self._servers:
+                await s.stop()
+            self._servers.clear()
+            log.info("manager stopped")
+
+    async def _until_stopped(self, aw: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(aw)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                task.result()
+        finally:
+            stopper.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _run_elected(self) -> None:
+        o = self.options
+        if not o.leader_election_id:
+            raise ValueError("leader election needs leader_election_id")
+        config = leaderelection.LeaderElectionConfig(
+            namespace=o.leader_election_namespace,
+            name=o.leader_election_id,
+            identity=o.identity,
+            lease_duration=o.lease_duration,
+            renew_deadline=o.renew_deadline,
+            retry_period=o.retry_period,
+            release_on_cancel=True,
+        )
+        self.elector = leaderelection.LeaderElector(self.client, config, registry=self.metrics.registry)
+        elector = self.elector
+        watcher = asyncio.create_task(self._stop.wait())
+        election = asyncio.create_task(elector.run(self._lead))
+        await asyncio.wait({watcher, election}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
+            elector.stop()  # graceful: cancels _lead (which drains controllers), releases the Lease
+            await election
+            return
+        watcher.cancel()
+        election.result()  # re-raise errors of the leader's work
+        raise LeadershipLost(f"lost the Lease {o.leader_election_namespace}/{o.leader_election_id}")
+
+    async def _lead(self) -> None:
+        """Run the controllers until stopped (or cancelled because leadership ended)."""
+        log.info("starting controllers", extra={"controllers": [c.name for c in self.controllers]})
+        for c in self.controllers:
+            c.start()
+        self._running_controllers = True
+        try:
+            await self._stop.wait()
+        finally:
+            self._running_controllers = False
+            timeout = self.options.graceful_shutdown_timeout
+            await asyncio.shield(asyncio.gather(*(c.stop(timeout) for c in self.controllers)))
+            log.info("controllers stopped")
+
+    async def _start_servers(self) -> None:
+        o = self.options
+        if o.health_probe_address:
+            host, port = o.health_probe_address
+            self._servers.append(
+                httpserver.HttpServer(
+                    {"/healthz": self._healthz, "/readyz": self._readyz}, host=host, port=port
+                )
+            )
+        if o.metrics_address:
+            host, port = o.metrics_address
+            self._servers.append(httpserver.HttpServer({"/metrics": self._metrics}, host=host, port=port))
+        for s in self._servers:
+            await s.start()

@@ -1,0 +1,106 @@
+"""Prometheus metrics with controller-runtime's names, on one registry per manager.
+
+- ``controller_runtime_reconcile_total{controller,result}`` (result: success, error, requeue,
+  requeue_after), ``controller_runtime_reconcile_errors_total{controller}``,
+  ``controller_runtime_terminal_reconcile_errors_total{controller}``,
+  ``controller_runtime_reconcile_time_seconds{controller}``,
+  ``controller_runtime_active_workers{controller}``,
+  ``controller_runtime_max_concurrent_reconciles{controller}``;
+- ``rest_client_requests_total{code,method,host}`` (client-go) and, finer,
+  ``rest_client_requests_by_resource_total{verb,resource,code}`` for per-kind request accounting;
+- the workqueue families come from :mod:`workqueue_metrics`; leader election registers its own gauge.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import workqueue_metrics
+
+_METHOD = {
+    "get": "GET",
+    "list": "GET",
+    "watch": "GET",
+    "create": "POST",
+    "update": "PUT",
+    "patch": "PATCH",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
+
+RECONCILE_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+    1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
+)  # fmt: skip
+
+
+class Metrics:
+    """All runtime metric families, registered once on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self.reconcile_total = Counter(
+            "controller_runtime_reconcile_total",
+            "Total number of reconciliations per controller",
+            ["controller", "result"],
+            registry=reg,
+        )
+        self.reconcile_errors = Counter(
+            "controller_runtime_reconcile_errors_total",
+            "Total number of reconciliation errors per controller",
+            ["controller"],
+            registry=reg,
+        )
+        self.terminal_errors = Counter(
+            "controller_runtime_terminal_reconcile_errors_total",
+            "Total number of terminal reconciliation errors per controller",
+            ["controller"],
+            registry=reg,
+        )
+        self.reconcile_time = Histogram(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            ["controller"],
+            buckets=RECONCILE_BUCKETS,
+            registry=reg,
+        )
+        self.active_workers = Gauge(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            ["controller"],
+            registry=reg,
+        )
+        self.max_concurrent = Gauge(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            ["controller"],
+            registry=reg,
+        )
+        self.rest_requests = Counter(
+            "rest_client_requests_total",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"],
+            registry=reg,
+        )
+        self.rest_requests_by_resource = Counter(
+            "rest_client_requests_by_resource_total",
+            "Number of API requests, partitioned by verb, resource and status code.",
+            ["verb", "resource", "code"],
+            registry=reg,
+        )
+        self.workqueue = workqueue_metrics.WorkqueueMetricsProvider(reg)
+
+    def observe_client(self, c: kclient.Client) -> None:
+        """Count every request ``c`` makes from now on."""
+        host = urlsplit(c.base_url).netloc
+
+        def observe(rec: kclient.RequestRecord) -> None:
+            code = str(rec.code) if rec.code else "<error>"
+            self.rest_requests.labels(code, _METHOD.get(rec.verb, rec.verb.upper()), host).inc()
+            self.rest_requests_by_resource.labels(rec.verb, rec.resource, code).inc()
+
+        c.observers.append(observe)

@@ -1,0 +1,146 @@
+"""Rate limiters for work-queue retries, after client-go ``workqueue/default_rate_limiters.go``.
+
+A :class:`RateLimiter` answers "how long should this item wait before it is re-queued?".
+Every call to ``when(item)`` counts as one more failure of ``item``; ``forget(item)`` is
+called when the item succeeded, so that its history is cleared; ``num_requeues(item)``
+reports how many failures are being remembered.
+
+Limiters are plain objects for a single asyncio event loop; they are not thread-safe.
+Delays are floats in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Generic, Protocol, TypeVar
+
+from mlops_platform.runtime.clock import Clock, RealClock
+
+__all__ = [
+    "BucketRateLimiter",
+    "ItemExponentialFailureRateLimiter",
+    "MaxOfRateLimiter",
+    "RateLimiter",
+    "default_controller_rate_limiter",
+]
+
+T = TypeVar("T", bound=Hashable)
+T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
+
+
+class RateLimiter(Protocol[T_contra]):
+    """Strategy deciding the re-queue delay of an item (client-go ``TypedRateLimiter``)."""
+
+    def when(self, item: T_contra) -> float:
+        """Record one more failure of ``item`` and return how many seconds it should wait."""
+        ...
+
+    def forget(self, item: T_contra) -> None:
+        """Stop tracking ``item`` (it succeeded): its next ``when`` starts from scratch."""
+        ...
+
+    def num_requeues(self, item: T_contra) -> int:
+        """How many failures of ``item`` are currently being tracked."""
+        ...
+
+
+class ItemExponentialFailureRateLimiter(Generic[T]):
+    """Per-item exponential backoff: the n-th failure (0-based) waits ``base * 2**n`` seconds.
+
+    The delay is capped at ``max_delay``; very large failure counts cannot overflow (they
+    simply return ``max_delay``).
+    """
+
+    def __init__(self, base: float = 0.005, max: float = 1000.0) -> None:
+        if base < 0 or max < 0:
+            raise ValueError("base and max delays must be >= 0")
+        self.base_delay = base
+        self.max_delay = max
+        self._failures: dict[T, int] = {}
+
+    def when(self, item: T) -> float:
+        exp = self._failures.get(item, 0)
+        self._failures[item] = exp + 1
+        try:
+            backoff = math.ldexp(self.base_delay, exp)  # base * 2**exp, exact and overflow-checked
+        except OverflowError:
+            return self.max_delay
+        return min(backoff, self.max_delay)
+
+    def forget(self, item: T) -> None:
+        self._failures.pop(item, None)
+
+    def num_requeues(self, item: T) -> int:
+        return self._failures.get(item, 0)
+
+
+class BucketRateLimiter(Generic[T]):
+    """Overall (not per-item) token bucket, like ``golang.org/x/time/rate`` ``Reserve().Delay()``.
+
+    The bucket holds up to ``burst`` tokens and refills at ``qps`` tokens per second. Each
+    ``when`` reserves one token, even one not yet available: the bucket may go negative, so
+    successive calls in a burst return increasing delays (``burst`` calls return 0, then
+    ``1/qps``, ``2/qps``, ...). ``forget`` is a no-op and ``num_requeues`` is always 0.
+    """
+
+    def __init__(self, qps: float = 10.0, burst: int = 100, *, clock: Clock | None = None) -> None:
+        if qps <= 0:
+            raise ValueError("qps must be > 0")
+        if burst < 1:
+            raise ValueError("burst must be >= 1")
+        self.qps = qps
+        self.burst = burst
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._tokens = float(burst)
+        self._last = self._clock.now()
+
+    def when(self, item: T) -> float:
+        now = self._clock.now()
+        last = min(self._last, now)
+        tokens = min(float(self.burst), self._tokens + (now - last) * self.qps)
+        tokens -= 1.0
+        self._tokens = tokens
+        self._last = now
+        return -tokens / self.qps if tokens < 0 else 0.0
+
+    def forget(self, item: T) -> None:
+        return None
+
+    def num_requeues(self, item: T) -> int:
+        return 0
+
+
+class MaxOfRateLimiter(Generic[T]):
+    """Combines limiters: the delay is the maximum of theirs.
+
+    ``when`` consults every limiter (each records the failure); ``forget`` forgets in all;
+    ``num_requeues`` is the maximum over all.
+    """
+
+    def __init__(self, *limiters: RateLimiter[T]) -> None:
+        if not limiters:
+            raise ValueError("MaxOfRateLimiter needs at least one limiter")
+        self.limiters: tuple[RateLimiter[T], ...] = limiters
+
+    def when(self, item: T) -> float:
+        return max(limiter.when(item) for limiter in self.limiters)
+
+    def forget(self, item: T) -> None:
+        for limiter in self.limiters:
+            limiter.forget(item)
+
+    def num_requeues(self, item: T) -> int:
+        return max(limiter.num_requeues(item) for limiter in self.limiters)
+
+
+def default_controller_rate_limiter(*, clock: Clock | None = None) -> MaxOfRateLimiter[Hashable]:
+    """client-go's ``DefaultControllerRateLimiter``.
+
+    Per-item exponential backoff from 5 ms to 1000 s, combined with an overall token bucket
+    of 10 qps and burst 100 (the bucket only matters for bursts of fresh failures).
+    """
+    return MaxOfRateLimiter(
+        ItemExponentialFailureRateLimiter(0.005, 1000.0),
+        BucketRateLimiter(qps=10.0, burst=100, clock=clock),
+    )

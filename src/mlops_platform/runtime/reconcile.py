@@ -1,0 +1,46 @@
+"""The reconciler contract (controller-runtime ``pkg/reconcile``).
+
+A reconciler is one method, ``async def reconcile(request) -> Result``. It is level-based: it reads
+the CURRENT state (from the cache) for ``request`` and drives the world towards the desired state,
+never acting on what an event said. Requeue rules, applied by the controller after each call:
+
+- returns ``Result()``: done; the item's failure history is forgotten.
+- returns ``Result(requeue_after=s)``: forgotten, then re-queued after ``s`` seconds.
+- returns ``Result(requeue=True)``: re-queued with the rate limiter's backoff (counts as a retry).
+- raises :class:`TerminalError`: logged and counted as an error, NOT retried (bad input that only a
+  spec change can fix; the next change of the object enqueues it again).
+- raises any other exception: logged, counted, re-queued with per-item exponential backoff.
+
+The same request is never reconciled by two workers at once (the work queue is stingy); different
+requests run concurrently up to ``max_concurrent_reconciles``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class Request:
+    """Which object to reconcile: ``namespace`` is None for cluster-scoped objects."""
+
+    namespace: str | None
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Result:
+    requeue: bool = False
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """An error that retrying cannot fix; the controller does not requeue it."""
+
+
+class Reconciler(Protocol):
+    async def reconcile(self, request: Request) -> Result: ...

@@ -1,0 +1,219 @@
+"""Work queue with client-go ``util/workqueue`` semantics, for asyncio.
+
+Guarantees (as in client-go's ``workqueue/doc.go``):
+
+- Fair: items processed in the order they are added.
+- Stingy: a single item will not be processed multiple times concurrently, and if an item
+  is added multiple times before it can be processed, it will only be processed once.
+- Multiple consumers and producers. In particular, it is allowed for an item to be
+  re-enqueued while it is being processed.
+- Shutdown notifications.
+
+Layers, as in client-go: :class:`Queue` (this module) → ``DelayingQueue``
+(:mod:`mlops_platform.runtime.delaying_queue`, adds ``add_after``) → ``RateLimitingQueue``
+(:mod:`mlops_platform.runtime.rate_limiting_queue`, adds ``add_rate_limited``/``forget``).
+
+Usage contract: every item returned by :meth:`Queue.get` must be passed to
+:meth:`Queue.done` when its processing ends. ``get`` raises :class:`ShutDown` (instead of
+client-go's ``shutdown bool``) once the queue is shut down *and* empty. The queue belongs to
+one event loop and is not thread-safe; no method but ``get``/``shutdown_with_drain`` awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Hashable
+from typing import Generic, Protocol, TypeVar
+
+__all__ = ["NoopQueueMetrics", "Queue", "QueueMetrics", "ShutDown"]
+
+T = TypeVar("T", bound=Hashable)
+T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
+
+
+class ShutDown(Exception):
+    """Raised by :meth:`Queue.get` when the queue is shut down and has no items left."""
+
+
+class QueueMetrics(Protocol[T_contra]):
+    """Hook notified of queue events (client-go's ``queueMetrics``).
+
+    ``add`` is called when an item becomes dirty (a de-duplicated add is not reported),
+    ``get`` when a worker takes it, ``done`` when the worker finishes it, and ``retry``
+    on every ``add_after``/``add_rate_limited`` of a delaying queue.
+    """
+
+    def add(self, item: T_contra) -> None: ...
+
+    def get(self, item: T_contra) -> None: ...
+
+    def done(self, item: T_contra) -> None: ...
+
+    def retry(self) -> None: ...
+
+
+class NoopQueueMetrics:
+    """The default :class:`QueueMetrics`: records nothing."""
+
+    def add(self, item: object) -> None:
+        return None
+
+    def get(self, item: object) -> None:
+        return None
+
+    def done(self, item: object) -> None:
+        return None
+
+    def retry(self) -> None:
+        return None
+
+
+class Queue(Generic[T]):
+    """FIFO, de-duplicating, "stingy" work queue (client-go ``workqueue.Typed``).
+
+    - ``add(x)`` while ``x`` is queued is a no-op (dedup).
+    - ``add(x)`` while ``x`` is being processed marks it dirty; it is not handed to another
+      worker, but re-queued (once, however many adds) when ``done(x)`` is called.
+    - After ``shutdown()``, ``add`` is ignored; ``get`` keeps returning queued items and then
+      raises :class:`ShutDown`.
+    """
+
+    def __init__(self, name: str = "", *, metrics: QueueMetrics[T] | None = None) -> None:
+        self.name = name
+        self._metrics: QueueMetrics[T] = metrics if metrics is not None else NoopQueueMetrics()
+        # Order in which items will be handed out. Invariant: every element is in ``_dirty``
+        # and not in ``_processing``, and appears once; as sets, queue == dirty - processing.
+        self._queue: collections.deque[T] = collections.deque()
+        # Every item that needs processing: queued items, plus items re-added while being
+        # processed (those are queued again by ``done``).
+        self._dirty: set[T] = set()
+        # Items handed out by ``get`` and not yet ``done``. An item may also be in ``_dirty``.
+        self._processing: set[T] = set()
+        self._shutting_down = False
+        self._drain = False
+        self._getters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._drainers: list[asyncio.Future[None]] = []
+
+    # -- producers -------------------------------------------------------------------
+
+    def add(self, item: T) -> None:
+        """Mark ``item`` as needing processing (ignored after shutdown)."""
+        if self._shutting_down or item in self._dirty:
+            return
+        self._metrics.add(item)
+        self._dirty.add(item)
+        if item in self._processing:
+            return  # re-queued by done()
+        self._queue.append(item)
+        self._wake_one_getter()
+
+    # -- consumers -------------------------------------------------------------------
+
+    async def get(self) -> T:
+        """Wait for and return the next item; raise :class:`ShutDown` when shut down and empty.
+
+        The caller owns the item until it calls :meth:`done`. Waiting getters are served in
+        FIFO order. Cancelling a waiting ``get`` loses no item.
+        """
+        while not self._queue and not self._shutting_down:
+            waiter = asyncio.get_running_loop().create_future()
+            self._getters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter in self._getters:
+                    self._getters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    self._wake_one_getter()  # pass on the wake-up we were given
+                raise
+        if not self._queue:
+            raise ShutDown
+        item = self._queue.popleft()
+        self._metrics.get(item)
+        self._processing.add(item)
+        self._dirty.discard(item)
+        return item
+
+    def done(self, item: T) -> None:
+        """Finish processing ``item``; re-queue it if it was added meanwhile.
+
+        Calling ``done`` for an item that is not being processed is a no-op (client-go would
+        push a dirty item a second time, duplicating it in the queue).
+        """
+        if item not in self._processing:
+            return
+        self._metrics.done(item)
+        self._processing.discard(item)
+        if item in self._dirty:
+            self._queue.append(item)
+            self._wake_one_getter()
+        if not self._processing:
+            self._wake_drainers()
+
+    # -- introspection ---------------------------------------------------------------
+
+    def len(self) -> int:
+        """Number of items waiting to be handed out (informational only)."""
+        return len(self._queue)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    # -- shutdown --------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Ignore further adds and let workers exit once the queue is empty.
+
+        Also makes a pending :meth:`shutdown_with_drain` return without waiting further.
+        Idempotent.
+        """
+        self._drain = False
+        self._begin_shutdown()
+        self._wake_drainers()
+
+    async def shutdown_with_drain(self) -> None:
+        """Shut down, then wait until every item handed out by ``get`` has been ``done``.
+
+        Workers must keep calling ``done``, or this waits forever; a concurrent
+        :meth:`shutdown` ends the wait early.
+        """
+        self._drain = True
+        self._begin_shutdown()
+        while self._processing and self._drain:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drainers.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._drainers:
+                    self._drainers.remove(waiter)
+
+    def _begin_shutdown(self) -> None:
+        self._shutting_down = True
+        self._on_shutdown()
+        while self._getters:  # broadcast: every waiting get re-checks and raises ShutDown
+            waiter = self._getters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _on_shutdown(self) -> None:
+        """Hook for subclasses (e.g. to stop timers); called on every shutdown call."""
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _wake_one_getter(self) -> None:
+        while self._getters:
+            waiter = self._getters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _wake_drainers(self) -> None:
+        drainers, self._drainers = self._drainers, []
+        for waiter in drainers:
+            if not waiter.done():
+                waiter.set_result(None)

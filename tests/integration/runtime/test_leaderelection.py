@@ -1,0 +1,187 @@
+"""Lease-based leader election against a real API server (short durations: 3 s / 2 s / 0.5 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from mlops_platform.runtime.client import JSON, Client
+from mlops_platform.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig, LeaderElector
+from mlops_platform.runtime.resources import LEASE
+from mlops_platform.testing import wait
+
+pytestmark = pytest.mark.integration
+
+LEASE_NAME = "test-election"
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
+MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+@dataclass
+class Candidate:
+    elector: LeaderElector
+    task: asyncio.Task[None]
+    registry: CollectorRegistry
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    work_cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@pytest.fixture
+async def campaign(admin_client: Client, namespace: str) -> AsyncIterator[Callable[[str, bool], Candidate]]:
+    candidates: list[Candidate] = []
+
+    def start(identity: str, release_on_cancel: bool = True) -> Candidate:
+        config = LeaderElectionConfig(
+            namespace, LEASE_NAME, identity, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, release_on_cancel
+        )
+        registry = CollectorRegistry()  # one per candidate, as one per process in production
+        elector = LeaderElector(admin_client, config, registry=registry)
+        started, stopped, cancelled = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def lead() -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()  # the controllers would run here
+            finally:
+                cancelled.set()
+
+        task = asyncio.create_task(elector.run(lead, stopped.set))
+        candidate = Candidate(elector, task, registry, started, stopped, cancelled)
+        candidates.append(candidate)
+        return candidate
+
+    yield start
+    for c in candidates:
+        c.task.cancel()
+    await asyncio.gather(*(c.task for c in candidates), return_exceptions=True)
+
+
+def master_status(candidate: Candidate) -> float | None:
+    return candidate.registry.get_sample_value("leader_election_master_status", {"name": LEASE_NAME})
+
+
+async def lease(client: Client, namespace: str) -> JSON:
+    return await client.get(LEASE, LEASE_NAME, namespace)
+
+
+async def leader_of(*candidates: Candidate) -> Candidate:
+    async def probe() -> Candidate | None:
+        leaders = [c for c in candidates if c.elector.is_leader()]
+        assert len(leaders) <= 1, "two leaders at once"
+        return leaders[0] if leaders else None
+
+    leader = await wait.until(probe, timeout=LEASE_DURATION * 3, interval=0.05, what="a leader")
+    assert leader is not None
+    return leader
+
+
+async def test_exactly_one_of_two_candidates_leads(
+    campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
+) -> None:
+    a, b = campaign("candidate-a", True), campaign("candidate-b", True)
+    leader = await leader_of(a, b)
+    follower = b if leader is a else a
+    await asyncio.wait_for(leader.started.wait(), timeout=5)
+    # the follower has seen the Lease held by the leader and stays a follower
+
+    async def follower_sees_leader() -> bool:
+        return follower.elector.leader_identity == leader.elector.config.identity
+
+    await wait.until(follower_sees_leader, timeout=5, what="the follower observing the leader")
+    assert not follower.elector.is_leader()
+    assert not follower.started.is_set()
+    assert (master_status(leader), master_status(follower)) == (1.0, 0.0)
+
+    spec = (await lease(admin_client, namespace))["spec"]
+    assert spec["holderIdentity"] == leader.elector.config.identity
+    assert spec["leaseDurationSeconds"] == 3
+    assert spec.get("leaseTransitions", 0) == 0
+    assert MICRO_TIME.match(spec["acquireTime"])
+    assert MICRO_TIME.match(spec["renewTime"])
+
+    async def renewed() -> bool:
+        now = (await lease(admin_client, namespace))["spec"]
+        return bool(now["renewTime"] > spec["renewTime"] and now["acquireTime"] == spec["acquireTime"])
+
+    await wait.until(renewed, timeout=5, what="the leader renewing its lease")
+    assert not follower.elector.is_leader()
+
+
+async def test_graceful_stop_releases_and_the_standby_takes_over_quickly(
+    campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
+) -> None:
+    a, b = campaign("candidate-a", True), campaign("candidate-b", True)
+    leader = await leader_of(a, b)
+    follower = b if leader is a else a
+    loop = asyncio.get_running_loop()
+    stopped_at = loop.time()
+    leader.elector.stop()
+    await asyncio.wait_for(leader.task, timeout=RENEW_DEADLINE + 2)
+    assert leader.work_cancelled.is_set()
+    assert leader.stopped.is_set()
+    assert not leader.elector.is_leader()
+    assert master_status(leader) == 0.0
+
+    assert await leader_of(a, b) is follower
+    assert master_status(follower) == 1.0
+    # released: no need to wait for expiry (acquire retries every 0.5-1.1 s)
+    assert loop.time() - stopped_at < LEASE_DURATION
+    spec = (await lease(admin_client, namespace))["spec"]
+    assert spec["holderIdentity"] == follower.elector.config.identity
+    assert spec["leaseTransitions"] == 1
+    assert spec["leaseDurationSeconds"] == 3
+
+
+async def test_a_dead_leader_is_replaced_after_its_lease_expires(
+    campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
+) -> None:
+    a, b = campaign("candidate-a", False), campaign("candidate-b", False)
+    leader = await leader_of(a, b)
+    follower = b if leader is a else a
+    before = (await lease(admin_client, namespace))["spec"]
+    loop = asyncio.get_running_loop()
+    died_at = loop.time()
+    leader.task.cancel()  # crash: no release
+    await asyncio.gather(leader.task, return_exceptions=True)
+    assert (await lease(admin_client, namespace))["spec"]["holderIdentity"] == before["holderIdentity"]
+
+    assert await leader_of(a, b) is follower
+    elapsed = loop.time() - died_at
+    # Expiry counts from when the follower *observed* the last renewal (at most one jittered
+    # retry after it), and the takeover happens at the follower's next jittered retry.
+    jittered_retry = (1 + JITTER_FACTOR) * RETRY_PERIOD
+    assert LEASE_DURATION - RETRY_PERIOD - 0.3 <= elapsed <= LEASE_DURATION + 2 * jittered_retry + 0.5
+    spec = (await lease(admin_client, namespace))["spec"]
+    assert spec["holderIdentity"] == follower.elector.config.identity
+    assert spec["leaseTransitions"] == before.get("leaseTransitions", 0) + 1
+    assert spec["acquireTime"] > before["acquireTime"]
+
+
+async def test_the_leader_gives_up_when_it_cannot_renew(
+    campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
+) -> None:
+    leader = campaign("candidate-a", True)
+    assert await leader_of(leader) is leader
+
+    async def intrude() -> bool:  # grab the Lease behind the leader's back: renewals now fail
+        current = await lease(admin_client, namespace)
+        current["spec"] |= {"holderIdentity": "intruder", "leaseDurationSeconds": 3600}
+        await admin_client.replace(LEASE, current)  # 409 if the leader renewed meanwhile: retried
+        return True
+
+    await wait.until(intrude, timeout=5, interval=0.05, what="taking the Lease over")
+    loop = asyncio.get_running_loop()
+    taken_at = loop.time()
+    await asyncio.wait_for(leader.task, timeout=RENEW_DEADLINE + 3 * RETRY_PERIOD + 2)
+    assert loop.time() - taken_at <= RENEW_DEADLINE + 2 * RETRY_PERIOD + 1.0
+    assert not leader.elector.is_leader()
+    assert leader.work_cancelled.is_set()
+    assert leader.stopped.is_set()
+    # the loser does not release a Lease it no longer holds
+    assert (await lease(admin_client, namespace))["spec"]["holderIdentity"] == "intruder"

@@ -1,0 +1,213 @@
+"""Property tests of the work queue under generated interleavings.
+
+Each example runs on its own fresh event loop. The interleaving is driven by the generated
+operations: adds, re-adds of an item a worker holds, releasing a worker, and scheduler
+yields (``asyncio.sleep(0)``: lets runnable tasks run, never waits for time). The asyncio
+scheduler is deterministic, so every example is reproducible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from mlops_platform.runtime.clock import FakeClock
+from mlops_platform.runtime.delaying_queue import DelayingQueue
+from mlops_platform.runtime.workqueue import Queue, ShutDown
+
+pytestmark = pytest.mark.unit
+
+MAX_WORKERS = 4
+ITEMS = st.sampled_from(["a", "b", "c"])
+WORKER = st.integers(0, MAX_WORKERS - 1)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), ITEMS),
+        st.tuples(st.just("add_held"), WORKER),
+        st.tuples(st.just("release"), WORKER),
+        st.tuples(st.just("yield"), st.integers(1, 3)),
+    ),
+    max_size=60,
+)
+
+
+def _run(coro_factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        runner.run(coro_factory())
+
+
+def _check_invariants(q: Queue[str]) -> None:
+    queued = list(q._queue)
+    assert q.len() >= 0
+    assert len(queued) == len(set(queued)), "an item is queued twice"
+    assert set(queued) == q._dirty - q._processing
+
+
+@dataclass
+class _Harness:
+    """Workers that hold each item until released; records every processing start."""
+
+    q: Queue[str]
+    workers: int
+    tick: itertools.count[int] = field(default_factory=itertools.count)
+    last_add: dict[str, int] = field(default_factory=dict)
+    starts: defaultdict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    in_flight: set[str] = field(default_factory=set)
+    held: list[str | None] = field(default_factory=list)
+    gates: list[asyncio.Event] = field(default_factory=list)
+    free_run: bool = False
+    yield_after_done: bool = False
+
+    def __post_init__(self) -> None:
+        self.held = [None] * self.workers
+        self.gates = [asyncio.Event() for _ in range(self.workers)]
+
+    def add(self, item: str) -> None:
+        if not self.q.shutting_down():
+            self.last_add[item] = next(self.tick)
+        self.q.add(item)
+
+    def release(self, worker: int) -> None:
+        if self.held[worker] is not None:
+            self.gates[worker].set()
+
+    def release_all(self) -> None:
+        self.free_run = True
+        for worker in range(self.workers):
+            self.release(worker)
+
+    async def worker(self, index: int) -> None:
+        while True:
+            try:
+                item = await self.q.get()
+            except ShutDown:
+                return
+            assert item not in self.in_flight, f"{item!r} handed to two workers"
+            self.in_flight.add(item)
+            self.held[index] = item
+            self.starts[item].append(next(self.tick))
+            if not self.free_run:
+                await self.gates[index].wait()
+                self.gates[index].clear()
+            self.in_flight.discard(item)
+            self.held[index] = None
+            self.q.done(item)
+            if self.yield_after_done:  # give other (woken) workers a chance first
+                await asyncio.sleep(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(workers=st.integers(1, MAX_WORKERS), ops=OPS, drain=st.booleans(), yield_after_done=st.booleans())
+# Pinned: an item re-queued by done() must wake a waiting worker, not wait for the finisher.
+@example(
+    workers=2,
+    ops=[("add", "a"), ("yield", 1), ("add_held", 0), ("release", 0), ("yield", 1)],
+    drain=True,
+    yield_after_done=True,
+)
+def test_concurrent_workers_never_share_an_item_and_lose_nothing(
+    workers: int, ops: list[tuple[str, object]], drain: bool, yield_after_done: bool
+) -> None:
+    async def scenario() -> None:
+        q: Queue[str] = Queue("prop")
+        h = _Harness(q, workers, yield_after_done=yield_after_done)
+        tasks = [asyncio.create_task(h.worker(i)) for i in range(workers)]
+        for op, arg in ops:
+            if op == "add":
+                assert isinstance(arg, str)
+                h.add(arg)
+            elif op == "add_held":
+                assert isinstance(arg, int)
+                held = h.held[arg % workers]
+                if held is not None:
+                    h.add(held)
+            elif op == "release":
+                assert isinstance(arg, int)
+                h.release(arg % workers)
+            else:
+                assert isinstance(arg, int)
+                for _ in range(arg):
+                    await asyncio.sleep(0)
+                # No lost wake-up: once woken getters have run, none may still wait beside work.
+                if q.len():
+                    assert all(w.done() for w in q._getters), "a worker idles while items wait"
+            _check_invariants(q)
+            assert q._processing == h.in_flight
+
+        h.release_all()
+        async with asyncio.timeout(5):  # guards against a hang; never needed to synchronise
+            if drain:
+                await q.shutdown_with_drain()
+                assert not q._processing
+            else:
+                q.shutdown()
+            await asyncio.gather(*tasks)
+
+        _check_invariants(q)
+        assert not q._queue
+        assert not q._dirty
+        assert not q._processing
+        assert not h.in_flight
+        for item, added_at in h.last_add.items():
+            assert h.starts[item], f"{item!r} was never processed"
+            assert max(h.starts[item]) > added_at, f"{item!r} not processed after its last add"
+
+    _run(scenario)
+
+
+DELAY_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("after"), ITEMS, st.integers(-1, 6)),
+        st.tuples(st.just("step"), st.just(""), st.integers(0, 4)),
+        st.tuples(st.just("take"), st.just(""), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=DELAY_OPS)
+def test_add_after_matches_an_earliest_wins_model(ops: list[tuple[str, str, int]]) -> None:
+    """No item is added before its earliest ready time nor lost; ready items keep time order."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        q: DelayingQueue[str] = DelayingQueue(clock=clock)
+        now = 0.0
+        waiting: dict[str, tuple[float, int]] = {}  # item -> (ready_at, seq of the winning call)
+        expected: list[str] = []  # the queue's content, in order
+        for seq, (op, item, halves) in enumerate(ops):
+            amount = halves * 0.5  # multiples of 0.5 keep float arithmetic exact
+            if op == "after":
+                q.add_after(item, amount)
+                if amount <= 0:
+                    if item not in expected:
+                        expected.append(item)
+                elif (now + amount) < waiting.get(item, (math.inf, 0))[0]:
+                    waiting[item] = (now + amount, seq)
+            elif op == "step":
+                clock.step(amount)
+                now += amount
+                ready = sorted((entry, it) for it, entry in waiting.items() if entry[0] <= now)
+                for _, it in ready:
+                    del waiting[it]
+                    if it not in expected:
+                        expected.append(it)
+            elif expected:  # take: process the head item to completion
+                taken = await q.get()
+                q.done(taken)
+                assert taken == expected.pop(0)
+            assert list(q._queue) == expected
+            assert q._dirty == set(expected)
+            assert q.waiting_len() == len(waiting)
+
+    _run(scenario)
