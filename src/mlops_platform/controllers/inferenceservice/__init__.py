@@ -1,0 +1,1 @@
+"""The InferenceService controller: pure builders per child kind and the reconciler."""

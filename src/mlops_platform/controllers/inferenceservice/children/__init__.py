@@ -1,0 +1,1 @@
+"""One module per child kind, each a pure ``build(isvc, ...) -> dict | None``."""
