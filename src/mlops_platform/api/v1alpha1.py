@@ -134,6 +134,9 @@ class InferenceServiceStatus(msgspec.Struct, rename="camel", omit_defaults=True)
     ] = msgspec.field(default_factory=list)
     replicas: Annotated[int, Meta(description="Replicas of the predictor (all pods, ready or not).")] = 0
     ready_replicas: Annotated[int, Meta(description="Predictor replicas that are Ready.")] = 0
+    replicas_summary: Annotated[
+        str | None, Meta(description='"ready/desired" predictor replicas, for the Replicas printer column.')
+    ] = None
     url: Annotated[
         str | None, Meta(description="Cluster-local URL, set only while the service can serve.")
     ] = None
