@@ -34,8 +34,8 @@ cluster-up: venv binaries ## start the local control plane (idempotent)
 cluster-down: venv ## stop the local control plane; no process is left behind
 	@$(CLI) dev down --name $(DEMO_CLUSTER)
 
-demo: cluster-up ## the main job: local control plane up, then show its nodes
-	@$(CLI) dev kubectl --name $(DEMO_CLUSTER) -- get nodes -o wide
+demo: venv binaries ## the main job: local cluster, CRD, operator, samples (left running)
+	@$(CLI) demo --name $(DEMO_CLUSTER)
 
 lint: venv ## ruff, mypy --strict, import-linter, generated-files check
 	$(BIN)/ruff check src tests examples

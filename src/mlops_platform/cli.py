@@ -16,6 +16,75 @@ def main() -> None:
     """mlops-platform: one InferenceService manifest -> a converged model-inference service."""
 
 
+@main.command()
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, then in-cluster")
+@click.option("--context", help="kubeconfig context (default: current)")
+@click.option("--namespace", help="watch only this namespace (default: all)")
+@click.option("--leader-elect/--no-leader-elect", default=False, show_default=True)
+@click.option("--leader-election-namespace", default="mlops-system", show_default=True)
+@click.option("--leader-election-id", default="mlops-platform-operator", show_default=True)
+@click.option("--health-probe-bind-address", default="127.0.0.1:8081", show_default=True)
+@click.option("--metrics-bind-address", default="127.0.0.1:8080", show_default=True)
+@click.option(
+    "--runtime-config", type=click.Path(exists=True, dir_okay=False), help="YAML overriding the runtime table"
+)
+@click.option("--workers", default=4, show_default=True, help="concurrent reconciles")
+@click.option("--log-level", default="info", show_default=True)
+def run(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    leader_elect: bool,
+    leader_election_namespace: str,
+    leader_election_id: str,
+    health_probe_bind_address: str,
+    metrics_bind_address: str,
+    runtime_config: str | None,
+    workers: int,
+    log_level: str,
+) -> None:
+    """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
+    import asyncio
+
+    import yaml
+
+    from mlops_platform.controllers.inferenceservice import controller, runtimes
+    from mlops_platform.runtime import client as kclient
+    from mlops_platform.runtime import logs
+    from mlops_platform.runtime import manager as rmanager
+
+    logs.setup_logging(level=log_level)
+    table = runtimes.default_table()
+    if runtime_config:
+        with open(runtime_config) as f:
+            table = runtimes.load_overrides(yaml.safe_load(f) or {})
+
+    async def main_async() -> None:
+        async with kclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+            mgr = rmanager.Manager(
+                c,
+                rmanager.Options(
+                    namespace=namespace,
+                    leader_election=leader_elect,
+                    leader_election_id=leader_election_id,
+                    leader_election_namespace=leader_election_namespace,
+                    health_probe_address=_address(health_probe_bind_address),
+                    metrics_address=_address(metrics_bind_address),
+                ),
+            )
+            controller.setup(mgr, runtime_table=table, workers=workers)
+            await mgr.run_until_signal()
+
+    asyncio.run(main_async())
+
+
+def _address(value: str) -> tuple[str, int] | None:
+    if value in ("0", ""):
+        return None
+    host, _, port = value.rpartition(":")
+    return (host or "127.0.0.1", int(port))
+
+
 @main.group()
 def dev() -> None:
     """The local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes)."""
@@ -80,6 +149,25 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
     sys.exit(cluster.kubectl(name, list(args)))
 
 
+@dev.command(name="stop-operator")
+@_name
+def stop_operator(name: str) -> None:
+    """Stop the operator that `mlops-platform demo` started (SIGTERM, graceful)."""
+    from mlops_platform.devcluster import demo as demo_mod
+
+    demo_mod.stop_operator(name)
+
+
+@main.command()
+@_name
+@click.option("--timeout", default=180.0, show_default=True, help="seconds to wait for the samples")
+def demo(name: str, timeout: float) -> None:
+    """Local cluster + CRD + operator + config/samples, waited on until each reaches its state."""
+    from mlops_platform.devcluster import demo as demo_mod
+
+    demo_mod.run(name, timeout=timeout)
+
+
 @dev.command()
 def build() -> None:
     """Build (or find cached) control-plane binaries and print their paths."""
@@ -87,3 +175,7 @@ def build() -> None:
 
     for name, path in binaries.find().paths.items():
         click.echo(f"{name}\t{path}")
+
+
+if __name__ == "__main__":
+    main()

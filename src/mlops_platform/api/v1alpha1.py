@@ -1,13 +1,20 @@
 """``mlops.platform/v1alpha1`` InferenceService: one manifest for a whole model-inference service.
 
 The types are msgspec Structs: they decode straight from the API server's JSON with type and range
-checks whose errors name the field (``... - at `$.spec.port```), and the CRD's OpenAPI schema is
+checks whose errors name the field (``... - at `spec.port```), and the CRD's OpenAPI schema is
 generated from them (``mlops_platform.api.crd``), so the docstrings and ``Meta`` descriptions below
 are what ``kubectl explain`` shows. Field names are camelCase on the wire.
+
+Contract: every rule is enforced twice, identically — by the server (the CRD schema and its CEL
+rules ``SPEC_RULES`` / ``RESOURCES_RULES``) and by :func:`from_dict` (msgspec constraints plus
+:func:`validate`). Quantities (``spec.resources.*``) accept a string or a non-negative integer on
+the wire, like Kubernetes' int-or-string; in Python they are always ``str`` after decoding.
 """
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -22,12 +29,44 @@ SINGULAR = "inferenceservice"
 SHORT_NAMES = ("isvc",)
 CATEGORIES = ("mlops", "all")
 
-#: Kubernetes resource.Quantity (the apimachinery regular expression)
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"  # noqa: E501
+#: a non-negative Kubernetes resource.Quantity (apimachinery's grammar without the sign)
+QUANTITY_PATTERN = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 #: schemes a model can be fetched from
 MODEL_URI_PATTERN = r"^(s3|gs|pvc|https?|file)://.+"
 
 Framework = Literal["triton", "seldon", "torchserve"]
+#: a quantity on the wire: "500m", "1Gi", or a plain non-negative integer (normalised to str)
+Quantity = Annotated[str, Meta(pattern=QUANTITY_PATTERN, max_length=64)] | Annotated[int, Meta(ge=0)]
+
+
+def _quantity_rule(request: str, limit: str) -> dict[str, str]:
+    a, b = f"self.{request}", f"self.{limit}"
+    return {
+        "rule": f"!has({a}) || !has({b}) || !isQuantity(string({a})) || !isQuantity(string({b})) || "
+        f"quantity(string({a})).compareTo(quantity(string({b}))) <= 0",
+        "message": f"spec.resources.{request} must be <= spec.resources.{limit}",
+        "fieldPath": f".{request}",
+        "reason": "FieldValueInvalid",
+    }
+
+
+#: CEL rules of ``spec.resources`` (mirrored by :func:`validate`)
+RESOURCES_RULES = [_quantity_rule("cpuRequest", "cpuLimit"), _quantity_rule("memoryRequest", "memoryLimit")]
+#: CEL rules of ``spec`` (mirrored by :func:`validate`)
+SPEC_RULES = [
+    {
+        "rule": "self.minReplicas <= self.maxReplicas",
+        "message": "spec.minReplicas must be <= spec.maxReplicas",
+        "fieldPath": ".minReplicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.traffic) || self.traffic.canaryPercent == 0 || has(self.traffic.canaryVersion)",
+        "message": "spec.traffic.canaryVersion is required when canaryPercent > 0",
+        "fieldPath": ".traffic.canaryVersion",
+        "reason": "FieldValueRequired",
+    },
+]
 
 
 class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
@@ -35,23 +74,24 @@ class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_f
 
 
 class Resources(_Base):
-    """Compute resources of each predictor replica (requests and limits of its container)."""
+    """Compute resources of each predictor replica (requests and limits of its container).
 
-    cpu_request: (
-        Annotated[str, Meta(pattern=QUANTITY_PATTERN, description="CPU request per replica, e.g. 500m.")]
-        | None
-    ) = None
-    cpu_limit: (
-        Annotated[str, Meta(pattern=QUANTITY_PATTERN, description="CPU limit per replica, e.g. 2.")] | None
-    ) = None
-    memory_request: (
-        Annotated[str, Meta(pattern=QUANTITY_PATTERN, description="Memory request per replica, e.g. 1Gi.")]
-        | None
-    ) = None
-    memory_limit: (
-        Annotated[str, Meta(pattern=QUANTITY_PATTERN, description="Memory limit per replica, e.g. 4Gi.")]
-        | None
-    ) = None
+    Each is a Kubernetes quantity, as a string ("500m", "1Gi") or a plain integer; a request must
+    not exceed its limit.
+    """
+
+    cpu_request: Annotated[Quantity | None, Meta(description="CPU request per replica, e.g. 500m.")] = None
+    cpu_limit: Annotated[Quantity | None, Meta(description="CPU limit per replica, e.g. 2.")] = None
+    memory_request: Annotated[Quantity | None, Meta(description="Memory request per replica, e.g. 1Gi.")] = (
+        None
+    )
+    memory_limit: Annotated[Quantity | None, Meta(description="Memory limit per replica, e.g. 4Gi.")] = None
+
+    def __post_init__(self) -> None:
+        for field in self.__struct_fields__:
+            value = getattr(self, field)
+            if isinstance(value, int):
+                setattr(self, field, str(value))
 
 
 class Traffic(_Base):
@@ -93,7 +133,8 @@ class InferenceServiceSpec(_Base):
         Meta(
             ge=0,
             le=1000,
-            description="Minimum replicas; 0 scales the service to zero (no pods, no autoscaler).",
+            description="Minimum replicas (<= maxReplicas); 0 scales the service to zero (no pods, no "
+            "autoscaler). The scale subresource sets this field.",
         ),
     ] = 1
     max_replicas: Annotated[
@@ -107,30 +148,60 @@ class InferenceServiceSpec(_Base):
     gpu_per_replica: Annotated[
         int, Meta(ge=0, le=16, description="nvidia.com/gpu per replica (0: CPU only).")
     ] = 0
-    resources: Annotated[Resources | None, Meta(description=Resources.__doc__)] = None
-    traffic: Annotated[Traffic | None, Meta(description=Traffic.__doc__)] = None
+    resources: Annotated[
+        Resources | None,
+        Meta(extra_json_schema={"x-kubernetes-validations": RESOURCES_RULES}),
+    ] = None
+    traffic: Traffic | None = None
     extensions: Annotated[
         dict[str, Any] | None,
-        Meta(description="Reserved for forward evolution; unknown fields are preserved and ignored."),
+        Meta(
+            description="Reserved for forward evolution; unknown fields are preserved and ignored.",
+            extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
+        ),
     ] = None
 
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
-    """A metav1.Condition."""
+    """A metav1.Condition: one aspect of the service's observed state."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    last_transition_time: str = ""
-    observed_generation: int | None = None
+    type: Annotated[
+        str, Meta(max_length=316, description="Condition type in CamelCase, e.g. Ready or Reconciled.")
+    ]
+    status: Annotated[Literal["True", "False", "Unknown"], Meta(description="True, False or Unknown.")]
+    reason: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=1024,
+            pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+            description="CamelCase reason for the last transition, e.g. CrashLoopBackOff.",
+        ),
+    ]
+    message: Annotated[
+        str, Meta(max_length=32768, description="Human-readable details of the last transition.")
+    ] = ""
+    last_transition_time: Annotated[
+        str,
+        Meta(
+            description="When the status last changed (RFC 3339).",
+            extra_json_schema={"format": "date-time"},
+        ),
+    ] = ""
+    observed_generation: Annotated[
+        Annotated[int, Meta(ge=0)] | None, Meta(description="The spec generation the condition was set for.")
+    ] = None
 
 
 class InferenceServiceStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     """The observed state, written by the operator only."""
 
     conditions: Annotated[
-        list[Condition], Meta(description="Ready, Reconciled and one condition per child object.")
+        list[Condition],
+        Meta(
+            description="Ready, Reconciled and one condition per child object.",
+            extra_json_schema={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        ),
     ] = msgspec.field(default_factory=list)
     replicas: Annotated[int, Meta(description="Replicas of the predictor (all pods, ready or not).")] = 0
     ready_replicas: Annotated[int, Meta(description="Predictor replicas that are Ready.")] = 0
@@ -156,7 +227,10 @@ class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
     """InferenceService is one model service: predictor Deployment, Service, autoscaler and more."""
 
     metadata: dict[str, Any]
-    spec: InferenceServiceSpec
+    spec: Annotated[
+        InferenceServiceSpec,
+        Meta(extra_json_schema={"x-kubernetes-validations": SPEC_RULES}),
+    ]
     api_version: str = API_VERSION
     kind: str = KIND
     status: InferenceServiceStatus = msgspec.field(default_factory=InferenceServiceStatus)
@@ -192,6 +266,26 @@ def from_dict(obj: dict[str, Any]) -> InferenceService:
     return isvc
 
 
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_BINARY, _DECIMAL = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), ("n", "u", "m", "", "k", "M", "G", "T", "P", "E")
+_SUFFIXES = {
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(_BINARY)},
+    **{s: Decimal(10) ** (3 * i - 9) for i, s in enumerate(_DECIMAL)},
+}
+
+
+def parse_quantity(quantity: str | int) -> Decimal:
+    """The value of a non-negative quantity ("500m" -> 0.5, "1Ki" -> 1024); ValueError when malformed."""
+    text = str(quantity)
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"not a quantity: {text!r}")
+    number, suffix = Decimal(match.group(1)), match.group(3) or ""
+    if suffix in _SUFFIXES:
+        return number * _SUFFIXES[suffix]
+    return number.scaleb(int(suffix[1:]))  # e3, E-3
+
+
 def validate(isvc: InferenceService) -> None:
     """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
     s = isvc.spec
@@ -201,8 +295,20 @@ def validate(isvc: InferenceService) -> None:
         )
     if s.traffic is not None and s.traffic.canary_percent > 0 and not s.traffic.canary_version:
         raise ValidationError("spec.traffic.canaryVersion is required when spec.traffic.canaryPercent > 0")
+    r = s.resources
+    if r is None:
+        return
+    for request, limit, req_name, lim_name in (
+        (r.cpu_request, r.cpu_limit, "cpuRequest", "cpuLimit"),
+        (r.memory_request, r.memory_limit, "memoryRequest", "memoryLimit"),
+    ):
+        if request is not None and limit is not None and parse_quantity(request) > parse_quantity(limit):
+            raise ValidationError(
+                f"spec.resources.{req_name} ({request}) must be <= spec.resources.{lim_name} ({limit})"
+            )
 
 
 def to_dict(isvc: InferenceService) -> dict[str, Any]:
-    out: dict[str, Any] = msgspec.to_builtins(isvc)
+    """The JSON object of ``isvc``: camelCase, defaults omitted except apiVersion and kind (always set)."""
+    out: dict[str, Any] = {"apiVersion": isvc.api_version, "kind": isvc.kind, **msgspec.to_builtins(isvc)}
     return out

@@ -201,7 +201,8 @@ class Informer:
                 limit=self.page_size,
                 continue_=cont,
             )
-            items.extend(page.get("items") or ())
+            # transform each page as it arrives, so a large LIST never holds every object untrimmed
+            items.extend(self._prepare(obj) for obj in page.get("items") or ())
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or None
             if not cont:
@@ -213,13 +214,7 @@ class Informer:
         self._synced.set()
 
     def _replace(self, items: list[Obj]) -> None:
-        kind, api_version = self.resource.kind, self.resource.api_version
-        fresh: dict[str, Obj] = {}
-        for obj in items:
-            obj.setdefault("kind", kind)
-            obj.setdefault("apiVersion", api_version)
-            obj = self._transform(obj)
-            fresh[cache_store.key_of(obj)] = obj
+        fresh = {cache_store.key_of(obj): obj for obj in items}
         for k in self.store.list_keys():
             if k not in fresh:
                 gone = self.store.delete_key(k)
@@ -250,9 +245,7 @@ class Informer:
             if kind == "BOOKMARK":
                 self.last_resource_version = rv or self.last_resource_version
                 continue
-            obj.setdefault("kind", self.resource.kind)
-            obj.setdefault("apiVersion", self.resource.api_version)
-            obj = self._transform(obj)
+            obj = self._prepare(obj)
             if kind in ("ADDED", "MODIFIED"):
                 old = self.store.upsert(obj)
                 if old is None:
@@ -286,7 +279,10 @@ class Informer:
 
     # -- delivery -----------------------------------------------------------------------------------
 
-    def _transform(self, obj: Obj) -> Obj:
+    def _prepare(self, obj: Obj) -> Obj:
+        """Fill kind/apiVersion (LIST items lack them) and run the transform."""
+        obj.setdefault("kind", self.resource.kind)
+        obj.setdefault("apiVersion", self.resource.api_version)
         return self.transform(obj) if self.transform else obj
 
     def _notify_add(self, obj: Obj) -> None:

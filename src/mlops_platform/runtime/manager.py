@@ -30,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import controller as rcontroller
-from mlops_platform.runtime import httpserver, leaderelection
+from mlops_platform.runtime import events, httpserver, leaderelection
 from mlops_platform.runtime import metrics as rmetrics
 
 log = logging.getLogger("mlops_platform.runtime.manager")
@@ -77,6 +77,7 @@ class Manager:
         self._servers: list[httpserver.HttpServer] = []
         self._running_controllers = False
         self._synced = False
+        self._recorders: list[events.EventRecorder] = []
 
     # -- registration -------------------------------------------------------------------------------
 
@@ -86,6 +87,12 @@ class Manager:
 
     def add(self, ctrl: rcontroller.Controller) -> None:
         self.controllers.append(ctrl)
+
+    def event_recorder(self, component: str) -> events.EventRecorder:
+        """An Event recorder for ``component``, started and flushed with the manager."""
+        rec = events.EventRecorder(self.client, component, self.options.identity)
+        self._recorders.append(rec)
+        return rec
 
     # -- probes ---------------------------------------------------------------------------------------
 
@@ -135,6 +142,8 @@ class Manager:
 
     async def run(self) -> None:
         await self._start_servers()
+        for rec in self._recorders:
+            rec.start()
         try:
             self.cache.start()
             log.info(
@@ -151,6 +160,8 @@ class Manager:
             else:
                 await self._lead()
         finally:
+            for rec in self._recorders:
+                await rec.stop()
             await self.cache.stop()
             for s in self._servers:
                 await s.stop()

@@ -1,0 +1,260 @@
+"""The InferenceService CustomResourceDefinition, generated from the Python types.
+
+Contract:
+- :func:`structural_schema` turns ``msgspec.json.schema(root)`` into a Kubernetes *structural*
+  OpenAPI v3 schema: ``$ref`` inlined, ``Optional[X]`` becomes ``X`` (not required), ``str | int``
+  becomes ``x-kubernetes-int-or-string``, ``dict[str, Any]`` preserves unknown fields (except the
+  root ``metadata``), ``title`` and ``additionalProperties: false`` dropped (the server prunes, or
+  rejects with ``fieldValidation=Strict``, unknown fields), ``description``,
+  ``default`` (except null), ``enum``, bounds, ``pattern``, lengths, ``required`` and every
+  ``x-kubernetes-*`` extension (CEL rules, list types) kept. An unsupported keyword or union raises
+  :class:`TypeError` instead of producing a schema the API server would reject.
+- :func:`crd_manifest` builds the CRD from :data:`VERSIONS` (one :class:`Version` per API version:
+  add v1beta1 by appending its root type); :func:`render` is its deterministic YAML.
+- ``python -m mlops_platform.api.crd`` prints the YAML; ``--write`` writes :data:`CRD_FILE`;
+  ``--check`` exits 1 with a unified diff when the committed file differs.
+- :func:`install` server-side applies the CRD and waits until it is Established.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import difflib
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from mlops_platform.api import CRD_NAME, RESOURCE, v1alpha1
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+
+__all__ = ["CRD_NAME", "RESOURCE", "Version", "crd_manifest", "install", "render", "structural_schema"]
+
+JSON = dict[str, Any]
+FIELD_MANAGER = "mlops-platform"
+#: the committed, generated CRD (relative to the source checkout)
+CRD_FILE = Path("config/crd/bases") / f"{v1alpha1.GROUP}_{v1alpha1.PLURAL}.yaml"
+
+_READY = '.status.conditions[?(@.type=="Ready")]'
+PRINTER_COLUMNS: list[JSON] = [
+    {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
+    {"name": "URL", "type": "string", "jsonPath": ".status.url"},
+    {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status", "description": "Ready condition"},
+    {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason", "description": "why (not) Ready"},
+    {
+        "name": "Replicas",
+        "type": "string",
+        "jsonPath": ".status.replicasSummary",
+        "description": "ready/desired",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+SUBRESOURCES: JSON = {
+    "status": {},
+    "scale": {
+        "specReplicasPath": ".spec.minReplicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    },
+}
+_ROOT_FIELDS: JSON = {
+    "apiVersion": {
+        "type": "string",
+        "description": "APIVersion defines the versioned schema of this representation of an object.",
+    },
+    "kind": {"type": "string", "description": "Kind is a string value representing the REST resource."},
+    "metadata": {"type": "object"},
+}
+_KEPT = frozenset(
+    {
+        "type", "description", "default", "enum", "format", "properties", "additionalProperties",
+        "items", "required",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "pattern", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems",
+        "minProperties", "maxProperties",
+    }
+)  # fmt: skip
+_ENUM_TYPES = {str: "string", int: "integer", bool: "boolean"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """One API version of the CRD: its name and the root Struct its schema is generated from."""
+
+    name: str
+    root: type[msgspec.Struct]
+    served: bool = True
+    storage: bool = False
+    deprecation_warning: str | None = None
+
+
+VERSIONS: tuple[Version, ...] = (Version(v1alpha1.VERSION, v1alpha1.InferenceService, storage=True),)
+
+
+def structural_schema(root: type[msgspec.Struct]) -> JSON:
+    """The structural OpenAPI v3 schema of a whole object whose type is ``root``."""
+    raw = msgspec.json.schema(root)
+    defs = raw.pop("$defs", {})
+    schema = _convert(raw, defs, "")
+    schema["properties"] = {**schema.get("properties", {}), **_ROOT_FIELDS}
+    required = [r for r in schema.get("required", []) if r not in _ROOT_FIELDS]
+    schema.pop("required", None)
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _convert(node: JSON, defs: dict[str, JSON], path: str) -> JSON:
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        node = {**_convert(defs[ref.rsplit("/", 1)[-1]], defs, path), **node}
+    branches = node.pop("anyOf", None)
+    if branches is not None:
+        node = {**_union([b for b in branches if b != {"type": "null"}], defs, path), **node}
+    node.pop("title", None)
+    if node.get("default", 0) in (None, ""):  # "unset" in Python (omit_defaults), not a value
+        del node["default"]
+    values = node.pop("additionalProperties", False)
+    if isinstance(values, dict):  # dict[str, X]
+        node["additionalProperties"] = _convert(values, defs, f"{path}.*")
+    elif node.get("type") == "object" and "properties" not in node and path != ".metadata":
+        node["x-kubernetes-preserve-unknown-fields"] = True  # dict[str, Any]: the server must not prune it
+    if "enum" in node and "type" not in node:
+        kinds = {_ENUM_TYPES.get(type(v)) for v in node["enum"]}
+        if len(kinds) != 1 or None in kinds:
+            raise TypeError(f"{path}: enum of mixed or unsupported types {node['enum']!r}")
+        node["type"] = kinds.pop()
+    if "properties" in node:
+        node["properties"] = {k: _convert(v, defs, f"{path}.{k}") for k, v in node["properties"].items()}
+    if isinstance(node.get("items"), dict):
+        node["items"] = _convert(node["items"], defs, f"{path}[]")
+    elif "items" in node:
+        raise TypeError(f"{path}: tuples (prefixItems) have no CRD equivalent")
+    if node.get("required") == []:
+        del node["required"]
+    unknown = {k for k in node if k not in _KEPT and not k.startswith("x-kubernetes-")}
+    if unknown:
+        raise TypeError(f"{path or '<root>'}: JSON schema keywords {sorted(unknown)} have no CRD equivalent")
+    return node
+
+
+def _union(branches: list[JSON], defs: dict[str, JSON], path: str) -> JSON:
+    if len(branches) == 1:
+        return _convert(branches[0], defs, path)
+    if sorted(b.get("type", "") for b in branches) == ["integer", "string"]:
+        merged: JSON = {"x-kubernetes-int-or-string": True}
+        for b in branches:
+            merged.update({k: v for k, v in _convert(b, defs, path).items() if k != "type"})
+        return merged
+    raise TypeError(f"{path}: union {branches!r} is not structural (only X | None and int | str are)")
+
+
+def version_entry(version: Version) -> JSON:
+    """The ``spec.versions[]`` item of ``version``."""
+    entry: JSON = {
+        "name": version.name,
+        "served": version.served,
+        "storage": version.storage,
+        "schema": {"openAPIV3Schema": structural_schema(version.root)},
+        "subresources": SUBRESOURCES,
+        "additionalPrinterColumns": PRINTER_COLUMNS,
+    }
+    if version.deprecation_warning is not None:
+        entry.update(deprecated=True, deprecationWarning=version.deprecation_warning)
+    return entry
+
+
+def crd_manifest(versions: tuple[Version, ...] = VERSIONS) -> JSON:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition object (exactly one storage version)."""
+    if sum(v.storage for v in versions) != 1:
+        raise ValueError("exactly one version must be the storage version")
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/part-of": "mlops-platform"}},
+        "spec": {
+            "group": v1alpha1.GROUP,
+            "names": {
+                "kind": v1alpha1.KIND,
+                "listKind": f"{v1alpha1.KIND}List",
+                "plural": v1alpha1.PLURAL,
+                "singular": v1alpha1.SINGULAR,
+                "shortNames": list(v1alpha1.SHORT_NAMES),
+                "categories": list(v1alpha1.CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [version_entry(v) for v in versions],
+        },
+    }
+
+
+_HEADER = (
+    "# Generated from src/mlops_platform/api/ by `python -m mlops_platform.api.crd --write`. Do not edit.\n"
+)
+
+
+def render(manifest: JSON | None = None) -> str:
+    """Deterministic YAML (sorted keys, no aliases, no line folding) of the CRD."""
+    body = yaml.safe_dump(manifest or crd_manifest(), sort_keys=True, width=4096, allow_unicode=True)
+    return _HEADER + body
+
+
+async def install(client: kclient.Client, *, timeout: float = 60.0) -> JSON:
+    """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery."""
+    await client.apply(resources.CRD, crd_manifest(), field_manager=FIELD_MANAGER)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        crd = await client.get(resources.CRD, CRD_NAME)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            client.forget_discovery()
+            return crd
+        if loop.time() > deadline:
+            raise TimeoutError(f"CRD {CRD_NAME} not Established after {timeout:.0f}s: {conditions}")
+        await asyncio.sleep(0.2)
+
+
+def _default_path() -> Path:
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "pyproject.toml").is_file():
+        raise SystemExit("not running from a source checkout: pass --path")
+    return root / CRD_FILE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: print the CRD, ``--write`` it, or ``--check`` the committed file (exit 1 with a diff)."""
+    parser = argparse.ArgumentParser(prog="python -m mlops_platform.api.crd", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help=f"write {CRD_FILE}")
+    mode.add_argument("--check", action="store_true", help=f"exit 1 when {CRD_FILE} is not up to date")
+    parser.add_argument("--path", type=Path, help=f"the CRD file (default: <checkout>/{CRD_FILE})")
+    args = parser.parse_args(argv)
+    text = render()
+    if not (args.write or args.check):
+        sys.stdout.write(text)
+        return 0
+    path: Path = args.path or _default_path()
+    if args.write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return 0
+    committed = path.read_text() if path.is_file() else ""
+    if committed == text:
+        return 0
+    diff = difflib.unified_diff(
+        committed.splitlines(keepends=True), text.splitlines(keepends=True), str(path), "generated"
+    )
+    sys.stdout.writelines(diff)
+    print(f"{path} is out of date: run `python -m mlops_platform.api.crd --write`", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

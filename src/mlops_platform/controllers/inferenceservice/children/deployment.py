@@ -1,0 +1,215 @@
+"""The predictor Deployment ``<name>-predictor``: the model server pods.
+
+Contract of :func:`build` (pure):
+- container ``predictor`` with the runtime table's image (GPU variant when ``gpuPerReplica > 0``),
+  command/args/env rendered for ``spec.port``, env ``MODEL_URI``, named ports (``http`` =
+  ``spec.port``), readiness/liveness probes and a startup probe generous enough for model loading;
+- resources from ``spec.resources`` (unset keys omitted); the runtime's default requests fill in a
+  resource the spec sets neither a request nor a limit for (an HPA needs a CPU request);
+  ``nvidia.com/gpu`` requests = limits = ``gpuPerReplica``, plus a toleration for the usual GPU
+  node taint;
+- ``spec.replicas``: omitted when an HPA manages the Deployment (``maxReplicas > minReplicas >= 1``)
+  so server-side apply does not fight the HPA over the field; otherwise ``minReplicas`` (0 = scaled
+  to zero). NOTE for the caller: when a previously fixed count is dropped from the applied object,
+  server-side apply removes a field only this manager owned; hand it over first (Kubernetes docs,
+  "Server-Side Apply: transferring ownership") or the count briefly resets to the default of 1;
+- zero-downtime rollouts (maxSurge 25 %, maxUnavailable 0), a progress deadline longer than the
+  startup probe's budget (a failed rollout becomes ``ProgressDeadlineExceeded``), no service links,
+  no API token, non-root where the image supports it, no privilege escalation, no capabilities.
+"""
+
+from __future__ import annotations
+
+from mlops_platform.api import v1alpha1
+from mlops_platform.controllers.inferenceservice import labels, runtimes
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime import resources
+
+CONDITION = "DeploymentAvailable"
+CONTAINER = "predictor"
+MODEL_VOLUME = "model-store"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def name(isvc: v1alpha1.InferenceService) -> str:
+    return labels.predictor_name(isvc)
+
+
+def replicas(isvc: v1alpha1.InferenceService) -> int | None:
+    """The replica count to apply; ``None`` when the HPA owns it."""
+    return None if base.autoscaled(isvc) else isvc.spec.min_replicas
+
+
+def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj:
+    rt = ctx.runtime(isvc)
+    spec: base.Obj = {}
+    count = replicas(isvc)
+    if count is not None:
+        spec["replicas"] = count
+    spec |= {
+        "selector": {"matchLabels": labels.selector(isvc)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+        "revisionHistoryLimit": 5,
+        "progressDeadlineSeconds": rt.progress_deadline_seconds,
+        "template": {
+            "metadata": {
+                "labels": labels.child_labels(isvc, rt.server),
+                "annotations": _pod_annotations(isvc, rt),
+            },
+            "spec": _pod_spec(isvc, rt),
+        },
+    }
+    return {
+        "apiVersion": resources.DEPLOYMENT.api_version,
+        "kind": resources.DEPLOYMENT.kind,
+        "metadata": base.metadata(isvc, ctx, name(isvc), {labels.MODEL_URI_ANNOTATION: isvc.spec.model_uri}),
+        "spec": spec,
+    }
+
+
+def _pod_annotations(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> dict[str, str]:
+    out = {
+        labels.MODEL_URI_ANNOTATION: isvc.spec.model_uri,
+        "kubectl.kubernetes.io/default-container": CONTAINER,
+    }
+    metrics_port = rt.ports.get("metrics")
+    if rt.metrics_path and metrics_port is not None:
+        out |= {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics_port)}
+        out["prometheus.io/path"] = rt.metrics_path
+    return out
+
+
+def _pod_spec(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
+    security: base.Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if rt.run_as_non_root:
+        security["runAsNonRoot"] = True
+    if rt.run_as_user is not None:
+        security["runAsUser"] = rt.run_as_user
+    pod: base.Obj = {
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": rt.termination_grace_period_seconds,
+        "securityContext": security,
+        "containers": [_container(isvc, rt)],
+        "volumes": [{"name": MODEL_VOLUME, "emptyDir": {}}],
+    }
+    if isvc.spec.gpu_per_replica > 0:
+        pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return pod
+
+
+def _container(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
+    port = isvc.spec.port
+    values = rt.placeholders(port)
+    env = [{"name": "MODEL_URI", "value": isvc.spec.model_uri}]
+    env += [{"name": k, "value": runtimes.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
+    ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    ports += [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in rt.ports.items() if p != port]
+    container: base.Obj = {"name": CONTAINER, "image": rt.image_for(isvc.spec.gpu_per_replica)}
+    if rt.command:
+        container["command"] = [runtimes.render(c, values) for c in rt.command]
+    container |= {
+        "args": [runtimes.render(a, values) for a in rt.args],
+        "env": env,
+        "ports": ports,
+        "readinessProbe": _probe(rt.readiness_probe),
+        "livenessProbe": _probe(rt.liveness_probe),
+        "startupProbe": _probe(rt.startup_probe),
+    }
+    compute = _resources(isvc, rt)
+    if compute:
+        container["resources"] = compute
+    container |= {
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": MODEL_VOLUME, "mountPath": rt.model_dir}],
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return container
+
+
+def _probe(p: runtimes.Probe) -> base.Obj:
+    return {
+        "httpGet": {"path": p.path, "port": "http"},
+        "periodSeconds": p.period_seconds,
+        "timeoutSeconds": p.timeout_seconds,
+        "failureThreshold": p.failure_threshold,
+    }
+
+
+def _resources(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    r = isvc.spec.resources
+    if r is not None:
+        for key, request, limit in (
+            ("cpu", r.cpu_request, r.cpu_limit),
+            ("memory", r.memory_request, r.memory_limit),
+        ):
+            if request is not None:
+                requests[key] = str(request)
+            if limit is not None:
+                limits[key] = str(limit)
+    for key, value in rt.default_requests.items():
+        if key not in requests and key not in limits:  # a default request could exceed a set limit
+            requests[key] = value
+    gpus = isvc.spec.gpu_per_replica
+    if gpus > 0:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def condition(
+    isvc: v1alpha1.InferenceService, desired: base.Obj | None, live: base.Obj | None
+) -> base.ChildCondition:
+    """``DeploymentAvailable``: can the predictor serve, and is a rollout going on or stuck?
+
+    True while at least one replica is available. The Deployment's own ``Available`` condition is
+    not used: with ``maxUnavailable: 0`` it turns False on every scale-up. Rollout progress follows
+    ``kubectl rollout status``; a scale-up of a completed rollout is not a rollout.
+    """
+    if live is None:
+        return base.not_found(CONDITION, resources.DEPLOYMENT, name(isvc))
+    spec, st = live.get("spec") or {}, live.get("status") or {}
+    count = int(st.get("replicas") or 0)
+    if isvc.spec.min_replicas == 0:
+        left = f"; {count} pod(s) still terminating" if count else ""
+        return base.ChildCondition(
+            CONDITION, "True", "ScaledToZero", f"minReplicas is 0: scaled to zero{left}"
+        )
+    want, updated = int(spec.get("replicas", 1)), int(st.get("updatedReplicas") or 0)
+    ready = int(st.get("availableReplicas") or 0)
+    serving: base.Status = "True" if ready > 0 else "False"
+    generation = int((live.get("metadata") or {}).get("generation") or 0)
+    if int(st.get("observedGeneration") or 0) < generation:
+        msg = f"waiting for the Deployment controller to observe generation {generation}"
+        return base.ChildCondition(CONDITION, serving, "RollingOut", msg)
+    progressing = base.find_condition(live, "Progressing") or {}
+    if progressing.get("reason") == "ProgressDeadlineExceeded":
+        msg = progressing.get("message") or "the rollout made no progress within progressDeadlineSeconds"
+        return base.ChildCondition(CONDITION, "False", "ProgressDeadlineExceeded", msg)
+    failure = base.find_condition(live, "ReplicaFailure")  # e.g. quota or pod security refusals
+    if failure is not None and failure.get("status") == "True":
+        reason = failure.get("reason") or "ReplicaFailure"
+        return base.ChildCondition(CONDITION, "False", reason, failure.get("message", ""))
+    complete = progressing.get("reason", "NewReplicaSetAvailable") == "NewReplicaSetAvailable"
+    rolling = None
+    if updated < want:
+        rolling = f"{updated} of {want} replicas updated"
+    elif count > updated:
+        rolling = f"{count - updated} old replica(s) pending termination"
+    elif ready < updated and not complete:
+        rolling = f"{ready} of {updated} updated replicas available"
+    if rolling:
+        return base.ChildCondition(CONDITION, serving, "RollingOut", rolling)
+    summary = f"{ready}/{want} replicas available"
+    if ready == 0:
+        why = (base.find_condition(live, "Available") or {}).get("message")
+        return base.ChildCondition(
+            CONDITION, "False", "NoReplicasAvailable", f"{summary}: {why}" if why else summary
+        )
+    reason = "ReplicasAvailable" if ready >= want else "PartiallyAvailable"
+    return base.ChildCondition(CONDITION, "True", reason, summary)
+
+
+CHILD = base.Child(resources.DEPLOYMENT, CONDITION, name, build, condition)

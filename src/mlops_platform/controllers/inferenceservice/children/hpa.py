@@ -1,0 +1,84 @@
+"""The predictor HorizontalPodAutoscaler (autoscaling/v2) ``<name>-predictor``.
+
+Contract of :func:`build` (pure): desired only when ``maxReplicas > minReplicas >= 1``; otherwise
+``None`` (a fixed replica count needs no autoscaler, and minReplicas 0 means scaled to zero, which
+an HPA cannot express: its minReplicas is at least 1), so the reconciler deletes a stale one.
+It scales the predictor Deployment on average CPU utilization (the runtime table's target,
+80 % by default; the Deployment always carries a CPU request for it).
+``AutoscalerReady`` follows the HPA's ``AbleToScale`` and ``ScalingActive`` conditions, and is
+True with reason ``NotRequired`` when no HPA is wanted.
+"""
+
+from __future__ import annotations
+
+from mlops_platform.api import v1alpha1
+from mlops_platform.controllers.inferenceservice import labels
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime import resources
+
+CONDITION = "AutoscalerReady"
+
+
+def name(isvc: v1alpha1.InferenceService) -> str:
+    return labels.predictor_name(isvc)
+
+
+def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj | None:
+    if not base.autoscaled(isvc):
+        return None
+    target = ctx.runtime(isvc).target_cpu_utilization
+    return {
+        "apiVersion": resources.HPA.api_version,
+        "kind": resources.HPA.kind,
+        "metadata": base.metadata(isvc, ctx, name(isvc)),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": resources.DEPLOYMENT.api_version,
+                "kind": resources.DEPLOYMENT.kind,
+                "name": labels.predictor_name(isvc),
+            },
+            "minReplicas": isvc.spec.min_replicas,
+            "maxReplicas": isvc.spec.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": target},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def condition(
+    isvc: v1alpha1.InferenceService, desired: base.Obj | None, live: base.Obj | None
+) -> base.ChildCondition:
+    s = isvc.spec
+    if desired is None:
+        if s.min_replicas == 0:
+            why = "minReplicas is 0: scaled to zero, nothing to autoscale"
+        else:
+            why = f"fixed replica count: minReplicas == maxReplicas == {s.min_replicas}"
+        return base.ChildCondition(CONDITION, "True", "NotRequired", why)
+    if live is None:
+        return base.not_found(CONDITION, resources.HPA, name(isvc))
+    able = base.find_condition(live, "AbleToScale")
+    active = base.find_condition(live, "ScalingActive")
+    for cond, fallback in ((able, "NotAbleToScale"), (active, "ScalingInactive")):
+        if cond is not None and cond.get("status") == "False":
+            return base.ChildCondition(
+                CONDITION, "False", cond.get("reason") or fallback, cond.get("message", "")
+            )
+    if able is None or active is None or "Unknown" in (able.get("status"), active.get("status")):
+        msg = "the HorizontalPodAutoscaler controller has not evaluated it yet"
+        return base.ChildCondition(CONDITION, "Unknown", "Pending", msg)
+    message = str(active.get("message") or "")
+    limited = base.find_condition(live, "ScalingLimited")
+    if limited is not None and limited.get("status") == "True" and limited.get("message"):
+        message = f"{message}; {limited['message']}" if message else str(limited["message"])
+    return base.ChildCondition(CONDITION, "True", "ScalingActive", message)
+
+
+CHILD = base.Child(resources.HPA, CONDITION, name, build, condition)

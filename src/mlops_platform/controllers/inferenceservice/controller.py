@@ -1,0 +1,49 @@
+"""Wire the InferenceService reconciler into a manager: what it watches and how."""
+
+from __future__ import annotations
+
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler, runtimes
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime import controller as rcontroller
+from mlops_platform.runtime import manager as rmanager
+from mlops_platform.runtime import predicates, resources
+from mlops_platform.runtime.reconcile import Request
+
+NAME = "inferenceservice"
+
+
+def _pod_to_service(pod: dict[str, object]) -> list[Request]:
+    meta = pod["metadata"]
+    assert isinstance(meta, dict)
+    name = (meta.get("labels") or {}).get(labels.INFERENCESERVICE)
+    return [Request(meta.get("namespace"), name)] if name else []
+
+
+def setup(
+    mgr: rmanager.Manager,
+    *,
+    runtime_table: runtimes.RuntimeTable | None = None,
+    workers: int = 4,
+) -> reconciler.InferenceServiceReconciler:
+    """Register the controller. The cache holds only what it needs: pods and children it labelled."""
+    mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE)
+    for child in children.CHILDREN:
+        mgr.cache.restrict(child.resource, labels.MANAGED_BY_SELECTOR)
+    ctx = base.BuildContext(
+        runtimes=runtime_table or runtimes.default_table(), field_manager=reconciler.FIELD_MANAGER
+    )
+    rec = reconciler.InferenceServiceReconciler(mgr, mgr.event_recorder("mlops-platform"), ctx)
+    builder = (
+        mgr.builder(NAME)
+        # status writes bump resourceVersion, not generation: they do not re-trigger reconciles
+        .for_(
+            reconciler.ISVC, predicates.any_of(predicates.generation_changed(), predicates.labels_changed())
+        )
+        .watches(resources.POD, _pod_to_service)
+        .with_options(max_concurrent_reconciles=workers)
+    )
+    for child in children.CHILDREN:
+        builder.owns(child.resource)
+    ctrl: rcontroller.Controller = builder.build(rec)
+    mgr.add(ctrl)
+    return rec

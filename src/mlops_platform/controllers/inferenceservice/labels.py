@@ -1,0 +1,68 @@
+"""Labels on every child of an InferenceService, and the predictor's selector.
+
+Contract:
+- :func:`child_labels` is what every child (and the predictor pods) carries: the seed convention
+  ``app: <name>``, our own ``mlops.platform/*`` keys and the recommended ``app.kubernetes.io/*``
+  keys (name = the model server software, instance = the InferenceService, as operators such as
+  Strimzi and prometheus-operator do).
+- :func:`selector` uses only labels that never change for the life of the CR (the
+  InferenceService name and the component). A Deployment's selector is immutable: a framework
+  change must roll out new pods, never fail with "field is immutable".
+- ``<name>-predictor`` must be a DNS-1035 label (63 characters), so InferenceService names are
+  limited to :data:`MAX_NAME_LENGTH` characters; label values have the same limit.
+"""
+
+from __future__ import annotations
+
+from mlops_platform.api import v1alpha1
+
+APP = "app"
+INFERENCESERVICE = f"{v1alpha1.GROUP}/inferenceservice"
+FRAMEWORK = f"{v1alpha1.GROUP}/framework"
+COMPONENT = f"{v1alpha1.GROUP}/component"
+K8S_NAME = "app.kubernetes.io/name"
+K8S_INSTANCE = "app.kubernetes.io/instance"
+K8S_COMPONENT = "app.kubernetes.io/component"
+K8S_MANAGED_BY = "app.kubernetes.io/managed-by"
+K8S_PART_OF = "app.kubernetes.io/part-of"
+
+MANAGER = "mlops-platform"
+PART_OF = "mlops-platform"
+PREDICTOR = "predictor"
+#: label selector of everything this operator creates (to restrict informers to our children)
+MANAGED_BY_SELECTOR = f"{K8S_MANAGED_BY}={MANAGER}"
+
+PREDICTOR_SUFFIX = f"-{PREDICTOR}"
+MAX_NAME_LENGTH = 63 - len(PREDICTOR_SUFFIX)
+
+#: pod template annotation carrying the model URI the pods were started with
+MODEL_URI_ANNOTATION = f"{v1alpha1.GROUP}/model-uri"
+
+
+def predictor_name(isvc: v1alpha1.InferenceService) -> str:
+    """``<name>-predictor``: the Deployment, the Service and the HPA share it."""
+    return f"{isvc.name}{PREDICTOR_SUFFIX}"
+
+
+def selector(isvc: v1alpha1.InferenceService) -> dict[str, str]:
+    """The predictor pods' selector: stable for the life of the CR."""
+    return {INFERENCESERVICE: isvc.name, COMPONENT: PREDICTOR}
+
+
+def selector_string(isvc: v1alpha1.InferenceService) -> str:
+    """:func:`selector` as a label selector string (``status.selector``, scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector(isvc).items()))
+
+
+def child_labels(isvc: v1alpha1.InferenceService, server: str) -> dict[str, str]:
+    """All labels of a predictor child; ``server`` is the runtime's software (``tritonserver``)."""
+    return {
+        APP: isvc.name,
+        **selector(isvc),
+        FRAMEWORK: isvc.spec.framework,
+        K8S_NAME: server,
+        K8S_INSTANCE: isvc.name,
+        K8S_COMPONENT: PREDICTOR,
+        K8S_MANAGED_BY: MANAGER,
+        K8S_PART_OF: PART_OF,
+    }

@@ -1,0 +1,343 @@
+"""The per-framework runtime table: which model server image runs a framework, and how.
+
+Contract:
+- :func:`default_table` gives real upstream images pinned to a release tag, each server's own
+  command line, ports and health endpoints (sources and caveats: ``docs/runtimes.md``).
+- Command, args and env values are templates: ``{port}`` (``spec.port``), ``{model_dir}`` and
+  ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
+  ``{{``/``}}`` are literal braces.
+- :func:`load_overrides` merges a ConfigMap's ``data`` (key ``runtimes.yaml``) over a table; it is
+  pure and raises :class:`RuntimeConfigError` naming the offending key. A bad ConfigMap never
+  yields a half-merged table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import string
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Any
+
+import msgspec
+import yaml
+from msgspec import Meta
+
+from mlops_platform.api.v1alpha1 import QUANTITY_PATTERN
+
+CONFIG_KEY = "runtimes.yaml"
+DEFAULT_MODEL_DIR = "/mnt/models"
+_PORT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,13}[a-z0-9])?$")  # IANA_SVC_NAME, 15 chars max
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+class RuntimeConfigError(ValueError):
+    """An invalid runtime override; the message names the key (``runtimes.yaml: triton.image``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Probe:
+    """An HTTP GET probe on the inference port."""
+
+    path: str
+    period_seconds: int = 10
+    timeout_seconds: int = 5
+    failure_threshold: int = 3
+
+
+def _frozen(**items: str) -> Mapping[str, str]:
+    return MappingProxyType(items)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RuntimeSpec:
+    """How one framework is served. ``ports`` are exposed container ports besides ``http``;
+    ``internal_ports`` are bound by the server but not exposed (both are reserved: ``spec.port``
+    must not use them). ``default_requests`` fill in a resource the spec leaves unset."""
+
+    server: str
+    image: str
+    args: tuple[str, ...]
+    ports: Mapping[str, int]
+    readiness_probe: Probe
+    liveness_probe: Probe
+    startup_probe: Probe
+    gpu_image: str | None = None
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    internal_ports: Mapping[str, int] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    run_as_user: int | None = 1000
+    run_as_non_root: bool = True
+    default_requests: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: _frozen(cpu="1", memory="2Gi")
+    )
+    metrics_path: str | None = "/metrics"
+    model_dir: str = DEFAULT_MODEL_DIR
+    target_cpu_utilization: int = 80
+    termination_grace_period_seconds: int = 60
+    progress_deadline_seconds: int = 900  # > the startup probe's 10 minutes
+
+    def image_for(self, gpu_per_replica: int) -> str:
+        return self.gpu_image if gpu_per_replica > 0 and self.gpu_image else self.image
+
+    def placeholders(self, port: int) -> dict[str, str]:
+        values = {"port": str(port), "model_dir": self.model_dir}
+        for name, number in {**self.internal_ports, **self.ports}.items():
+            values[f"{name}_port"] = str(number)
+        return values
+
+    def port_conflict(self, port: int) -> str | None:
+        """A message when ``port`` collides with a port this server binds for something else."""
+        for name, number in {**self.ports, **self.internal_ports}.items():
+            if number == port:
+                return f"port {port} is the {self.server} {name} port; choose another spec.port"
+        return None
+
+
+RuntimeTable = Mapping[str, RuntimeSpec]
+# liveness fails after 3 x 10 s; startup allows 60 x 10 s = 10 min for model loading before it
+_STARTUP_FAILURES = 60
+_TS_CONFIG = (
+    "mkdir -p /tmp/ts && printf '%s\\n'"
+    " 'inference_address=http://0.0.0.0:{port}'"
+    " 'management_address=http://127.0.0.1:{management_port}'"
+    " 'metrics_address=http://0.0.0.0:{metrics_port}'"
+    " 'grpc_inference_port={grpc_port}' 'grpc_management_port={grpc_management_port}'"
+    " > /tmp/ts/config.properties"
+    " && exec torchserve --start --foreground --ncs --disable-token-auth"
+    " --model-store={model_dir} --models=all --ts-config=/tmp/ts/config.properties"
+)
+
+
+def default_table() -> RuntimeTable:
+    """The built-in table (a fresh read-only mapping). Sources: ``docs/runtimes.md``."""
+    ready_v2, live_v2 = Probe("/v2/health/ready"), Probe("/v2/health/live")
+    startup_v2 = Probe("/v2/health/live", failure_threshold=_STARTUP_FAILURES)
+    triton = RuntimeSpec(
+        server="tritonserver",
+        image="nvcr.io/nvidia/tritonserver:25.06-py3",
+        args=(
+            "tritonserver",
+            "--model-repository={model_dir}",
+            "--http-port={port}",
+            "--grpc-port={grpc_port}",
+            "--metrics-port={metrics_port}",
+        ),
+        ports=MappingProxyType({"grpc": 8001, "metrics": 8002}),
+        readiness_probe=ready_v2,
+        liveness_probe=live_v2,
+        startup_probe=startup_v2,
+        run_as_user=1000,  # the image runs as root by default; it ships triton-server, uid 1000
+    )
+    mlserver = RuntimeSpec(
+        server="mlserver",
+        image="docker.io/seldonio/mlserver:1.7.1",
+        args=("mlserver", "start", "{model_dir}"),
+        env=_frozen(
+            MLSERVER_HTTP_PORT="{port}",
+            MLSERVER_GRPC_PORT="{grpc_port}",
+            MLSERVER_METRICS_PORT="{metrics_port}",
+            MLSERVER_MODELS_DIR="{model_dir}",
+        ),
+        ports=MappingProxyType({"grpc": 8081, "metrics": 8082}),
+        readiness_probe=ready_v2,
+        liveness_probe=live_v2,
+        startup_probe=startup_v2,
+        run_as_user=1000,  # the image declares USER 1000
+    )
+    torchserve = RuntimeSpec(
+        server="torchserve",
+        image="docker.io/pytorch/torchserve:0.12.0-cpu",
+        gpu_image="docker.io/pytorch/torchserve:0.12.0-gpu",
+        command=("/bin/sh", "-c"),
+        args=(_TS_CONFIG,),
+        ports=MappingProxyType({"grpc": 7070, "metrics": 8082}),
+        internal_ports=MappingProxyType({"management": 8081, "grpc_management": 7071}),
+        readiness_probe=Probe("/ping"),
+        liveness_probe=Probe("/ping"),
+        startup_probe=Probe("/ping", failure_threshold=_STARTUP_FAILURES),
+        run_as_user=1000,  # USER model-server is a name: the kubelet needs a uid to check non-root
+    )
+    return MappingProxyType({"triton": triton, "seldon": mlserver, "torchserve": torchserve})
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """Substitute ``{name}`` placeholders (``KeyError`` on an unknown one)."""
+    return template.format_map(values)
+
+
+# -- overrides -------------------------------------------------------------------------------------
+
+
+class _Struct(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+Positive = Annotated[int, Meta(ge=1)]
+Image = Annotated[str, Meta(min_length=1, pattern=r"^\S+$")]
+
+
+class _ProbeOverride(_Struct):
+    path: Annotated[str, Meta(pattern=r"^/")] | None = None
+    period_seconds: Positive | None = None
+    timeout_seconds: Positive | None = None
+    failure_threshold: Positive | None = None
+
+
+class _Override(_Struct):
+    image: Image | None = None
+    gpu_image: Image | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    ports: dict[str, int] | None = None
+    readiness_probe: _ProbeOverride | None = None
+    liveness_probe: _ProbeOverride | None = None
+    startup_probe: _ProbeOverride | None = None
+    run_as_user: Annotated[int, Meta(ge=0)] | None = None
+    run_as_non_root: bool | None = None
+    default_requests: dict[str, str | int] | None = None
+    metrics_path: Annotated[str, Meta(pattern=r"^/")] | None = None
+    model_dir: Annotated[str, Meta(pattern=r"^/")] | None = None
+    target_cpu_utilization: Positive | None = None
+    termination_grace_period_seconds: Annotated[int, Meta(ge=0)] | None = None
+    progress_deadline_seconds: Positive | None = None
+
+
+def load_overrides(data: Mapping[str, Any], base: RuntimeTable | None = None) -> RuntimeTable:
+    """``base`` (default: :func:`default_table`) with a ConfigMap's ``data`` merged over it.
+
+    ``data[runtimes.yaml]`` maps a framework to the fields it overrides (camelCase, as in a
+    Kubernetes manifest); probes merge field by field, maps (env, ports) key by key, lists
+    (command, args) are replaced. Raises :class:`RuntimeConfigError` naming the bad key.
+    """
+    table = dict(base if base is not None else default_table())
+    for key in data:
+        if key != CONFIG_KEY:
+            raise RuntimeConfigError(f"{key}: unknown key (expected {CONFIG_KEY})")
+    text = data.get(CONFIG_KEY)
+    if text is None:
+        return MappingProxyType(table)
+    if not isinstance(text, str):
+        raise RuntimeConfigError(f"{CONFIG_KEY}: expected YAML text, got {type(text).__name__}")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RuntimeConfigError(f"{CONFIG_KEY}: invalid YAML: {e}") from None
+    if doc is None:
+        return MappingProxyType(table)
+    if not isinstance(doc, dict):
+        raise RuntimeConfigError(f"{CONFIG_KEY}: expected a map of framework to overrides")
+    for framework, raw in doc.items():
+        where = f"{CONFIG_KEY}: {framework}"
+        if framework not in table:
+            raise RuntimeConfigError(
+                f"{where}: unknown framework (expected one of {', '.join(sorted(table))})"
+            )
+        _check_maps(raw, where)
+        try:
+            override = msgspec.convert(raw if raw is not None else {}, _Override, strict=True)
+        except msgspec.ValidationError as e:
+            raise RuntimeConfigError(_explain(e, where)) from None
+        table[framework] = _validate(_merge(table[framework], override), where)
+    return MappingProxyType(table)
+
+
+def _explain(e: msgspec.ValidationError, where: str) -> str:
+    """``Expected `int` >= 1 - at `$.startupProbe.failureThreshold``` -> the key first."""
+    message, sep, path = str(e).rpartition(" - at `$")
+    if not sep:
+        message, path = str(e), ""
+    path = where + path.rstrip("`")
+    unknown = re.fullmatch(r"Object contains unknown field `(.+)`", message)
+    return f"{path}.{unknown.group(1)}: unknown field" if unknown else f"{path}: {message}"
+
+
+_MAP_VALUES: dict[str, tuple[type, ...]] = {"env": (str,), "ports": (int,), "defaultRequests": (str, int)}
+
+
+def _check_maps(raw: Any, where: str) -> None:
+    """Type-check map values here: msgspec's errors do not name the map key."""
+    for field, types in _MAP_VALUES.items():
+        value = raw.get(field) if isinstance(raw, dict) else None
+        for k, v in value.items() if isinstance(value, dict) else ():
+            if not isinstance(v, types) or isinstance(v, bool):
+                want = " or ".join(t.__name__ for t in types)
+                raise RuntimeConfigError(f"{where}.{field}.{k}: expected {want}, got {v!r} (quote strings)")
+
+
+_NESTED = frozenset(
+    {"env", "ports", "default_requests", "readiness_probe", "liveness_probe", "startup_probe"}
+)
+
+
+def _merge(spec: RuntimeSpec, o: _Override) -> RuntimeSpec:
+    changes: dict[str, Any] = {
+        f.name: getattr(o, f.name)
+        for f in msgspec.structs.fields(o)
+        if getattr(o, f.name) is not None and f.name not in _NESTED
+    }
+    for name in ("command", "args"):
+        if name in changes:
+            changes[name] = tuple(changes[name])
+    if o.env is not None:
+        changes["env"] = MappingProxyType({**spec.env, **o.env})
+    if o.ports is not None:
+        changes["ports"] = MappingProxyType({**spec.ports, **o.ports})
+    if o.default_requests is not None:
+        changes["default_requests"] = MappingProxyType({k: str(v) for k, v in o.default_requests.items()})
+    for name in ("readiness_probe", "liveness_probe", "startup_probe"):
+        probe_override: _ProbeOverride | None = getattr(o, name)
+        if probe_override is not None:
+            fields = {k: v for k, v in msgspec.structs.asdict(probe_override).items() if v is not None}
+            changes[name] = dataclasses.replace(getattr(spec, name), **fields)
+    return dataclasses.replace(spec, **changes)
+
+
+def _validate(spec: RuntimeSpec, where: str) -> RuntimeSpec:
+    for field, image in (("image", spec.image), ("gpuImage", spec.gpu_image)):
+        if image is not None and not _pinned(image):
+            raise RuntimeConfigError(
+                f"{where}.{field}: {image!r} is not pinned (use a version tag or @sha256:)"
+            )
+    for name, number in spec.ports.items():
+        if not _PORT_NAME.match(name) or name == "http":
+            raise RuntimeConfigError(
+                f"{where}.ports.{name}: not a valid port name (IANA service name, not http)"
+            )
+        if not 1 <= number <= 65535:
+            raise RuntimeConfigError(f"{where}.ports.{name}: {number} is not a port number (1-65535)")
+        users = [n for n, p in {**spec.ports, **spec.internal_ports}.items() if p == number]
+        if len(users) > 1:
+            raise RuntimeConfigError(
+                f"{where}.ports.{name}: port {number} is used twice ({', '.join(users)})"
+            )
+    for name, quantity in spec.default_requests.items():
+        if not re.match(QUANTITY_PATTERN, quantity):
+            raise RuntimeConfigError(f"{where}.defaultRequests.{name}: {quantity!r} is not a quantity")
+    for name in spec.env:
+        if not _ENV_NAME.match(name):
+            raise RuntimeConfigError(f"{where}.env.{name}: not a valid environment variable name")
+    known = spec.placeholders(8080)
+    templates = [(f"command[{i}]", t) for i, t in enumerate(spec.command)]
+    templates += [(f"args[{i}]", t) for i, t in enumerate(spec.args)]
+    for field, template in [*templates, *((f"env.{k}", v) for k, v in spec.env.items())]:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        except ValueError as e:
+            raise RuntimeConfigError(f"{where}.{field}: {e}") from None
+        unknown = [f for f in fields if f not in known]
+        if unknown:
+            choices = ", ".join("{" + k + "}" for k in sorted(known))
+            raise RuntimeConfigError(
+                f"{where}.{field}: unknown placeholder {{{unknown[0]}}} (known: {choices})"
+            )
+    return spec
+
+
+def _pinned(image: str) -> bool:
+    if "@sha256:" in image:
+        return True
+    name, _, tag = image.rpartition(":")
+    return bool(name) and "/" not in tag and tag not in ("", "latest")

@@ -1,0 +1,166 @@
+"""``make demo``: the local cluster, the CRD, the operator, the samples, and their expected states.
+
+Each sample in ``config/samples/`` says what it should reach in the annotation
+``demo.mlops.platform/expect`` (``Ready=True`` or ``Ready=False/ScaledToZero``); the demo waits for
+every one, with progress, then prints ``kubectl get isvc`` and the children, and leaves the operator
+running (its PID file and log are in the cluster directory; ``dev down`` stops it with the cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlops_platform.api import crd
+from mlops_platform.devcluster import binaries, cluster
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources
+from mlops_platform.testing import wait
+
+NAMESPACE = "mlops-demo"
+EXPECT = "demo.mlops.platform/expect"
+FIELD_MANAGER = "mlops-demo"
+
+
+def _log(msg: str) -> None:
+    print(f"[demo] {msg}", file=sys.stderr, flush=True)
+
+
+def samples_dir() -> Path:
+    root = binaries.repo_root()
+    if root is None:
+        raise FileNotFoundError("the demo runs from a source checkout (config/samples)")
+    return root / "config" / "samples"
+
+
+def operator_pid_file(name: str) -> Path:
+    return cluster.cluster_dir(name) / "mlops-operator.pid"
+
+
+def operator_log(name: str) -> Path:
+    return cluster.cluster_dir(name) / "mlops-operator.log"
+
+
+def start_operator(name: str, *, health: str = "127.0.0.1:18081", metrics: str = "127.0.0.1:18080") -> int:
+    """(Re)start the operator for cluster ``name`` in the background; return its PID."""
+    stop_operator(name)
+    cmd = [
+        sys.executable, "-m", "mlops_platform.cli", "run",
+        "--kubeconfig", str(cluster.kubeconfig_path(name)),
+        "--health-probe-bind-address", health,
+        "--metrics-bind-address", metrics,
+    ]  # fmt: skip
+    with open(operator_log(name), "ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    operator_pid_file(name).write_text(str(proc.pid))
+    return proc.pid
+
+
+def stop_operator(name: str) -> None:
+    pid_file = operator_pid_file(name)
+    if not pid_file.is_file():
+        return
+    pid = int(pid_file.read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+
+
+def load_samples() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted(samples_dir().glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+async def install_crd(c: kclient.Client) -> None:
+    manifest = crd.crd_manifest()
+    await c.apply(resources.CRD, manifest, field_manager=FIELD_MANAGER)
+
+    async def established() -> bool:
+        live = await c.get(resources.CRD, manifest["metadata"]["name"])
+        return any(
+            x["type"] == "Established" and x["status"] == "True"
+            for x in live.get("status", {}).get("conditions", [])
+        )
+
+    await wait.until(established, timeout=60, what="InferenceService CRD Established")
+    c.forget_discovery()
+
+
+def _state(obj: dict[str, Any]) -> str:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return f"Ready={cond['status']}" + ("" if cond["status"] == "True" else f"/{cond.get('reason')}")
+    return "no status yet"
+
+
+async def _run(name: str, timeout: float) -> None:
+    async with kclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
+        _log("installing the InferenceService CRD")
+        await install_crd(c)
+        _log("starting the operator")
+        pid = start_operator(name)
+        _log(f"operator PID {pid}, log {operator_log(name)}")
+        with contextlib.suppress(kclient.ApiError):
+            await c.create(
+                resources.NAMESPACE,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            )
+        samples = load_samples()
+        isvc = crd.RESOURCE
+        for s in samples:
+            s["metadata"]["namespace"] = NAMESPACE
+            await c.apply(isvc, s, field_manager=FIELD_MANAGER)
+            _log(f"applied {s['metadata']['name']} (expect {s['metadata']['annotations'][EXPECT]})")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pending = {s["metadata"]["name"]: s["metadata"]["annotations"][EXPECT] for s in samples}
+        last = ""
+        while pending:
+            states = {n: _state(await c.get(isvc, n, NAMESPACE)) for n in pending}
+            line = ", ".join(f"{n}: {st}" for n, st in states.items())
+            if line != last:
+                _log(f"waiting: {line}")
+                last = line
+            for n, st in states.items():
+                if st == pending[n]:
+                    _log(f"{n} reached {st}")
+                    del pending[n]
+            if pending and loop.time() > deadline:
+                raise TimeoutError(f"samples not in their expected state after {timeout:.0f}s: {states}")
+            await asyncio.sleep(0.5)
+
+
+def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
+    cluster.up(name)
+    asyncio.run(_run(name, timeout))
+    for args in (
+        ["get", "isvc", "-n", NAMESPACE, "-o", "wide"],
+        ["get", "deployments,services,hpa,pods", "-n", NAMESPACE, "-o", "wide"],
+    ):
+        print(f"\n$ kubectl {' '.join(args)}", flush=True)
+        cluster.kubectl(name, args)
+    print(
+        f"\nThe operator keeps running (PID file {operator_pid_file(name)}, log {operator_log(name)}).\n"
+        f"Use the cluster:     export KUBECONFIG={cluster.kubeconfig_path(name)}\n"
+        f"Stop the operator:   .venv/bin/mlops-platform dev stop-operator --name {name}\n"
+        f"Stop everything:     make cluster-down",
+        flush=True,
+    )

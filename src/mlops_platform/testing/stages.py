@@ -1,0 +1,76 @@
+"""kwok Stages for tests: make chosen pods misbehave on the fake nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STAGE_API_VERSION = "kwok.x-k8s.io/v1alpha1"
+
+
+def crashloop_stage(
+    name: str, namespace: str, label: str, value: str, *, reason: str = "CrashLoopBackOff"
+) -> dict[str, Any]:
+    """A Stage that keeps pods of ``namespace`` labelled ``label=value`` Running but never Ready,
+    their containers waiting with ``reason`` (default CrashLoopBackOff) and restarting.
+
+    Its weight beats kwok's default pod-ready stage, which then no longer matches (phase Running).
+    """
+    return {
+        "apiVersion": STAGE_API_VERSION,
+        "kind": "Stage",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
+                    {"key": f'.metadata.labels["{label}"]', "operator": "In", "values": [value]},
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+                ]
+            },
+            "weight": 10000,
+            "next": {
+                "statusTemplate": _CRASH_TEMPLATE.replace("__REASON__", reason),
+            },
+        },
+    }
+
+
+_CRASH_TEMPLATE = """{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: ContainersNotReady
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: ContainersNotReady
+  type: ContainersReady
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  started: false
+  restartCount: 5
+  lastState:
+    terminated:
+      exitCode: 1
+      reason: Error
+      finishedAt: {{ $now | Quote }}
+      startedAt: {{ $now | Quote }}
+  state:
+    waiting:
+      reason: __REASON__
+      message: back-off restarting failed container
+{{ end }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )
+  ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""

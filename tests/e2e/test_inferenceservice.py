@@ -1,0 +1,251 @@
+"""InferenceService end to end: the operator (in this process) against the real control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_platform.api import crd
+from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.devcluster import binaries
+from mlops_platform.devcluster import demo as demo_mod
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import manager as rmanager
+from mlops_platform.runtime import resources
+from mlops_platform.testing import stages, wait
+
+pytestmark = pytest.mark.e2e
+ISVC = crd.RESOURCE
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+@pytest.fixture(scope="session")
+async def operator(kube_cluster: Path) -> AsyncIterator[rmanager.Manager]:
+    c = kclient.Client.from_kubeconfig(kube_cluster)
+    await demo_mod.install_crd(c)
+    mgr = rmanager.Manager(c, rmanager.Options(health_probe_address=None, metrics_address=None))
+    controller.setup(mgr, workers=4)
+    task = asyncio.create_task(mgr.run())
+    await wait.until(lambda: _const(mgr.is_ready()), timeout=60, what="operator ready")
+    yield mgr
+    mgr.stop()
+    await asyncio.wait_for(task, 60)
+    await c.close()
+
+
+async def _const(v: Any) -> Any:
+    return v
+
+
+def _isvc(name: str, **spec: Any) -> dict[str, Any]:
+    base = {"modelUri": "s3://models/m/1", "framework": "torchserve", "minReplicas": 1, "maxReplicas": 1}
+    return {
+        "apiVersion": "mlops.platform/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {**base, **spec},
+    }
+
+
+async def _get(c: kclient.Client, ns: str, name: str) -> dict[str, Any]:
+    return await c.get(ISVC, name, ns)
+
+
+def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((x for x in (obj.get("status") or {}).get("conditions") or () if x["type"] == type_), {})
+
+
+async def _wait_cond(
+    c: kclient.Client, ns: str, name: str, type_: str, status: str, reason: str | None = None
+) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        obj = await _get(c, ns, name)
+        cond = _cond(obj, type_)
+        ok = cond.get("status") == status and (reason is None or cond.get("reason") == reason)
+        ok = ok and (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if ok else None
+
+    return await wait.until(probe, timeout=90, what=f"{name} {type_}={status} {reason or ''}")
+
+
+async def _exists(c: kclient.Client, res: kclient.Resource, ns: str, name: str) -> bool:
+    try:
+        await c.get(res, name, ns)
+        return True
+    except kclient.ApiError as e:
+        if e.not_found:
+            return False
+        raise
+
+
+async def test_create_becomes_ready_with_url_and_children(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    await admin_client.create(ISVC, _isvc("web", minReplicas=2, maxReplicas=2, port=8085), namespace)
+    obj = await _wait_cond(admin_client, namespace, "web", "Ready", "True")
+    st = obj["status"]
+    assert st["url"] == f"http://web-predictor.{namespace}.svc.cluster.local:8085"
+    assert st["readyReplicas"] == 2
+    assert st["replicasSummary"] == "2/2"
+    assert st["activeVersion"] == "s3://models/m/1"
+    assert _cond(obj, "Reconciled")["status"] == "True"
+    for t in ("DeploymentAvailable", "ServiceReady", "AutoscalerReady"):
+        assert _cond(obj, t)["status"] == "True", (t, _cond(obj, t))
+    dep = await admin_client.get(resources.DEPLOYMENT, "web-predictor", namespace)
+    owner = dep["metadata"]["ownerReferences"][0]
+    assert owner["kind"] == "InferenceService"
+    assert owner["controller"] is True
+    assert await _exists(admin_client, resources.SERVICE, namespace, "web-predictor")
+    assert not await _exists(admin_client, resources.HPA, namespace, "web-predictor")  # min == max
+    pods = (await admin_client.list(resources.POD, namespace))["items"]
+    assert len(pods) == 2
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+
+
+async def test_crashloop_makes_ready_false_with_the_reason(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kube_cluster: Path
+) -> None:
+    stage = stages.crashloop_stage(
+        f"crash-{namespace}", namespace, "mlops.platform/inferenceservice", "crashy"
+    )
+    stage_res = await admin_client.resource_for(stages.STAGE_API_VERSION, "Stage")
+    await admin_client.create(stage_res, stage)
+    try:
+        await admin_client.create(ISVC, _isvc("crashy"), namespace)
+        obj = await _wait_cond(admin_client, namespace, "crashy", "Ready", "False", "CrashLoopBackOff")
+        assert "CrashLoopBackOff" in _cond(obj, "Ready")["message"]
+        assert "url" not in obj["status"]
+        # visible in `kubectl get isvc` (the Reason printer column)
+        out = _kubectl(kube_cluster, ["get", "isvc", "crashy", "-n", namespace])
+        assert "CrashLoopBackOff" in out, out
+    finally:
+        await admin_client.delete(stage_res, stage["metadata"]["name"])
+
+
+async def test_model_change_rolls_out_and_active_version_follows(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    await admin_client.create(ISVC, _isvc("roll", minReplicas=2, maxReplicas=2), namespace)
+    await _wait_cond(admin_client, namespace, "roll", "Ready", "True")
+    await admin_client.patch(ISVC, "roll", {"spec": {"modelUri": "s3://models/m/2"}}, namespace=namespace)
+
+    async def rolled() -> bool:
+        obj = await _get(admin_client, namespace, "roll")
+        return (obj.get("status") or {}).get("activeVersion") == "s3://models/m/2" and _cond(
+            obj, "Ready"
+        ).get("status") == "True"
+
+    await wait.until(rolled, timeout=90, what="activeVersion follows the rollout")
+    dep = await admin_client.get(resources.DEPLOYMENT, "roll-predictor", namespace)
+    envs = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert envs["MODEL_URI"] == "s3://models/m/2"
+
+
+async def test_kubectl_scale_replicas_follow_and_hpa_only_when_min_below_max(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kube_cluster: Path
+) -> None:
+    await admin_client.create(ISVC, _isvc("sc", minReplicas=1, maxReplicas=5), namespace)
+    await _wait_cond(admin_client, namespace, "sc", "Ready", "True")
+    assert await _exists(admin_client, resources.HPA, namespace, "sc-predictor")  # min < max
+
+    # kubectl scale moves spec.minReplicas (the scale subresource); the HPA floor follows
+    _kubectl(kube_cluster, ["scale", "isvc", "sc", "-n", namespace, "--replicas=3"])
+
+    async def ready_replicas(n: int) -> bool:
+        obj = await _get(admin_client, namespace, "sc")
+        return (obj.get("status") or {}).get("readyReplicas") == n and _cond(obj, "Ready").get(
+            "status"
+        ) == "True"
+
+    await wait.until(lambda: ready_replicas(3), timeout=90, what="3 replicas after kubectl scale")
+    hpa = await admin_client.get(resources.HPA, "sc-predictor", namespace)
+    assert hpa["spec"]["minReplicas"] == 3
+
+    # min == max: fixed size, no HPA, the Deployment is sized by the operator
+    await admin_client.patch(ISVC, "sc", {"spec": {"minReplicas": 2, "maxReplicas": 2}}, namespace=namespace)
+    await wait.until(
+        lambda: _absent(admin_client, resources.HPA, namespace, "sc-predictor"), what="HPA removed"
+    )
+    await wait.until(lambda: ready_replicas(2), timeout=90, what="2 replicas at min == max")
+
+    # min 0: scale to zero, honestly not Ready, no HPA
+    await admin_client.patch(ISVC, "sc", {"spec": {"minReplicas": 0}}, namespace=namespace)
+    obj = await _wait_cond(admin_client, namespace, "sc", "Ready", "False", "ScaledToZero")
+    assert "url" not in obj["status"]
+    dep = await admin_client.get(resources.DEPLOYMENT, "sc-predictor", namespace)
+    assert dep["spec"]["replicas"] == 0
+    assert not await _exists(admin_client, resources.HPA, namespace, "sc-predictor")
+
+
+async def _absent(c: kclient.Client, res: kclient.Resource, ns: str, name: str) -> bool:
+    return not await _exists(c, res, ns, name)
+
+
+async def test_drift_is_repaired_and_delete_cascades(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    await admin_client.create(ISVC, _isvc("drift", minReplicas=1, maxReplicas=3), namespace)
+    await _wait_cond(admin_client, namespace, "drift", "Ready", "True")
+    uid = (await admin_client.get(resources.DEPLOYMENT, "drift-predictor", namespace))["metadata"]["uid"]
+    await admin_client.delete(resources.DEPLOYMENT, "drift-predictor", namespace)
+
+    async def restored() -> bool:
+        try:
+            dep = await admin_client.get(resources.DEPLOYMENT, "drift-predictor", namespace)
+        except kclient.ApiError:
+            return False
+        return dep["metadata"]["uid"] != uid
+
+    await wait.until(restored, timeout=60, what="deleted Deployment restored")
+    await admin_client.patch(
+        resources.SERVICE,
+        "drift-predictor",
+        {"spec": {"ports": [{"name": "http", "port": 9999}]}},
+        namespace=namespace,
+    )
+
+    async def service_repaired() -> bool:
+        svc = await admin_client.get(resources.SERVICE, "drift-predictor", namespace)
+        return [p["port"] for p in svc["spec"]["ports"]] == [8080]
+
+    await wait.until(service_repaired, timeout=60, what="edited Service repaired")
+    await admin_client.delete(ISVC, "drift", namespace, propagation_policy="Background")
+    for res in (resources.DEPLOYMENT, resources.SERVICE, resources.HPA):
+        await wait.until(
+            lambda res=res: _absent(admin_client, res, namespace, "drift-predictor"), what=f"{res.kind} GC"
+        )
+
+
+async def test_steady_state_makes_no_writes(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    await admin_client.create(ISVC, _isvc("calm", minReplicas=2, maxReplicas=4), namespace)
+    await _wait_cond(admin_client, namespace, "calm", "Ready", "True")
+    ctrl = operator.controllers[0]
+    await wait.until(lambda: _const(ctrl.queue.len() == 0), what="queue idle")
+    from mlops_platform.runtime.reconcile import Request
+
+    writes_before = _writes(operator.client)
+    reconciles = 0
+    for _ in range(500):
+        await ctrl.reconciler.reconcile(Request(namespace, "calm"))
+        reconciles += 1
+    assert reconciles == 500
+    assert _writes(operator.client) - writes_before == 0
+
+
+def _writes(c: kclient.Client) -> int:
+    return sum(n for (verb, _, _), n in c.requests.items() if verb in WRITE_VERBS)
+
+
+def _kubectl(kubeconfig: Path, args: list[str]) -> str:
+    kubectl = binaries.find(build=False)["kubectl"]
+    out = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, check=True
+    )
+    return out.stdout

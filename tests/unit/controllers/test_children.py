@@ -1,0 +1,539 @@
+"""Pure child builders: golden files of the built objects, invariants, and conditions from live objects.
+
+Regenerate the golden files after an intended change with::
+
+    UPDATE_GOLDEN=1 .venv/bin/pytest tests/unit/controllers/test_children.py
+
+and review the diff of ``tests/unit/controllers/golden/`` like code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+
+from mlops_platform.api import v1alpha1
+from mlops_platform.controllers.inferenceservice import children, labels
+from mlops_platform.controllers.inferenceservice.children import base, deployment, hpa, service
+
+pytestmark = pytest.mark.unit
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+CTX = base.BuildContext()
+Obj = dict[str, Any]
+
+
+def make(name: str = "bert", namespace: str = "ml", **spec: Any) -> v1alpha1.InferenceService:
+    spec.setdefault("modelUri", f"s3://models/{name}")
+    spec.setdefault("framework", "triton")
+    return v1alpha1.from_dict(
+        {
+            "apiVersion": v1alpha1.API_VERSION,
+            "kind": v1alpha1.KIND,
+            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
+            "spec": spec,
+        }
+    )
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "triton-gpu": {"name": "resnet", "framework": "triton", "port": 8000, "gpuPerReplica": 1},
+    "torchserve-hpa": {"name": "bert", "framework": "torchserve", "minReplicas": 2, "maxReplicas": 5},
+    "torchserve-gpu-fixed": {
+        "name": "llm",
+        "framework": "torchserve",
+        "gpuPerReplica": 2,
+        "minReplicas": 2,
+        "maxReplicas": 2,
+    },
+    "seldon-scale-to-zero": {
+        "name": "iris",
+        "framework": "seldon",
+        "modelUri": "gs://bucket/iris/v3",
+        "minReplicas": 0,
+        "maxReplicas": 3,
+    },
+    "seldon-fixed": {"name": "churn", "framework": "seldon", "minReplicas": 3, "maxReplicas": 3},
+    "custom-resources": {
+        "name": "fraud",
+        "framework": "triton",
+        "port": 9000,
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "resources": {"cpuRequest": "500m", "cpuLimit": "2", "memoryLimit": "4Gi"},
+    },
+}
+
+
+def render(isvc: v1alpha1.InferenceService) -> str:
+    """All children of ``isvc`` as one multi-document YAML, absent children named in a comment."""
+    head = [f"# golden: children of InferenceService {isvc.namespace}/{isvc.name}"]
+    docs = []
+    for child in children.CHILDREN:
+        obj = child.build(isvc, CTX)
+        if obj is None:
+            head.append(f"# {child.resource.kind} {child.name(isvc)}: not desired")
+        else:
+            docs.append(yaml.safe_dump(obj, sort_keys=False, width=100))
+    return "\n".join(head) + "\n---\n" + "---\n".join(docs)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden(case: str) -> None:
+    path = GOLDEN / f"{case}.yaml"
+    text = render(make(**CASES[case]))
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing: run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{case} differs from {path.name}: review, then UPDATE_GOLDEN=1"
+
+
+def test_no_orphan_golden_files() -> None:
+    assert {p.stem for p in GOLDEN.glob("*.yaml")} == set(CASES)
+
+
+def built(isvc: v1alpha1.InferenceService) -> dict[str, Obj | None]:
+    return {c.resource.kind: c.build(isvc, CTX) for c in children.CHILDREN}
+
+
+def present(isvc: v1alpha1.InferenceService) -> list[Obj]:
+    return [o for o in built(isvc).values() if o is not None]
+
+
+def dep(isvc: v1alpha1.InferenceService) -> Obj:
+    return deployment.build(isvc, CTX)
+
+
+def container(isvc: v1alpha1.InferenceService) -> Obj:
+    return cast(Obj, dep(isvc)["spec"]["template"]["spec"]["containers"][0])
+
+
+# -- invariants ------------------------------------------------------------------------------------
+
+
+def test_children_are_in_apply_order_and_share_one_signature() -> None:
+    assert [c.resource.kind for c in children.CHILDREN] == [
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+    ]
+    assert [c.condition_type for c in children.CHILDREN] == [
+        "DeploymentAvailable",
+        "ServiceReady",
+        "AutoscalerReady",
+    ]
+    isvc = make()
+    assert {c.name(isvc) for c in children.CHILDREN} == {"bert-predictor"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_child_is_labelled_named_and_namespaced(case: str) -> None:
+    isvc = make(**CASES[case])
+    for obj in present(isvc):
+        meta = obj["metadata"]
+        assert (meta["name"], meta["namespace"]) == (f"{isvc.name}-predictor", "ml")
+        assert obj["apiVersion"] and obj["kind"]
+        assert "ownerReferences" not in meta  # the reconciler adds them
+        want = {
+            "app": isvc.name,
+            labels.INFERENCESERVICE: isvc.name,
+            labels.FRAMEWORK: isvc.spec.framework,
+            labels.COMPONENT: "predictor",
+            labels.K8S_INSTANCE: isvc.name,
+            labels.K8S_COMPONENT: "predictor",
+            labels.K8S_MANAGED_BY: "mlops-platform",
+            labels.K8S_PART_OF: "mlops-platform",
+        }
+        assert want.items() <= meta["labels"].items()
+        assert all(len(v) <= 63 for v in meta["labels"].values())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_build_is_pure(case: str) -> None:
+    isvc = make(**CASES[case])
+    before = v1alpha1.to_dict(isvc)
+    assert built(isvc) == built(isvc)
+    assert v1alpha1.to_dict(isvc) == before
+
+
+def test_selector_is_stable_when_the_framework_changes() -> None:
+    triton, torch = make(framework="triton"), make(framework="torchserve")
+    a, b = dep(triton), dep(torch)
+    assert a["spec"]["selector"] == b["spec"]["selector"] == {"matchLabels": labels.selector(triton)}
+    assert set(labels.selector(triton)) == {labels.INFERENCESERVICE, labels.COMPONENT}
+    assert service.build(triton, CTX)["spec"]["selector"] == service.build(torch, CTX)["spec"]["selector"]
+    # ...while the pod template does change, so the switch rolls out new pods
+    assert a["spec"]["template"] != b["spec"]["template"]
+    assert a["spec"]["template"]["metadata"]["labels"][labels.FRAMEWORK] == "triton"
+    for d in (a, b):
+        assert (
+            d["spec"]["selector"]["matchLabels"].items()
+            <= d["spec"]["template"]["metadata"]["labels"].items()
+        )
+
+
+def test_selector_string() -> None:
+    isvc = make(name="iris")
+    want = "mlops.platform/component=predictor,mlops.platform/inferenceservice=iris"
+    assert labels.selector_string(isvc) == want
+
+
+@pytest.mark.parametrize(
+    ("min_replicas", "max_replicas", "replicas", "with_hpa"),
+    [
+        (1, 1, 1, False),
+        (3, 3, 3, False),
+        (0, 1, 0, False),
+        (0, 5, 0, False),
+        (1, 2, None, True),
+        (2, 5, None, True),
+    ],
+    ids=["one", "fixed-3", "zero", "zero-max-5", "hpa-1-2", "hpa-2-5"],
+)
+def test_replicas_and_hpa(min_replicas: int, max_replicas: int, replicas: int | None, with_hpa: bool) -> None:
+    isvc = make(minReplicas=min_replicas, maxReplicas=max_replicas)
+    spec = dep(isvc)["spec"]
+    assert spec.get("replicas", "omitted") == (replicas if replicas is not None else "omitted")
+    got = hpa.build(isvc, CTX)
+    assert (got is not None) == with_hpa
+    if got is not None:
+        assert got["spec"]["scaleTargetRef"] == {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment.name(isvc),
+        }
+        assert (got["spec"]["minReplicas"], got["spec"]["maxReplicas"]) == (min_replicas, max_replicas)
+        assert got["spec"]["metrics"][0]["resource"]["target"] == {
+            "type": "Utilization",
+            "averageUtilization": 80,
+        }
+
+
+def test_rollout_defaults() -> None:
+    spec = dep(make())["spec"]
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
+    }
+    startup = container(make())["startupProbe"]
+    assert spec["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
+    pod = spec["template"]["spec"]
+    assert pod["enableServiceLinks"] is False
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_gpu_resources_image_and_toleration() -> None:
+    isvc = make(framework="torchserve", gpuPerReplica=2)
+    c = container(isvc)
+    assert c["image"].endswith("-gpu")
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert dep(isvc)["spec"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    cpu = make(framework="torchserve")
+    assert container(cpu)["image"].endswith("-cpu")
+    assert "tolerations" not in dep(cpu)["spec"]["template"]["spec"]
+    assert "limits" not in container(cpu)["resources"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "want"),
+    [
+        (None, {"requests": {"cpu": "1", "memory": "2Gi"}}),
+        ({"cpuRequest": "250m"}, {"requests": {"cpu": "250m", "memory": "2Gi"}}),
+        ({"memoryLimit": "1Gi"}, {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}),
+        (
+            {"cpuRequest": "2", "cpuLimit": "4", "memoryRequest": "8Gi", "memoryLimit": "8Gi"},
+            {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+        ),
+    ],
+    ids=["defaults", "cpu-request", "limit-only-no-default-request", "all"],
+)
+def test_resources_from_spec(resources: Obj | None, want: Obj) -> None:
+    isvc = make(resources=resources) if resources else make()
+    assert container(isvc)["resources"] == want
+
+
+def test_resources_accept_integers() -> None:
+    """Another engineer may widen the quantity fields to ``int | str``: builders apply ``str``."""
+    isvc = make()
+    isvc.spec.resources = v1alpha1.Resources(cpu_request=cast(Any, 2), memory_limit=cast(Any, 1073741824))
+    assert container(isvc)["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "1073741824"}}
+
+
+def test_container_wiring_follows_the_port_and_the_model() -> None:
+    isvc = make(framework="seldon", port=9090, modelUri="pvc://models/iris")
+    c = container(isvc)
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["MODEL_URI"] == "pvc://models/iris"
+    assert env["MLSERVER_HTTP_PORT"] == "9090"
+    assert c["ports"][0] == {"name": "http", "containerPort": 9090, "protocol": "TCP"}
+    assert {c[p]["httpGet"]["port"] for p in ("readinessProbe", "livenessProbe", "startupProbe")} == {"http"}
+    annotations = dep(isvc)["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[labels.MODEL_URI_ANNOTATION] == "pvc://models/iris"
+    svc = service.build(isvc, CTX)
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 9090, "targetPort": "http", "protocol": "TCP"}]
+    assert svc["spec"]["type"] == "ClusterIP"
+
+
+def test_triton_args_use_the_spec_port() -> None:
+    args = container(make(framework="triton", port=8500))["args"]
+    assert args[0] == "tritonserver"
+    assert "--http-port=8500" in args
+    assert "--model-repository=/mnt/models" in args
+
+
+def test_cluster_url() -> None:
+    isvc = make(name="iris", namespace="team-a", port=8080)
+    assert service.cluster_url(isvc) == "http://iris-predictor.team-a.svc.cluster.local:8080"
+    assert service.cluster_url(isvc, "example.internal").endswith(".svc.example.internal:8080")
+
+
+# -- conditions from live objects ------------------------------------------------------------------
+
+
+def live_deployment(
+    *,
+    replicas: int = 2,
+    generation: int = 2,
+    observed: int = 2,
+    status: Obj | None = None,
+    conditions: list[Obj] | None = None,
+) -> Obj:
+    st: Obj = {"observedGeneration": observed, **(status or {})}
+    if conditions is not None:
+        st["conditions"] = conditions
+    return {"metadata": {"generation": generation}, "spec": {"replicas": replicas}, "status": st}
+
+
+def cond(type_: str, status: str, reason: str, message: str = "") -> Obj:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+COMPLETE = cond(
+    "Progressing", "True", "NewReplicaSetAvailable", 'ReplicaSet "x" has successfully progressed.'
+)
+UPDATING = cond("Progressing", "True", "ReplicaSetUpdated", 'ReplicaSet "x" is progressing.')
+AVAILABLE = cond("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
+UNAVAILABLE = cond(
+    "Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability."
+)
+ALL_UP = {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2}
+
+
+@pytest.mark.parametrize(
+    ("live", "want"),
+    [
+        (None, ("Unknown", "Pending")),
+        (live_deployment(status=ALL_UP, conditions=[AVAILABLE, COMPLETE]), ("True", "ReplicasAvailable")),
+        (
+            live_deployment(
+                replicas=3,
+                status={"replicas": 4, "updatedReplicas": 1, "availableReplicas": 3},
+                conditions=[AVAILABLE, UPDATING],
+            ),
+            ("True", "RollingOut"),
+        ),
+        (
+            live_deployment(
+                status={"replicas": 3, "updatedReplicas": 2, "availableReplicas": 2}, conditions=[UPDATING]
+            ),
+            ("True", "RollingOut"),
+        ),
+        (
+            live_deployment(
+                status={"replicas": 1, "updatedReplicas": 1, "availableReplicas": 0},
+                conditions=[UNAVAILABLE, UPDATING],
+            ),
+            ("False", "RollingOut"),
+        ),
+        (
+            live_deployment(generation=3, observed=2, status=ALL_UP, conditions=[AVAILABLE, COMPLETE]),
+            ("True", "RollingOut"),
+        ),
+        (
+            live_deployment(
+                status={"replicas": 3, "updatedReplicas": 1, "availableReplicas": 2},
+                conditions=[
+                    AVAILABLE,
+                    cond(
+                        "Progressing",
+                        "False",
+                        "ProgressDeadlineExceeded",
+                        'ReplicaSet "x" has timed out progressing.',
+                    ),
+                ],
+            ),
+            ("False", "ProgressDeadlineExceeded"),
+        ),
+        (
+            live_deployment(
+                status={"replicas": 0},
+                conditions=[
+                    cond("ReplicaFailure", "True", "FailedCreate", 'pods "x" is forbidden: exceeded quota'),
+                    UPDATING,
+                ],
+            ),
+            ("False", "FailedCreate"),
+        ),
+        (
+            live_deployment(
+                replicas=3,
+                status={"replicas": 3, "updatedReplicas": 3, "availableReplicas": 2},
+                conditions=[UNAVAILABLE, COMPLETE],
+            ),
+            ("True", "PartiallyAvailable"),
+        ),
+        (
+            live_deployment(
+                status={"replicas": 2, "updatedReplicas": 2, "availableReplicas": 0},
+                conditions=[UNAVAILABLE, COMPLETE],
+            ),
+            ("False", "NoReplicasAvailable"),
+        ),
+    ],
+    ids=[
+        "absent",
+        "available",
+        "rolling-out-updating",
+        "rolling-out-old-pods",
+        "first-rollout-not-ready",
+        "generation-not-observed",
+        "deadline-exceeded",
+        "replica-failure",
+        "scaling-up-after-rollout",
+        "all-pods-lost",
+    ],
+)
+def test_deployment_condition(live: Obj | None, want: tuple[str, str]) -> None:
+    isvc = make(minReplicas=1, maxReplicas=4)
+    got = deployment.condition(isvc, dep(isvc), live)
+    assert got.type == "DeploymentAvailable"
+    assert (got.status, got.reason) == want
+    assert got.reason[0].isupper() and " " not in got.reason
+    assert got.message
+
+
+def test_deployment_condition_messages() -> None:
+    isvc = make(minReplicas=1, maxReplicas=4)
+    stuck = live_deployment(
+        conditions=[
+            cond(
+                "Progressing",
+                "False",
+                "ProgressDeadlineExceeded",
+                'ReplicaSet "x" has timed out progressing.',
+            )
+        ]
+    )
+    assert deployment.condition(isvc, None, stuck).message == 'ReplicaSet "x" has timed out progressing.'
+    stale_deadline = live_deployment(generation=3, observed=2, conditions=stuck["status"]["conditions"])
+    assert (
+        deployment.condition(isvc, None, stale_deadline).reason == "RollingOut"
+    )  # a new spec gets its chance
+    ok = live_deployment(status=ALL_UP, conditions=[AVAILABLE, COMPLETE])
+    assert deployment.condition(isvc, None, ok).message == "2/2 replicas available"
+
+
+@pytest.mark.parametrize(("pods", "mentions"), [(0, "scaled to zero"), (2, "2 pod(s) still terminating")])
+def test_deployment_condition_scaled_to_zero(pods: int, mentions: str) -> None:
+    isvc = make(framework="seldon", minReplicas=0, maxReplicas=3)
+    live = live_deployment(replicas=0, status={"replicas": pods}, conditions=[AVAILABLE, COMPLETE])
+    got = deployment.condition(isvc, dep(isvc), live)
+    assert (got.status, got.reason) == ("True", "ScaledToZero")
+    assert mentions in got.message
+
+
+@pytest.mark.parametrize(
+    ("live", "want"),
+    [
+        (None, ("Unknown", "Pending")),
+        ({"spec": {"clusterIP": "10.96.0.17"}}, ("True", "ClusterIPAssigned")),
+        ({"spec": {}}, ("False", "NoClusterIP")),
+    ],
+    ids=["absent", "cluster-ip", "no-cluster-ip"],
+)
+def test_service_condition(live: Obj | None, want: tuple[str, str]) -> None:
+    isvc = make()
+    got = service.condition(isvc, service.build(isvc, CTX), live)
+    assert (got.type, got.status, got.reason) == ("ServiceReady", *want)
+
+
+ABLE = cond("AbleToScale", "True", "ReadyForNewScale", "recommended size matches current size")
+ACTIVE = cond(
+    "ScalingActive", "True", "ValidMetricFound", "the HPA was able to successfully calculate a replica count"
+)
+
+
+@pytest.mark.parametrize(
+    ("live", "want"),
+    [
+        (None, ("Unknown", "Pending")),
+        ({"status": {}}, ("Unknown", "Pending")),
+        ({"status": {"conditions": [ABLE, ACTIVE]}}, ("True", "ScalingActive")),
+        (
+            {
+                "status": {
+                    "conditions": [
+                        ABLE,
+                        cond(
+                            "ScalingActive",
+                            "False",
+                            "FailedGetResourceMetric",
+                            "unable to get metrics for cpu",
+                        ),
+                    ]
+                }
+            },
+            ("False", "FailedGetResourceMetric"),
+        ),
+        (
+            {"status": {"conditions": [cond("AbleToScale", "False", "FailedGetScale", "no scale"), ACTIVE]}},
+            ("False", "FailedGetScale"),
+        ),
+    ],
+    ids=["absent", "not-evaluated", "active", "no-metrics", "cannot-scale"],
+)
+def test_hpa_condition(live: Obj | None, want: tuple[str, str]) -> None:
+    isvc = make(minReplicas=2, maxReplicas=5)
+    got = hpa.condition(isvc, hpa.build(isvc, CTX), live)
+    assert (got.type, got.status, got.reason) == ("AutoscalerReady", *want)
+
+
+def test_hpa_condition_reports_limits() -> None:
+    isvc = make(minReplicas=2, maxReplicas=5)
+    limited = cond(
+        "ScalingLimited", "True", "TooManyReplicas", "the desired replica count is more than the maximum"
+    )
+    got = hpa.condition(isvc, hpa.build(isvc, CTX), {"status": {"conditions": [ABLE, ACTIVE, limited]}})
+    assert got.status == "True"
+    assert "more than the maximum" in got.message
+
+
+@pytest.mark.parametrize(
+    ("min_replicas", "max_replicas", "mentions"),
+    [(3, 3, "fixed replica count"), (0, 4, "scaled to zero")],
+    ids=["fixed", "scale-to-zero"],
+)
+def test_hpa_not_required(min_replicas: int, max_replicas: int, mentions: str) -> None:
+    isvc = make(minReplicas=min_replicas, maxReplicas=max_replicas)
+    assert hpa.build(isvc, CTX) is None
+    stale = {"status": {"conditions": [ABLE, ACTIVE]}}  # the reconciler is about to delete it
+    for live in (None, stale):
+        got = hpa.condition(isvc, None, live)
+        assert (got.status, got.reason) == ("True", "NotRequired")
+        assert mentions in got.message
+
+
+def test_condition_converts_to_the_api_type() -> None:
+    got = base.ChildCondition("ServiceReady", "True", "ClusterIPAssigned", "ok").to_condition(
+        observed_generation=4
+    )
+    assert got == v1alpha1.Condition(
+        type="ServiceReady", status="True", reason="ClusterIPAssigned", message="ok", observed_generation=4
+    )
