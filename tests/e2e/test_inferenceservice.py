@@ -24,7 +24,7 @@ ISVC = crd.RESOURCE
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def operator(kube_cluster: Path) -> AsyncIterator[rmanager.Manager]:
     c = kclient.Client.from_kubeconfig(kube_cluster)
     await demo_mod.install_crd(c)
@@ -87,7 +87,13 @@ async def test_create_becomes_ready_with_url_and_children(
     admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     await admin_client.create(ISVC, _isvc("web", minReplicas=2, maxReplicas=2, port=8085), namespace)
-    obj = await _wait_cond(admin_client, namespace, "web", "Ready", "True")
+    await _wait_cond(admin_client, namespace, "web", "Ready", "True")
+
+    async def all_ready() -> dict[str, Any] | None:
+        obj = await _get(admin_client, namespace, "web")
+        return obj if (obj.get("status") or {}).get("readyReplicas") == 2 else None
+
+    obj = await wait.until(all_ready, timeout=60, what="2/2 replicas ready")
     st = obj["status"]
     assert st["url"] == f"http://web-predictor.{namespace}.svc.cluster.local:8085"
     assert st["readyReplicas"] == 2
@@ -104,6 +110,16 @@ async def test_create_becomes_ready_with_url_and_children(
     assert not await _exists(admin_client, resources.HPA, namespace, "web-predictor")  # min == max
     pods = (await admin_client.list(resources.POD, namespace))["items"]
     assert len(pods) == 2
+
+    async def created_events() -> list[str] | None:
+        items = (await admin_client.list(resources.EVENT, namespace))["items"]
+        notes = sorted(
+            e.get("note", "") for e in items if e["regarding"]["name"] == "web" and e["reason"] == "Created"
+        )
+        return notes if len(notes) == 2 else None
+
+    notes = await wait.until(created_events, timeout=30, what="Created events on the InferenceService")
+    assert notes == ["Deployment/web-predictor created", "Service/web-predictor created"]
     assert all(p["status"]["phase"] == "Running" for p in pods)
 
 

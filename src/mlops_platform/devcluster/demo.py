@@ -152,6 +152,7 @@ def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
     cluster.up(name)
     asyncio.run(_run(name, timeout))
     for args in (
+        ["get", "nodes", "-L", "mlops.platform/pool"],
         ["get", "isvc", "-n", NAMESPACE, "-o", "wide"],
         ["get", "deployments,services,hpa,pods", "-n", NAMESPACE, "-o", "wide"],
     ):

@@ -168,4 +168,10 @@ def setup_logging(
     handler.setFormatter(JsonFormatter() if json else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    # the HTTP client logs every request at INFO: the runtime counts requests in metrics instead
+    for noisy in _NOISY_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     return handler
+
+
+_NOISY_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")

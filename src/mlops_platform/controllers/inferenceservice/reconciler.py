@@ -85,12 +85,14 @@ class InferenceServiceReconciler:
 
         status = self._status(isvc, raw, observed, failures)
         wrote_status = await self._write_status(raw, status)
-        log.info(
+        all_actions = actions + (["status"] if wrote_status else [])
+        log.log(
+            logging.INFO if all_actions or failures else logging.DEBUG,
             "reconciled",
             extra={
                 "generation": isvc.generation,
                 "diff": changes,
-                "actions": actions + (["status"] if wrote_status else []),
+                "actions": all_actions,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )
@@ -129,7 +131,7 @@ class InferenceServiceReconciler:
         desired = _with_owner(desired, raw)
         annotations = desired["metadata"].setdefault("annotations", {})
         annotations[HASH_ANNOTATION] = diff.desired_hash(desired)
-        _keep_autoscaled_replicas(child, desired, live)
+        _keep_autoscaled_replicas(child, desired, live, isvc.spec.min_replicas)
         delta = ["(absent)"] if live is None else diff.differences(desired, live)
         if not delta:
             return desired, live
@@ -323,19 +325,19 @@ def _with_owner(desired: Obj, raw: Obj) -> Obj:
     return desired
 
 
-def _keep_autoscaled_replicas(child: base.Child, desired: Obj, live: Obj | None) -> None:
+def _keep_autoscaled_replicas(child: base.Child, desired: Obj, live: Obj | None, min_replicas: int) -> None:
     """While an HPA owns the replica count, apply the live count instead of dropping the field.
 
     Dropping ``spec.replicas`` from our applied configuration would make server-side apply remove
     it (we owned it before the HPA existed) and the Deployment would fall back to 1 replica. Sending
     the current value never fights the HPA; it is added after the hash, so HPA scaling alone causes
-    no write.
+    no write. A new Deployment starts at ``minReplicas`` instead of the API default of 1.
     """
-    if child.resource != resources.DEPLOYMENT or live is None:
-        return
     spec = desired.get("spec") or {}
-    if "replicas" not in spec and (live.get("spec") or {}).get("replicas") is not None:
-        spec["replicas"] = live["spec"]["replicas"]
+    if child.resource != resources.DEPLOYMENT or "replicas" in spec:
+        return
+    live_replicas = ((live or {}).get("spec") or {}).get("replicas")
+    spec["replicas"] = live_replicas if live_replicas is not None else min_replicas
 
 
 def _rolled_out_model(deployment: Obj) -> str | None:
