@@ -34,12 +34,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
+from mlops_platform.runtime import rbac
 from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
 from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle
 from mlops_platform.runtime.resources import EVENT
 
 __all__ = ["EventRecorder", "EventSink", "EventType", "truncate_note"]
 
+RBAC = rbac.requires("events.k8s.io", "events", ["create", "patch"], why="Events about reconciled objects")
 log = logging.getLogger("mlops_platform.runtime.events")
 
 EventType = Literal["Normal", "Warning"]

@@ -40,12 +40,20 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
+from mlops_platform.runtime import rbac
 from mlops_platform.runtime.client import JSON, ApiError, Client
 from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.runtime.resources import LEASE
 
 __all__ = ["JITTER_FACTOR", "LeaderElectionConfig", "LeaderElector", "format_micro_time"]
 
+RBAC = rbac.requires(
+    "coordination.k8s.io",
+    "leases",
+    ["get", "create", "update"],
+    why="leader election Lease",
+    scope="leader-election",
+)
 log = logging.getLogger("mlops_platform.runtime.leaderelection")
 
 #: client-go's ``JitterFactor`` for acquire retries.

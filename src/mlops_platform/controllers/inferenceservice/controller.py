@@ -6,10 +6,15 @@ from mlops_platform.controllers.inferenceservice import children, labels, reconc
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import controller as rcontroller
 from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import predicates, resources
+from mlops_platform.runtime import predicates, rbac, resources
 from mlops_platform.runtime.reconcile import Request
 
 NAME = "inferenceservice"
+RBAC = (
+    rbac.requires("mlops.platform", "inferenceservices", ["list", "watch"], why="the primary kind (for_)"),
+    rbac.requires("mlops.platform", "inferenceservices/status", ["patch"], why="status written by apply"),
+    rbac.requires("", "pods", ["list", "watch"], why="pod failures (CrashLoopBackOff) shown on the status"),
+)
 
 
 def _pod_to_service(pod: dict[str, object]) -> list[Request]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels, runtimes
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import rbac, resources
 
 CONDITION = "DeploymentAvailable"
 CONTAINER = "predictor"
@@ -212,4 +212,10 @@ def condition(
     return base.ChildCondition(CONDITION, "True", reason, summary)
 
 
+RBAC = rbac.requires(
+    "apps",
+    "deployments",
+    ["list", "watch", "patch", "update", "delete"],
+    why="the predictor Deployment: watched (owns), applied, repaired, deleted",
+)
 CHILD = base.Child(resources.DEPLOYMENT, CONDITION, name, build, condition)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import rbac, resources
 
 CONDITION = "AutoscalerReady"
 
@@ -81,4 +81,10 @@ def condition(
     return base.ChildCondition(CONDITION, "True", "ScalingActive", message)
 
 
+RBAC = rbac.requires(
+    "autoscaling",
+    "horizontalpodautoscalers",
+    ["list", "watch", "patch", "update", "delete"],
+    why="the predictor HPA: watched (owns), applied, repaired, deleted when not desired",
+)
 CHILD = base.Child(resources.HPA, CONDITION, name, build, condition)

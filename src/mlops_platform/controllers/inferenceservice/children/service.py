@@ -13,7 +13,7 @@ from __future__ import annotations
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import rbac, resources
 
 CONDITION = "ServiceReady"
 
@@ -53,4 +53,10 @@ def condition(
     return base.ChildCondition(CONDITION, "True", "ClusterIPAssigned", f"{cluster_url(isvc)} ({cluster_ip})")
 
 
+RBAC = rbac.requires(
+    "",
+    "services",
+    ["list", "watch", "patch", "update", "delete"],
+    why="the predictor Service: watched (owns), applied, repaired, deleted",
+)
 CHILD = base.Child(resources.SERVICE, CONDITION, name, build, condition)

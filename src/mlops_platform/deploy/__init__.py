@@ -1,0 +1,1 @@
+"""Install manifests generated from the code: RBAC from the permission declarations, the manager."""

@@ -1,0 +1,105 @@
+"""Generate least-privilege RBAC from the declarations in the code (``runtime.rbac.requires``).
+
+- Cluster mode (no ``watch_namespaces``): one ClusterRole + ClusterRoleBinding for the "watched"
+  rules. Namespaced mode: a Role + RoleBinding with the same rules in EACH watched namespace, and
+  nothing cluster-wide.
+- Always: a Role + RoleBinding for the leader-election Lease in the operator's namespace, and the
+  ServiceAccount the operator runs as.
+- One PolicyRule per declared (group, resource), so a single rule can be removed in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlops_platform.runtime import rbac
+
+NAME = "mlops-platform"
+DEFAULT_NAMESPACE = "mlops-system"
+Obj = dict[str, Any]
+
+
+def declared_rules() -> list[rbac.Rule]:
+    """Every rule the operator's code declares (importing the modules registers them)."""
+    import mlops_platform.controllers.inferenceservice.controller
+    import mlops_platform.runtime.manager  # noqa: F401
+
+    return rbac.declared()
+
+
+def policy_rule(rule: rbac.Rule) -> Obj:
+    return {"apiGroups": [rule.group], "resources": [rule.resource], "verbs": list(rule.verbs)}
+
+
+def _labels() -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": NAME,
+        "app.kubernetes.io/part-of": NAME,
+        "app.kubernetes.io/component": "rbac",
+    }
+
+
+def objects(
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    watch_namespaces: list[str] | None = None,
+    service_account: str = NAME,
+    rules: list[rbac.Rule] | None = None,
+    name: str = NAME,
+) -> list[Obj]:
+    """ServiceAccount, (Cluster)Roles and bindings for the operator, in apply order."""
+    all_rules = declared_rules() if rules is None else rules
+    watched = [policy_rule(r) for r in all_rules if r.scope == "watched"]
+    election = [policy_rule(r) for r in all_rules if r.scope == "leader-election"]
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+    out: list[Obj] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": service_account, "namespace": namespace, "labels": _labels()},
+        }
+    ]
+    manager_role = f"{name}-manager"
+    if watch_namespaces is None:
+        out += [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": manager_role, "labels": _labels()},
+                "rules": watched,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": manager_role, "labels": _labels()},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": manager_role,
+                },
+                "subjects": [subject],
+            },
+        ]
+    else:
+        for ns in watch_namespaces:
+            out += _role_and_binding(manager_role, ns, watched, subject)
+    out += _role_and_binding(f"{name}-leader-election", namespace, election, subject)
+    return out
+
+
+def _role_and_binding(role: str, namespace: str, rules: list[Obj], subject: Obj) -> list[Obj]:
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": role, "namespace": namespace, "labels": _labels()},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": namespace, "labels": _labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [subject],
+        },
+    ]

@@ -1,0 +1,80 @@
+"""Permissions declared where they are used (like kubebuilder's ``+kubebuilder:rbac`` markers).
+
+Every module that reads or writes a kind calls :func:`requires` at import time, next to the code
+that makes the requests::
+
+    rbac.requires("apps", "deployments", ["get", "list", "watch", "create", "patch", "delete"],
+                  why="the predictor Deployment")
+
+The generator (``mlops_platform.deploy.rbac``) turns :func:`declared` into Roles/ClusterRoles, and
+tests compare the requests the operator actually made (``Client.requests``) with :func:`covers`.
+
+Scopes: ``"watched"`` rules apply where the operator watches objects (cluster-wide, or each watched
+namespace); ``"leader-election"`` rules apply only in the leader-election namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Literal
+
+Scope = Literal["watched", "leader-election"]
+VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"})
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Rule:
+    group: str
+    resource: str  # may carry a subresource: "inferenceservices/status"
+    verbs: tuple[str, ...]
+    scope: Scope = "watched"
+    why: str = dataclasses.field(default="", compare=False)
+
+    @property
+    def group_resource(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    @property
+    def name(self) -> str:
+        """A stable id: ``deployments.apps``, ``inferenceservices.mlops.platform/status``, ``pods``."""
+        base, _, sub = self.resource.partition("/")
+        gr = f"{base}.{self.group}" if self.group else base
+        return f"{gr}/{sub}" if sub else gr
+
+
+_DECLARED: list[Rule] = []
+
+
+def requires(group: str, resource: str, verbs: Iterable[str], *, why: str, scope: Scope = "watched") -> Rule:
+    """Declare that this code needs ``verbs`` on ``group``/``resource``; returns the rule."""
+    vs = tuple(sorted(set(verbs)))
+    unknown = set(vs) - VERBS
+    if unknown:
+        raise ValueError(f"unknown verbs {sorted(unknown)} for {resource}")
+    rule = Rule(group, resource, vs, scope, why)
+    _DECLARED.append(rule)
+    return rule
+
+
+def declared() -> list[Rule]:
+    """All declarations, merged per (group, resource, scope), sorted."""
+    merged: dict[tuple[str, str, str], tuple[set[str], list[str]]] = {}
+    for r in _DECLARED:
+        verbs, whys = merged.setdefault((r.group, r.resource, r.scope), (set(), []))
+        verbs.update(r.verbs)
+        if r.why and r.why not in whys:
+            whys.append(r.why)
+    return sorted(
+        Rule(g, res, tuple(sorted(v)), scope, "; ".join(w))  # type: ignore[arg-type]
+        for (g, res, scope), (v, w) in merged.items()
+    )
+
+
+def covers(rules: Iterable[Rule], verb: str, group_resource: str) -> bool:
+    """Whether ``rules`` allow ``verb`` on ``group_resource`` (as :class:`Client` records it:
+    ``deployments.apps``, ``inferenceservices.mlops.platform/status``, ``pods``)."""
+    base, _, sub = group_resource.partition("/")
+    resource, _, group = base.partition(".")
+    full = f"{resource}/{sub}" if sub else resource
+    return any(r.group == group and r.resource == full and verb in r.verbs for r in rules)
