@@ -147,6 +147,7 @@ class Queue(Generic[T]):
         self._processing.discard(item)
         if item in self._dirty:
             self._queue.append(item)
+            self._wake_one_getter()
         if not self._processing:
             self._wake_drainers()
 

@@ -1,9 +1,10 @@
 """Property tests of the work queue under generated interleavings.
 
 Each example runs on its own fresh event loop. The interleaving is driven by the generated
-operations: adds, re-adds of an item a worker holds, releasing a worker, and scheduler
-yields (``asyncio.sleep(0)``: lets runnable tasks run, never waits for time). The asyncio
-scheduler is deterministic, so every example is reproducible.
+operations: adds, re-adds of an item a worker holds, releasing a worker, scheduler yields
+(``asyncio.sleep(0)``: lets runnable tasks run, never waits for time) and settling (enough
+yields for the loop to go quiescent). The asyncio scheduler is deterministic, so every
+example is reproducible.
 """
 
 from __future__ import annotations
@@ -35,9 +36,14 @@ OPS = st.lists(
         st.tuples(st.just("add_held"), WORKER),
         st.tuples(st.just("release"), WORKER),
         st.tuples(st.just("yield"), st.integers(1, 3)),
+        st.tuples(st.just("settle"), st.just(0)),
     ),
     max_size=60,
 )
+# Loop iterations after which the harness is quiescent. A released worker finishes (waking a
+# getter), may yield, and calls get again; a woken worker runs on the very next iteration.
+# Measured: the state stops changing after at most 2, so this leaves a wide margin.
+SETTLE_STEPS = 3 * MAX_WORKERS
 
 
 def _run(coro_factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -52,6 +58,32 @@ def _check_invariants(q: Queue[str]) -> None:
     assert set(queued) == q._dirty - q._processing
 
 
+def _check_no_lost_wakeup(q: Queue[str], in_get: int) -> None:
+    """No queued item is left behind while a getter sleeps un-woken.
+
+    ``in_get`` workers are suspended in ``get``: each either still waits (its future pending in
+    ``q._getters``) or has been woken (future resolved and popped) and has yet to run. A woken
+    worker needs another loop step to take an item, so a getter may wait beside queued items
+    only while every one of them has a woken worker on its way (at quiescence: none may wait
+    beside work). Holds after every step for a correct queue; a lost wake-up breaks it at once,
+    before a worker that finishes and calls ``get`` again could hide it by taking the item.
+    """
+    waiting = _waiting(q)
+    if waiting:
+        woken = in_get - waiting
+        assert q.len() <= woken, "a worker idles while items wait"
+
+
+def _check_quiescent(q: Queue[str], in_get: int) -> None:
+    """After settling no worker is still woken: each one in ``get`` waits in ``q._getters``."""
+    assert in_get == _waiting(q), "a woken worker never ran (its wake-up was dropped)"
+    _check_no_lost_wakeup(q, in_get)  # with none woken: no worker waits beside work
+
+
+def _waiting(q: Queue[str]) -> int:
+    return sum(not w.done() for w in q._getters)
+
+
 @dataclass
 class _Harness:
     """Workers that hold each item until released; records every processing start."""
@@ -64,6 +96,7 @@ class _Harness:
     in_flight: set[str] = field(default_factory=set)
     held: list[str | None] = field(default_factory=list)
     gates: list[asyncio.Event] = field(default_factory=list)
+    in_get: int = 0  # workers suspended in q.get()
     free_run: bool = False
     yield_after_done: bool = False
 
@@ -87,10 +120,13 @@ class _Harness:
 
     async def worker(self, index: int) -> None:
         while True:
+            self.in_get += 1
             try:
                 item = await self.q.get()
             except ShutDown:
                 return
+            finally:
+                self.in_get -= 1
             assert item not in self.in_flight, f"{item!r} handed to two workers"
             self.in_flight.add(item)
             self.held[index] = item
@@ -114,6 +150,20 @@ class _Harness:
     drain=True,
     yield_after_done=True,
 )
+# Pinned: a getter woken by done() runs one loop step later; until then another may still wait.
+@example(
+    workers=3,
+    ops=[("add", "a"), ("yield", 1), ("add", "a"), ("release", 0), ("yield", 1)],
+    drain=False,
+    yield_after_done=True,
+)
+# Pinned: ... and once the loop settles, that woken getter must have run.
+@example(
+    workers=3,
+    ops=[("add", "a"), ("yield", 1), ("add", "a"), ("release", 0), ("yield", 1), ("settle", 0)],
+    drain=False,
+    yield_after_done=True,
+)
 def test_concurrent_workers_never_share_an_item_and_lose_nothing(
     workers: int, ops: list[tuple[str, object]], drain: bool, yield_after_done: bool
 ) -> None:
@@ -133,14 +183,18 @@ def test_concurrent_workers_never_share_an_item_and_lose_nothing(
             elif op == "release":
                 assert isinstance(arg, int)
                 h.release(arg % workers)
+            elif op == "settle":
+                for _ in range(SETTLE_STEPS):
+                    await asyncio.sleep(0)
+                    _check_no_lost_wakeup(q, h.in_get)
+                _check_quiescent(q, h.in_get)
             else:
                 assert isinstance(arg, int)
                 for _ in range(arg):
                     await asyncio.sleep(0)
-                # No lost wake-up: once woken getters have run, none may still wait beside work.
-                if q.len():
-                    assert all(w.done() for w in q._getters), "a worker idles while items wait"
+                    _check_no_lost_wakeup(q, h.in_get)
             _check_invariants(q)
+            _check_no_lost_wakeup(q, h.in_get)
             assert q._processing == h.in_flight
 
         h.release_all()
