@@ -87,6 +87,14 @@ class Cache:
         self._started = False
         await asyncio.gather(*(i.stop() for i in self._informers.values()))
 
+    def errors(self, resources: list[kclient.Resource] | None = None) -> dict[str, Exception]:
+        """Current list/watch errors by resource (e.g. a 403 when RBAC denies list or watch)."""
+        out: dict[str, Exception] = {}
+        for (res, _), informer in self._informers.items():
+            if informer.last_error is not None and (resources is None or res in resources):
+                out[res.group_resource] = informer.last_error
+        return out
+
     def has_synced(self) -> bool:
         return all(i.has_synced() for i in self._informers.values())
 

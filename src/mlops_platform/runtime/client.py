@@ -157,6 +157,15 @@ class Client:
         params = client_adapter.ConnectionParams(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)
         return cls(client_adapter.AsyncClient(single, params), **kw)
 
+    @classmethod
+    def from_kubeconfig_dict(cls, conf: dict[str, Any], *, context: str | None = None, **kw: Any) -> Client:
+        """From a kubeconfig structure (e.g. a ServiceAccount token and the cluster's CA)."""
+        single = kubeconfig.KubeConfig.from_dict(conf).get(context_name=context)
+        if single is None:
+            raise ValueError(f"kubeconfig: no context {context or '(current)'}")
+        params = client_adapter.ConnectionParams(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)
+        return cls(client_adapter.AsyncClient(single, params), **kw)
+
     async def close(self) -> None:
         await self._http.aclose()
 

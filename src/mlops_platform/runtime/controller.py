@@ -198,6 +198,11 @@ class Controller:
             self.cache.informer_for(w.resource).add_event_handler(_Handler(w, self.queue))
 
     @property
+    def primary(self) -> kclient.Resource:
+        """The ``for_`` kind."""
+        return self._watches[0].resource
+
+    @property
     def resources(self) -> list[kclient.Resource]:
         return [w.resource for w in self._watches]
 

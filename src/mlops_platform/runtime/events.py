@@ -149,6 +149,9 @@ class EventRecorder:
         #: new Events dropped by the spam filter, and API writes that succeeded.
         self.dropped = 0
         self.writes = 0
+        #: the last authorization error writing Events (None after a later success), so owners can
+        #: surface "cannot create events" on their own objects instead of only in the log
+        self.denied: ApiError | None = None
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -312,6 +315,8 @@ class EventRecorder:
                     await self._create(entry, series)  # deleted meanwhile (TTL): start over
         except Exception as e:
             entry.failures += 1
+            if isinstance(e, ApiError) and e.status in (401, 403):
+                self.denied = e
             transient = not isinstance(e, ApiError) or e.status >= 500 or e.status == 429
             if transient and entry.failures < MAX_TRIES and not self._force:
                 log.warning("error writing event %s (will retry): %s", name, e)
@@ -321,6 +326,7 @@ class EventRecorder:
                 entry.abandoned = True
             return
         entry.failures = 0
+        self.denied = None
         entry.written = count
         self.writes += 1
         if entry.count > entry.written:

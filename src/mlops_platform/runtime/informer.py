@@ -108,6 +108,8 @@ class Informer:
         self.handlers: list[EventHandler] = []
         self.last_resource_version: str | None = None
         self.relists = 0  # how many times the reflector had to LIST (1 = only the initial list)
+        #: the last list/watch error (None once listing/watching works again): readers surface it
+        self.last_error: Exception | None = None
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -167,6 +169,7 @@ class Informer:
                     )
                     need_list = True
                     continue
+                self.last_error = e
                 delay = _retry_after_seconds(e) if e.status == 429 else backoff.next_delay()
                 log.warning(
                     "list/watch failed",
@@ -178,6 +181,7 @@ class Informer:
                 )
                 await asyncio.sleep(delay)
             except (httpx.HTTPError, OSError) as e:
+                self.last_error = e
                 delay = backoff.next_delay()
                 log.warning(
                     "list/watch connection error",
@@ -209,6 +213,7 @@ class Informer:
                 rv = meta.get("resourceVersion")
                 break
         self.relists += 1
+        self.last_error = None
         self._replace(items)
         self.last_resource_version = rv
         self._synced.set()

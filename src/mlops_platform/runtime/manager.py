@@ -150,11 +150,23 @@ class Manager:
                 "waiting for caches to sync",
                 extra={"resources": [i.resource.group_resource for i in self.cache.informers]},
             )
-            await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
+            try:
+                await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
+                log.info("caches synced")
+            except rcache.CacheSyncTimeout as e:
+                # A secondary kind that cannot be listed (RBAC, missing CRD) must not hide the failure
+                # in a log: controllers whose primary kind is synced start, and report it on their
+                # objects. Without the primary kind there is nothing to report on: fail.
+                if not all(self.cache.informer_for(c.primary).has_synced() for c in self.controllers):
+                    raise
+                log.error(
+                    "starting degraded: %s",
+                    e,
+                    extra={"errors": {k: str(v) for k, v in self.cache.errors().items()}},
+                )
             if self._stop.is_set():
                 return
             self._synced = True
-            log.info("caches synced")
             if self.options.leader_election:
                 await self._run_elected()
             else:

@@ -83,8 +83,13 @@ class InferenceServiceReconciler:
             desired, live = await self._sync_child(child, isvc, raw, actions, changes, failures)
             observed.append((child, desired, live))
 
+        failures += self._permission_problems()
         status = self._status(isvc, raw, observed, failures)
-        wrote_status = await self._write_status(raw, status)
+        try:
+            wrote_status = await self._write_status(raw, status)
+        except kclient.ApiError as e:
+            self.recorder.event(raw, "Warning", "StatusUpdateFailed", "UpdateStatus", f"patch status: {e}")
+            raise
         all_actions = actions + (["status"] if wrote_status else [])
         log.log(
             logging.INFO if all_actions or failures else logging.DEBUG,
@@ -146,6 +151,17 @@ class InferenceServiceReconciler:
         note = f"{what} {verb.lower()}" + ("" if live is None else f": {', '.join(delta[:5])}")
         self.recorder.event(raw, "Normal", verb, "Create" if live is None else "Update", note)
         return desired, applied
+
+    def _permission_problems(self) -> list[tuple[str, kclient.ApiError]]:
+        """What the operator cannot see or record (a 403 on list/watch, or on writing Events)."""
+        problems: list[tuple[str, kclient.ApiError]] = []
+        watched = [resources.POD, *(c.resource for c in children.CHILDREN)]
+        for group_resource, err in sorted(self.cache.errors(watched).items()):
+            if isinstance(err, kclient.ApiError):
+                problems.append((f"list/watch {group_resource}", err))
+        if self.recorder.denied is not None:
+            problems.append(("create events.events.k8s.io", self.recorder.denied))
+        return problems
 
     async def _apply_or_overwrite(self, child: base.Child, desired: Obj, live: Obj | None) -> Obj:
         """Server-side apply; where hand edits by another manager survive it (list entries it added,

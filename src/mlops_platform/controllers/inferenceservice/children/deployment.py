@@ -215,7 +215,7 @@ def condition(
 RBAC = rbac.requires(
     "apps",
     "deployments",
-    ["list", "watch", "patch", "update", "delete"],
+    ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
     why="the predictor Deployment: watched (owns), applied, repaired, deleted",
 )
 CHILD = base.Child(resources.DEPLOYMENT, CONDITION, name, build, condition)

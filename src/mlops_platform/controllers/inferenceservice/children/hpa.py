@@ -84,7 +84,7 @@ def condition(
 RBAC = rbac.requires(
     "autoscaling",
     "horizontalpodautoscalers",
-    ["list", "watch", "patch", "update", "delete"],
+    ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
     why="the predictor HPA: watched (owns), applied, repaired, deleted when not desired",
 )
 CHILD = base.Child(resources.HPA, CONDITION, name, build, condition)

@@ -56,7 +56,7 @@ def condition(
 RBAC = rbac.requires(
     "",
     "services",
-    ["list", "watch", "patch", "update", "delete"],
+    ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
     why="the predictor Service: watched (owns), applied, repaired, deleted",
 )
 CHILD = base.Child(resources.SERVICE, CONDITION, name, build, condition)
