@@ -29,6 +29,12 @@ def main() -> None:
     "--runtime-config", type=click.Path(exists=True, dir_okay=False), help="YAML overriding the runtime table"
 )
 @click.option("--workers", default=4, show_default=True, help="concurrent reconciles")
+@click.option(
+    "--readiness-requires-leadership/--no-readiness-requires-leadership",
+    default=True,
+    show_default=True,
+    help="with leader election, /readyz is 200 only on the leader (off: every synced replica)",
+)
 @click.option("--log-level", default="info", show_default=True)
 def run(
     kubeconfig: str | None,
@@ -41,6 +47,7 @@ def run(
     metrics_bind_address: str,
     runtime_config: str | None,
     workers: int,
+    readiness_requires_leadership: bool,
     log_level: str,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
@@ -70,6 +77,7 @@ def run(
                     leader_election_namespace=leader_election_namespace,
                     health_probe_address=_address(health_probe_bind_address),
                     metrics_address=_address(metrics_bind_address),
+                    readiness_requires_leadership=readiness_requires_leadership,
                 ),
             )
             controller.setup(mgr, runtime_table=table, workers=workers)
@@ -83,6 +91,26 @@ def _address(value: str) -> tuple[str, int] | None:
         return None
     host, _, port = value.rpartition(":")
     return (host or "127.0.0.1", int(port))
+
+
+@main.command()
+@click.option("--namespace", default="mlops-system", show_default=True, help="the operator's namespace")
+@click.option(
+    "--watch-namespace", "watch_namespaces", multiple=True, help="watch only these (namespaced RBAC)"
+)
+@click.option("--image", default=None, help="operator image (default: mlops-platform:<version>)")
+@click.option("--replicas", default=2, show_default=True)
+def manifests(namespace: str, watch_namespaces: tuple[str, ...], image: str | None, replicas: int) -> None:
+    """Print the full install set (Namespace, CRD, RBAC, Deployment, PDB, Service) as YAML."""
+    from mlops_platform.deploy import manifests as m
+
+    kwargs = {"image": image} if image else {}
+    click.echo(
+        m.render(
+            namespace=namespace, watch_namespaces=list(watch_namespaces) or None, replicas=replicas, **kwargs
+        ),
+        nl=False,
+    )
 
 
 @main.group()

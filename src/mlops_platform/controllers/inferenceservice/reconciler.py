@@ -83,7 +83,9 @@ class InferenceServiceReconciler:
             desired, live = await self._sync_child(child, isvc, raw, actions, changes, failures)
             observed.append((child, desired, live))
 
-        failures += self._permission_problems()
+        for what, err in self._permission_problems():
+            failures.append((what, err))
+            self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
         status = self._status(isvc, raw, observed, failures)
         try:
             wrote_status = await self._write_status(raw, status)

@@ -1,0 +1,177 @@
+"""Remove ONE generated RBAC rule at a time: the failure must show on the InferenceService.
+
+Every case runs at once in its own namespace (namespace-scoped mode: a Role with every generated
+rule but one, an operator watching only that namespace, authenticated as the ServiceAccount), so
+the module takes about as long as its slowest case. Two rules cannot be reported on an object,
+because without them the operator never gets to reconcile one; for those the named test asserts
+the operator-level signal instead (documented in docs/rbac.md):
+- ``inferenceservices`` list/watch: the manager fails to start with an error naming the resource;
+- ``leases`` (leader election): the replica never leads and never reports ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_platform.api import crd
+from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.deploy import rbac as deploy_rbac
+from mlops_platform.devcluster import demo as demo_mod
+from mlops_platform.runtime import cache as rcache
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import manager as rmanager
+from mlops_platform.runtime import resources
+from mlops_platform.testing import identity, wait
+
+pytestmark = pytest.mark.e2e
+ISVC = crd.RESOURCE
+
+# rule removed -> (what must appear in the Reconciled condition message or None, Event reason or None)
+EXPECT: dict[str, tuple[str | None, str | None]] = {
+    "pods": ("list/watch pods", "PermissionDenied"),
+    "services": ('cannot patch resource "services"', "ApplyFailed"),
+    "deployments.apps": ('cannot patch resource "deployments"', "ApplyFailed"),
+    "horizontalpodautoscalers.autoscaling": (
+        'cannot patch resource "horizontalpodautoscalers"',
+        "ApplyFailed",
+    ),
+    "events.events.k8s.io": ("create events.events.k8s.io", None),  # no Event can be written
+    "inferenceservices.mlops.platform/status": (None, "StatusUpdateFailed"),  # no status can be written
+    "inferenceservices.mlops.platform": (None, None),  # operator-level: manager fails naming it
+    "leases.coordination.k8s.io": (None, None),  # operator-level: never leads, never ready
+}
+
+
+@dataclasses.dataclass
+class Case:
+    rule: str
+    namespace: str
+    manager: rmanager.Manager
+    task: asyncio.Task[None]
+    objs: list[dict[str, Any]]
+
+
+async def _start_case(admin: kclient.Client, kubeconfig: Path, rule_name: str) -> Case:
+    ns = f"rbac-{rule_name.split('.')[0].replace('/', '-')[:20]}-{uuid.uuid4().hex[:5]}"
+    await admin.create(
+        resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+    )
+    rules = [r for r in deploy_rbac.declared_rules() if r.name != rule_name]
+    objs = deploy_rbac.objects(namespace=ns, watch_namespaces=[ns], rules=rules, name=f"op-{ns}")
+    await identity.apply_objects(admin, objs)
+    token = await identity.token_for(admin, ns, deploy_rbac.NAME)
+    c = identity.client_with_token(kubeconfig, token)
+    elect = rule_name.startswith("leases.")
+    mgr = rmanager.Manager(
+        c,
+        rmanager.Options(
+            namespace=ns,
+            health_probe_address=None,
+            metrics_address=None,
+            cache_sync_timeout=5,
+            leader_election=elect,
+            leader_election_id="mlops-platform",
+            leader_election_namespace=ns,
+            lease_duration=4,
+            renew_deadline=3,
+            retry_period=0.5,
+        ),
+    )
+    controller.setup(mgr, workers=2)
+    task = asyncio.create_task(mgr.run())
+    spec = {"modelUri": "s3://m/1", "framework": "seldon", "minReplicas": 1, "maxReplicas": 2}
+    await admin.create(
+        ISVC,
+        {
+            "apiVersion": "mlops.platform/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "m"},
+            "spec": spec,
+        },
+        ns,
+    )
+    return Case(rule_name, ns, mgr, task, objs)
+
+
+@pytest.fixture(scope="module")
+async def cases(kube_cluster: Path, admin_client: kclient.Client) -> AsyncIterator[dict[str, Case]]:
+    await demo_mod.install_crd(admin_client)
+    started = await asyncio.gather(*(_start_case(admin_client, kube_cluster, name) for name in EXPECT))
+    yield {c.rule: c for c in started}
+    for c in started:
+        c.manager.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(c.task, 30)
+        await c.manager.client.close()
+        await identity.delete_objects(admin_client, [o for o in c.objs if "namespace" not in o["metadata"]])
+        await admin_client.delete(resources.NAMESPACE, c.namespace)
+
+
+def test_every_generated_rule_has_a_case() -> None:
+    assert sorted(EXPECT) == sorted(r.name for r in deploy_rbac.declared_rules())
+
+
+async def _reconciled(admin: kclient.Client, ns: str) -> dict[str, Any]:
+    obj = await admin.get(ISVC, "m", ns)
+    return next(
+        (c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == "Reconciled"), {}
+    )
+
+
+async def _event_notes(admin: kclient.Client, ns: str, reason: str) -> list[str]:
+    items = (await admin.list(resources.EVENT, ns))["items"]
+    return [e.get("note", "") for e in items if e["reason"] == reason and e["regarding"]["name"] == "m"]
+
+
+@pytest.mark.parametrize("rule", [r for r, (m, e) in EXPECT.items() if m or e])
+async def test_removing_a_rule_shows_on_the_inferenceservice(
+    rule: str, cases: dict[str, Case], admin_client: kclient.Client
+) -> None:
+    case = cases[rule]
+    message, reason = EXPECT[rule]
+    if message:
+
+        async def condition() -> dict[str, Any] | None:
+            cond = await _reconciled(admin_client, case.namespace)
+            return cond if cond.get("status") == "False" and message in cond.get("message", "") else None
+
+        cond = await wait.until(condition, timeout=60, what=f"Reconciled=False naming {message!r}")
+        assert cond["reason"] in ("Forbidden", "ReconcileFailed"), cond
+    if reason:
+        resource = rule.split(".")[0]
+        notes = await wait.until(
+            lambda: _event_notes(admin_client, case.namespace, reason),
+            timeout=60,
+            what=f"Warning Event {reason}",
+        )
+        assert any(resource in n or "forbidden" in n.lower() for n in notes), notes
+
+
+async def test_without_list_on_inferenceservices_the_manager_fails_naming_it(cases: dict[str, Case]) -> None:
+    case = cases["inferenceservices.mlops.platform"]
+    with pytest.raises(rcache.CacheSyncTimeout, match=r"inferenceservices\.mlops\.platform"):
+        await asyncio.wait_for(asyncio.shield(case.task), 30)
+    assert "403" in str(case.manager.cache.errors()["inferenceservices.mlops.platform"])
+
+
+async def test_without_the_lease_rule_the_replica_never_leads_nor_reports_ready(
+    cases: dict[str, Case], admin_client: kclient.Client
+) -> None:
+    case = cases["leases.coordination.k8s.io"]
+    # the others' isvcs got a status by now; this one never does, and the manager is not ready
+    await wait.until(
+        lambda: _reconciled(admin_client, cases["pods"].namespace), timeout=60, what="a peer reconciled"
+    )
+    assert case.manager.elector is not None
+    assert not case.manager.elector.is_leader()
+    assert not case.manager.is_ready()
+    obj = await admin_client.get(ISVC, "m", case.namespace)
+    assert "status" not in obj or not obj["status"].get("conditions")

@@ -1,0 +1,194 @@
+"""The install set on a real kube-apiserver: server-side dry runs, Pod Security ``restricted`` enforced.
+
+Each test creates its own operator namespace (unique name, restricted labels) for real and deletes
+it afterwards; everything else is a server-side dry run, so cluster-wide objects (CRD, ClusterRole)
+are never changed and parallel runs do not clash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlops_platform.deploy import manifests
+from mlops_platform.devcluster import binaries
+from mlops_platform.runtime import resources
+from mlops_platform.runtime.client import ApiError, Client
+from mlops_platform.testing.plugin import TEST_NAMESPACE_LABEL
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+Obj = dict[str, Any]
+Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
+PLACEHOLDER = re.compile(r"\{\{ \.Values\.(\w+) \}\}")
+
+
+@pytest.fixture(scope="module")
+def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    """The pinned kubectl against the test cluster: ``run(*args, stdin=...) -> (rc, stdout, stderr)``."""
+    try:
+        binary = str(binaries.find(build=False)["kubectl"])
+    except FileNotFoundError:
+        binary = shutil.which("kubectl") or pytest.skip("no kubectl binary")
+    cache = tmp_path_factory.mktemp("kubectl-cache")
+
+    async def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            binary,
+            "--kubeconfig",
+            str(kube_cluster),
+            "--cache-dir",
+            str(cache),
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 120)
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    return run
+
+
+@pytest.fixture
+async def operator_namespace(admin_client: Client) -> AsyncIterator[str]:
+    """A real operator namespace with the generated Pod Security labels, unique per test."""
+    name = f"mlops-op-{uuid.uuid4().hex[:8]}"
+    ns = manifests.namespace_object(name)
+    ns["metadata"]["labels"][TEST_NAMESPACE_LABEL] = "true"
+    await admin_client.create(resources.NAMESPACE, ns)
+    yield name
+    try:
+        await admin_client.delete(resources.NAMESPACE, name, propagation_policy="Background")
+    except ApiError as e:
+        if not e.not_found:
+            raise
+
+
+def key(o: Obj) -> tuple[str, str, str]:
+    return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+
+def by_key(objs: list[Obj]) -> dict[tuple[str, str, str], Obj]:
+    return {key(o): o for o in objs if o}
+
+
+async def dry_run_apply(kubectl: Kubectl, text: str, *extra: str) -> list[str]:
+    rc, out, err = await kubectl("apply", "--dry-run=server", *extra, "-f", "-", stdin=text)
+    assert rc == 0, err
+    assert "PodSecurity" not in err, err  # no "would violate PodSecurity" warning for the Deployment
+    return out.splitlines()
+
+
+@pytest.mark.parametrize("server_side", [False, True])
+async def test_the_install_set_passes_a_server_side_dry_run(
+    kubectl: Kubectl, operator_namespace: str, server_side: bool
+) -> None:
+    text = manifests.render(namespace=operator_namespace)
+    extra = ("--server-side", "--field-manager=mlops-install-test") if server_side else ()
+    lines = await dry_run_apply(kubectl, text, *extra)
+    expected = manifests.install_objects(namespace=operator_namespace)
+    assert len(lines) == len(expected)
+    assert all(line.endswith("(server dry run)") for line in lines), lines
+
+
+async def test_the_namespaced_install_set_passes_a_server_side_dry_run(
+    kubectl: Kubectl, operator_namespace: str, namespace: str
+) -> None:
+    text = manifests.render(namespace=operator_namespace, watch_namespaces=[namespace])
+    lines = await dry_run_apply(kubectl, text)
+    assert any(line.startswith("role.rbac.authorization.k8s.io/mlops-platform-manager") for line in lines)
+    assert not any(line.startswith("clusterrole") for line in lines)
+
+
+def manager_pod(namespace: str) -> Obj:
+    """A Pod made from the Deployment's pod template, as the ReplicaSet controller would make it."""
+    [deploy] = [o for o in manifests.install_objects(namespace=namespace) if o["kind"] == "Deployment"]
+    template = copy.deepcopy(deploy["spec"]["template"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "manager-dry-run", "namespace": namespace, **template["metadata"]},
+        "spec": template["spec"],
+    }
+
+
+async def dry_run_create_pod(client: Client, pod: Obj) -> Obj:
+    ns = pod["metadata"]["namespace"]
+    return await client.request(
+        "POST", resources.POD.path(ns), params={"dryRun": "All"}, body=pod, resource="pods", namespace=ns
+    )
+
+
+def _break(pod: Obj, how: str) -> Obj:
+    bad = copy.deepcopy(pod)
+    spec = bad["spec"]
+    c = spec["containers"][0]
+    if how == "privilege-escalation":
+        c["securityContext"]["allowPrivilegeEscalation"] = True
+    elif how == "root":
+        spec["securityContext"]["runAsUser"] = 0
+        c["securityContext"]["runAsUser"] = 0
+    elif how == "capability":
+        c["securityContext"]["capabilities"]["add"] = ["NET_ADMIN"]
+    elif how == "no-seccomp":
+        del spec["securityContext"]["seccompProfile"]
+        del c["securityContext"]["seccompProfile"]
+    elif how == "host-path":
+        spec["volumes"].append({"name": "host", "hostPath": {"path": "/var/run"}})
+    return bad
+
+
+async def test_the_manager_pod_is_admitted_under_restricted(
+    admin_client: Client, operator_namespace: str
+) -> None:
+    [sa] = [
+        o for o in manifests.install_objects(namespace=operator_namespace) if o["kind"] == "ServiceAccount"
+    ]
+    await admin_client.create(resources.SERVICE_ACCOUNT, sa)  # a Pod needs its ServiceAccount to exist
+    admitted = await dry_run_create_pod(admin_client, manager_pod(operator_namespace))
+    assert admitted["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert admitted["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+@pytest.mark.parametrize("how", ["privilege-escalation", "root", "capability", "no-seccomp", "host-path"])
+async def test_a_non_compliant_pod_is_rejected(
+    admin_client: Client, operator_namespace: str, how: str
+) -> None:
+    pod = _break(manager_pod(operator_namespace), how)
+    pod["spec"].pop("serviceAccountName")  # rejected for Pod Security, not for a missing account
+    with pytest.raises(ApiError) as caught:
+        await dry_run_create_pod(admin_client, pod)
+    assert caught.value.status == 403, caught.value
+    assert f'violates PodSecurity "restricted:{manifests.POD_SECURITY_VERSION}"' in str(caught.value)
+
+
+def helm_render(chart: Path) -> list[Obj]:
+    """``helm template`` for a chart whose only template syntax is ``{{ .Values.<name> }}``."""
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    docs: list[Obj] = []
+    for f in sorted((chart / "crds").glob("*.yaml")):
+        docs += yaml.safe_load_all(f.read_text())
+    for f in sorted((chart / "templates").glob("*.yaml")):
+        text = PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), f.read_text())
+        assert "{{" not in text, f.name
+        docs += yaml.safe_load_all(text)
+    return docs
+
+
+async def test_kustomize_output_is_the_chart_and_the_install_set(kubectl: Kubectl) -> None:
+    rc, out, err = await kubectl("kustomize", str(ROOT / "config/default"))
+    assert rc == 0, err
+    built = by_key(list(yaml.safe_load_all(out)))
+    assert built == by_key(helm_render(ROOT / manifests.CHART_DIR))
+    assert built == by_key(manifests.install_objects())

@@ -1,0 +1,287 @@
+"""The install set: committed files are the generated ones, restricted pods, scoping, chart == objects."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlops_platform import cli
+from mlops_platform.api import crd
+from mlops_platform.deploy import manifests
+from mlops_platform.devcluster import binaries
+from mlops_platform.runtime import manager
+
+ROOT = Path(__file__).resolve().parents[3]
+Obj = dict[str, Any]
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+PLACEHOLDER = re.compile(r"\{\{ \.Values\.(\w+) \}\}")
+
+
+def key(o: Obj) -> tuple[str, str, str]:
+    return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+
+def by_key(objs: list[Obj]) -> dict[tuple[str, str, str], Obj]:
+    out = {key(o): o for o in objs}
+    assert len(out) == len(objs), "two objects with the same kind, namespace and name"
+    return out
+
+
+def of_kind(objs: list[Obj], kind: str) -> list[Obj]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def kustomize(directory: Path) -> list[Obj]:
+    """The objects of a kustomization that only lists ``resources`` (files or directories)."""
+    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert set(k) == {"apiVersion", "kind", "resources"}, "this resolver knows only `resources`"
+    out: list[Obj] = []
+    for res in k["resources"]:
+        path = directory / res
+        out += kustomize(path) if path.is_dir() else list(yaml.safe_load_all(path.read_text()))
+    return out
+
+
+def helm_render(chart: Path, **overrides: object) -> list[Obj]:
+    """``helm template`` for a chart whose only template syntax is ``{{ .Values.<name> }}``."""
+    values = {**yaml.safe_load((chart / "values.yaml").read_text()), **overrides}
+    docs: list[Obj] = []
+    for f in sorted((chart / "crds").glob("*.yaml")):
+        docs += yaml.safe_load_all(f.read_text())
+    for f in sorted((chart / "templates").glob("*.yaml")):
+        text = PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), f.read_text())
+        assert "{{" not in text, f"{f.name}: template syntax the renderer does not know"
+        docs += yaml.safe_load_all(text)
+    return [d for d in docs if d]
+
+
+@pytest.fixture(scope="module")
+def objs() -> list[Obj]:
+    return manifests.install_objects()
+
+
+@pytest.fixture(scope="module")
+def pod(objs: list[Obj]) -> Obj:
+    [deploy] = of_kind(objs, "Deployment")
+    spec: Obj = deploy["spec"]["template"]["spec"]
+    return spec
+
+
+# -- generated files ---------------------------------------------------------------------------------
+
+
+def test_the_committed_files_are_the_generated_ones() -> None:
+    ok, report = manifests.check(ROOT)
+    assert ok, f"run `python -m mlops_platform.deploy.manifests --write`:\n{report}"
+    assert manifests.main(["--check"]) == 0
+
+
+def test_check_shows_a_diff_and_stale_files_and_write_repairs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifests.write(tmp_path)
+    assert manifests.check(tmp_path) == (True, "")
+    deployment = tmp_path / "config/manager/deployment.yaml"
+    deployment.write_text(deployment.read_text().replace("replicas: 2", "replicas: 5"))
+    (tmp_path / "charts/mlops-platform/templates/leftover.yaml").write_text("kind: ConfigMap\n")
+    assert manifests.main(["--check", "--root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "-  replicas: 5\n+  replicas: 2\n" in out
+    assert "stale generated file: charts/mlops-platform/templates/leftover.yaml" in out
+    assert manifests.main(["--write", "--root", str(tmp_path)]) == 0
+    assert manifests.check(tmp_path) == (True, "")
+    assert not (tmp_path / "charts/mlops-platform/templates/leftover.yaml").exists()
+
+
+def test_write_and_check_refuse_non_default_parameters() -> None:
+    with pytest.raises(SystemExit):
+        manifests.main(["--check", "--namespace", "other"])
+
+
+def test_main_prints_the_install_set(capsys: pytest.CaptureFixture[str]) -> None:
+    assert manifests.main(["--namespace", "ops", "--watch-namespace", "team-a", "--replicas", "3"]) == 0
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert printed == manifests.install_objects(namespace="ops", watch_namespaces=["team-a"], replicas=3)
+
+
+def test_render_is_the_install_objects() -> None:
+    text = manifests.render(namespace="ops", image="img:1")
+    assert text.startswith(manifests.HEADER)
+    assert list(yaml.safe_load_all(text)) == manifests.install_objects(namespace="ops", image="img:1")
+    assert "&id" not in text and "*id" not in text  # no YAML aliases
+
+
+def test_config_default_is_the_install_set(objs: list[Obj]) -> None:
+    assert by_key(kustomize(ROOT / "config/default")) == by_key(objs)
+
+
+def test_the_chart_renders_to_the_install_set() -> None:
+    chart = ROOT / manifests.CHART_DIR
+    assert by_key(helm_render(chart)) == by_key(manifests.install_objects())
+    custom = helm_render(chart, namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
+    assert by_key(custom) == by_key(
+        manifests.install_objects(namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
+    )
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    assert (meta["apiVersion"], meta["name"], meta["appVersion"]) == ("v2", "mlops-platform", "0.1.0")
+    assert (chart / "crds" / crd.CRD_FILE.name).read_text() == crd.render()
+
+
+# -- the operator's pods: Pod Security restricted ---------------------------------------------------
+
+
+def test_the_namespace_enforces_audits_and_warns_restricted(objs: list[Obj]) -> None:
+    [ns] = of_kind(objs, "Namespace")
+    labels = ns["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == manifests.POD_SECURITY_VERSION
+    kube = binaries.versions()["KUBE_VERSION"]
+    assert ".".join(kube.split(".")[:2]) == manifests.POD_SECURITY_VERSION, "pin the tested minor"
+
+
+def test_the_pod_meets_the_restricted_profile(pod: Obj) -> None:
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert isinstance(psc["runAsUser"], int) and psc["runAsUser"] > 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key_ in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"):
+        assert key_ not in pod
+    assert all(set(v) == {"name", "emptyDir"} for v in pod["volumes"])
+    [c] = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["privileged"] is False
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == psc["runAsUser"] == manifests.UID
+    assert "ports" not in c or all("hostPort" not in p for p in c["ports"])
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+
+
+def test_the_pod_runs_well(pod: Obj) -> None:
+    [c] = pod["containers"]
+    assert pod["automountServiceAccountToken"] is True  # it talks to the API server
+    assert pod["terminationGracePeriodSeconds"] > manager.Options.graceful_shutdown_timeout
+    assert set(c["resources"]) == {"requests", "limits"}
+    assert c["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
+    spread = {t["topologyKey"] for t in pod["topologySpreadConstraints"]}
+    assert "kubernetes.io/hostname" in spread
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"]["port"] == "health"
+    assert c["startupProbe"]["httpGet"]["port"] == "health"
+
+
+def test_two_leader_elected_replicas_roll_one_at_a_time(objs: list[Obj]) -> None:
+    [deploy] = of_kind(objs, "Deployment")
+    spec = deploy["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    [c] = spec["template"]["spec"]["containers"]
+    assert c["command"] == ["mlops-platform", "run"]
+    assert "--leader-elect" in c["args"]
+    assert "--leader-election-namespace=mlops-system" in c["args"]
+    assert "--health-probe-bind-address=0.0.0.0:8081" in c["args"]
+    assert "--metrics-bind-address=0.0.0.0:8080" in c["args"]
+    assert not any(a.startswith("--namespace") for a in c["args"])  # cluster mode
+
+
+def test_the_flags_are_the_ones_run_accepts(objs: list[Obj]) -> None:
+    for mode in (objs, manifests.install_objects(watch_namespaces=["a", "b"])):
+        for deploy in of_kind(mode, "Deployment"):
+            [c] = deploy["spec"]["template"]["spec"]["containers"]
+            ctx = cli.run.make_context("run", list(c["args"]))
+            assert ctx.params["leader_elect"] is True
+            assert ctx.params["health_probe_bind_address"] == "0.0.0.0:8081"
+
+
+def test_the_dockerfile_matches_the_deployment(pod: Obj) -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert f"USER {manifests.UID}:{manifests.UID}" in text
+    assert 'ENTRYPOINT ["mlops-platform", "run"]' in text
+    assert re.search(r"^FROM python:3\.11-slim-bookworm AS build$", text, re.M)
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert ignore[0] == "*" and "!src/" in ignore
+
+
+def test_a_pdb_keeps_one_manager_and_the_metrics_service_selects_them(objs: list[Obj]) -> None:
+    [deploy] = of_kind(objs, "Deployment")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    [pdb] = of_kind(objs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
+    assert deploy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    [svc] = of_kind(objs, "Service")
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    assert not of_kind(manifests.install_objects(replicas=1), "PodDisruptionBudget")
+
+
+# -- namespace scoping ------------------------------------------------------------------------------
+
+
+def test_cluster_mode_order_and_scope(objs: list[Obj]) -> None:
+    assert [o["kind"] for o in objs[:2]] == ["Namespace", "CustomResourceDefinition"]
+    assert {o["kind"] for o in objs if o["kind"] in CLUSTER_SCOPED} == CLUSTER_SCOPED
+    for o in objs:
+        assert ("namespace" in o["metadata"]) == (o["kind"] not in CLUSTER_SCOPED), key(o)
+
+
+def test_namespaced_mode_has_nothing_cluster_wide_but_the_namespace_and_crd() -> None:
+    objs = manifests.install_objects(namespace="ops", watch_namespaces=["team-a"])
+    cluster_wide = {o["kind"] for o in objs if "namespace" not in o["metadata"]}
+    assert cluster_wide == {"Namespace", "CustomResourceDefinition"}
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in of_kind(objs, "Role")}
+    assert roles == {("team-a", "mlops-platform-manager"), ("ops", "mlops-platform-leader-election")}
+    [deploy] = of_kind(objs, "Deployment")
+    [c] = deploy["spec"]["template"]["spec"]["containers"]
+    assert "--namespace=team-a" in c["args"] and "--leader-election-namespace=ops" in c["args"]
+
+
+def test_several_watch_namespaces_get_one_manager_each() -> None:
+    objs = manifests.install_objects(watch_namespaces=["team-a", "team-b"])
+    by_key(objs)
+    assert {o["kind"] for o in objs if "namespace" not in o["metadata"]} == {
+        "Namespace",
+        "CustomResourceDefinition",
+    }
+    deploys = of_kind(objs, "Deployment")
+    assert [d["metadata"]["name"] for d in deploys] == ["mlops-platform-team-a", "mlops-platform-team-b"]
+    election_ids = set()
+    for d, ns in zip(deploys, ["team-a", "team-b"], strict=True):
+        pod = d["spec"]["template"]["spec"]
+        [c] = pod["containers"]
+        assert f"--namespace={ns}" in c["args"]
+        election_ids |= {a for a in c["args"] if a.startswith("--leader-election-id=")}
+        [binding] = [
+            b for b in of_kind(objs, "RoleBinding") if b["metadata"]["namespace"] == ns
+        ]  # only this manager's ServiceAccount may act in its namespace
+        assert binding["subjects"][0]["name"] == pod["serviceAccountName"] == d["metadata"]["name"]
+    assert len(election_ids) == 2
+    pdb_selectors = [p["spec"]["selector"] for p in of_kind(objs, "PodDisruptionBudget")]
+    assert pdb_selectors == [d["spec"]["selector"] for d in deploys]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"replicas": 0}, "replicas"),
+        ({"watch_namespaces": []}, "non-empty list"),
+        ({"watch_namespaces": "team-a"}, "non-empty list"),
+        ({"watch_namespaces": ["a", "a"]}, "duplicate"),
+    ],
+)
+def test_invalid_parameters(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        manifests.install_objects(**kwargs)
