@@ -289,8 +289,10 @@ async def test_every_request_was_declared_and_allowed(operator: rmanager.Manager
     assert made, "the operator made no request?"
     uncovered = [(verb, res) for verb, res in made if not rbac.covers(rules, verb, res)]
     assert uncovered == [], f"requests not covered by the declared RBAC: {uncovered}"
-    denied = {k: n for k, n in operator.client.requests.items() if k[2] in (401, 403)}
-    assert denied == {}, f"requests denied under the generated RBAC: {denied}"
+    assert not any(k[2] == 401 for k in operator.client.requests)
+    # 403s other than RBAC ("namespace is being terminated" while a test namespace goes away) are fine
+    denied = [m for m in operator.client.forbidden if " cannot " in m and " resource " in m]
+    assert denied == [], f"requests denied under the generated RBAC: {denied[:3]}"
     # every declared watched rule was exercised by the suite (no dead permission)
     used = {res for _, res in made}
     unused = [r.name for r in rules if r.scope == "watched" and r.name not in used]

@@ -139,6 +139,9 @@ class Client:
         #: requests made so far, by (verb, resource, code); cheap enough to keep always on.
         self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
         self.observers: list[RequestObserver] = []
+        #: messages of the last 403 answers; RBAC denials read 'User "..." cannot VERB resource ...'
+        #: (a 403 can also mean "namespace is being terminated", which is not an authorization matter)
+        self.forbidden: collections.deque[str] = collections.deque(maxlen=200)
 
     @classmethod
     def from_kubeconfig(
@@ -227,7 +230,12 @@ class Client:
             if retry_after is not None and attempt < self._max_retries:
                 await asyncio.sleep(retry_after)
                 continue
-            return _decode(response)
+            try:
+                return _decode(response)
+            except ApiError as e:
+                if e.status == 403:
+                    self.forbidden.append(e.message)
+                raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- typed verbs ----------------------------------------------------------------------------

@@ -149,9 +149,9 @@ class EventRecorder:
         #: new Events dropped by the spam filter, and API writes that succeeded.
         self.dropped = 0
         self.writes = 0
-        #: the last authorization error writing Events (None after a later success), so owners can
-        #: surface "cannot create events" on their own objects instead of only in the log
-        self.denied: ApiError | None = None
+        #: the last 401/403 writing Events, per namespace (dropped after a later success there), so
+        #: owners can surface "cannot create events" on their objects instead of only in the log
+        self.denied: dict[str, ApiError] = {}
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -316,7 +316,7 @@ class EventRecorder:
         except Exception as e:
             entry.failures += 1
             if isinstance(e, ApiError) and e.status in (401, 403):
-                self.denied = e
+                self.denied[entry.namespace] = e
             transient = not isinstance(e, ApiError) or e.status >= 500 or e.status == 429
             if transient and entry.failures < MAX_TRIES and not self._force:
                 log.warning("error writing event %s (will retry): %s", name, e)
@@ -326,7 +326,7 @@ class EventRecorder:
                 entry.abandoned = True
             return
         entry.failures = 0
-        self.denied = None
+        self.denied.pop(entry.namespace, None)
         entry.written = count
         self.writes += 1
         if entry.count > entry.written:

@@ -83,7 +83,7 @@ class InferenceServiceReconciler:
             desired, live = await self._sync_child(child, isvc, raw, actions, changes, failures)
             observed.append((child, desired, live))
 
-        for what, err in self._permission_problems():
+        for what, err in self._permission_problems(isvc.namespace):
             failures.append((what, err))
             self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
         status = self._status(isvc, raw, observed, failures)
@@ -154,15 +154,16 @@ class InferenceServiceReconciler:
         self.recorder.event(raw, "Normal", verb, "Create" if live is None else "Update", note)
         return desired, applied
 
-    def _permission_problems(self) -> list[tuple[str, kclient.ApiError]]:
+    def _permission_problems(self, namespace: str) -> list[tuple[str, kclient.ApiError]]:
         """What the operator cannot see or record (a 403 on list/watch, or on writing Events)."""
         problems: list[tuple[str, kclient.ApiError]] = []
         watched = [resources.POD, *(c.resource for c in children.CHILDREN)]
         for group_resource, err in sorted(self.cache.errors(watched).items()):
             if isinstance(err, kclient.ApiError):
                 problems.append((f"list/watch {group_resource}", err))
-        if self.recorder.denied is not None:
-            problems.append(("create events.events.k8s.io", self.recorder.denied))
+        denied = self.recorder.denied.get(namespace)
+        if denied is not None:
+            problems.append(("create events.events.k8s.io", denied))
         return problems
 
     async def _apply_or_overwrite(self, child: base.Child, desired: Obj, live: Obj | None) -> Obj:
