@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -19,37 +20,76 @@ from mlops_platform.devcluster import demo as demo_mod
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
 from mlops_platform.runtime import rbac, resources
-from mlops_platform.testing import identity, stages, wait
+from mlops_platform.testing import identity, plugin, stages, wait
 
 pytestmark = pytest.mark.e2e
 ISVC = crd.RESOURCE
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
 
-@pytest.fixture(scope="module")
-async def operator(kube_cluster: Path, admin_client: kclient.Client) -> AsyncIterator[rmanager.Manager]:
-    """The operator, in this process, authenticated as its ServiceAccount bound ONLY to the roles
-    generated from the code's permission declarations: the real RBAC authorizer checks every call."""
+@dataclasses.dataclass
+class Operator:
+    manager: rmanager.Manager
+    watch: str | None  # the one watched namespace in namespaced mode
+
+
+@pytest.fixture(scope="module", params=["cluster", "namespaced"])
+async def operator_env(
+    request: pytest.FixtureRequest, kube_cluster: Path, admin_client: kclient.Client
+) -> AsyncIterator[Operator]:
+    """The operator, in this process, with leader election, authenticated as its ServiceAccount bound
+    ONLY to the roles generated from the code's permission declarations: the real RBAC authorizer
+    checks every call. Cluster mode: ClusterRole, all namespaces. Namespaced mode: Roles in one
+    namespace, which it watches (and holds its Lease in); the whole suite runs in it."""
     await demo_mod.install_crd(admin_client)
     suffix = uuid.uuid4().hex[:6]
-    op_ns = f"mlops-e2e-{suffix}"
+    op_ns = f"mlops-e2e-{request.param[:2]}-{suffix}"
     await admin_client.create(
         resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": op_ns}}
     )
-    rbac_objs = deploy_rbac.objects(namespace=op_ns, name=f"mlops-e2e-{suffix}")
+    watch = op_ns if request.param == "namespaced" else None
+    rbac_objs = deploy_rbac.objects(
+        namespace=op_ns, watch_namespaces=[watch] if watch else None, name=f"mlops-e2e-{suffix}"
+    )
     await identity.apply_objects(admin_client, rbac_objs)
     token = await identity.token_for(admin_client, op_ns, deploy_rbac.NAME)
     c = identity.client_with_token(kube_cluster, token)
-    mgr = rmanager.Manager(c, rmanager.Options(health_probe_address=None, metrics_address=None))
+    options = rmanager.Options(
+        namespace=watch,
+        health_probe_address=None,
+        metrics_address=None,
+        leader_election=True,
+        leader_election_id="mlops-platform-e2e",
+        leader_election_namespace=op_ns,
+    )
+    mgr = rmanager.Manager(c, options)
     controller.setup(mgr, workers=4)
     task = asyncio.create_task(mgr.run())
-    await wait.until(lambda: _const(mgr.is_ready()), timeout=60, what="operator ready")
-    yield mgr
+    await wait.until(lambda: _const(mgr.is_ready()), timeout=60, what="operator ready (synced and leading)")
+    yield Operator(mgr, watch)
     mgr.stop()
     await asyncio.wait_for(task, 60)
     await c.close()
     await identity.delete_objects(admin_client, [o for o in rbac_objs if "namespace" not in o["metadata"]])
     await admin_client.delete(resources.NAMESPACE, op_ns)
+
+
+@pytest.fixture
+def operator(operator_env: Operator) -> rmanager.Manager:
+    return operator_env.manager
+
+
+@pytest.fixture
+async def namespace(
+    operator_env: Operator, admin_client: kclient.Client, request: pytest.FixtureRequest
+) -> AsyncIterator[str]:
+    """Cluster mode: a fresh namespace per test. Namespaced mode: the operator's watched namespace
+    (the tests use distinct object names)."""
+    if operator_env.watch is not None:
+        yield operator_env.watch
+        return
+    async with plugin.temporary_namespace(admin_client, request.node.name) as ns:
+        yield ns
 
 
 async def _const(v: Any) -> Any:
@@ -293,7 +333,7 @@ async def test_every_request_was_declared_and_allowed(operator: rmanager.Manager
     # 403s other than RBAC ("namespace is being terminated" while a test namespace goes away) are fine
     denied = [m for m in operator.client.forbidden if " cannot " in m and " resource " in m]
     assert denied == [], f"requests denied under the generated RBAC: {denied[:3]}"
-    # every declared watched rule was exercised by the suite (no dead permission)
+    # every declared rule was exercised by the suite (no dead permission)
     used = {res for _, res in made}
-    unused = [r.name for r in rules if r.scope == "watched" and r.name not in used]
+    unused = [r.name for r in rules if r.name not in used]
     assert unused == [], f"declared but never used in the e2e suite: {unused}"

@@ -175,3 +175,42 @@ async def test_without_the_lease_rule_the_replica_never_leads_nor_reports_ready(
     assert not case.manager.is_ready()
     obj = await admin_client.get(ISVC, "m", case.namespace)
     assert "status" not in obj or not obj["status"].get("conditions")
+
+
+async def test_namespaced_rbac_is_denied_outside_its_namespace_and_says_so(
+    kube_cluster: Path, admin_client: kclient.Client
+) -> None:
+    """Namespace-scoped mode: Roles only in the watched namespace; outside it every call is a 403,
+    and an operator configured to watch beyond its grant fails naming what it cannot list."""
+    suffix = uuid.uuid4().hex[:5]
+    inside, outside = f"rbac-in-{suffix}", f"rbac-out-{suffix}"
+    for ns in (inside, outside):
+        await admin_client.create(
+            resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+    objs = deploy_rbac.objects(namespace=inside, watch_namespaces=[inside], name=f"op-{inside}")
+    try:
+        await identity.apply_objects(admin_client, objs)
+        c = identity.client_with_token(
+            kube_cluster, await identity.token_for(admin_client, inside, deploy_rbac.NAME)
+        )
+        async with c:
+            await c.list(ISVC, inside)  # allowed
+            with pytest.raises(kclient.ApiError) as denied:
+                await c.list(ISVC, outside)
+            assert denied.value.status == 403
+            assert 'cannot list resource "inferenceservices"' in denied.value.message
+            mgr = rmanager.Manager(
+                c,
+                rmanager.Options(
+                    namespace=None, health_probe_address=None, metrics_address=None, cache_sync_timeout=3
+                ),
+            )
+            controller.setup(mgr)
+            with pytest.raises(rcache.CacheSyncTimeout, match=r"inferenceservices\.mlops\.platform"):
+                await asyncio.wait_for(mgr.run(), 30)
+            assert "403" in str(mgr.cache.errors()["inferenceservices.mlops.platform"])
+    finally:
+        await identity.delete_objects(admin_client, [o for o in objs if "namespace" not in o["metadata"]])
+        for ns in (inside, outside):
+            await admin_client.delete(resources.NAMESPACE, ns)

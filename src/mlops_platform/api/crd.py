@@ -155,13 +155,21 @@ def _union(branches: list[JSON], defs: dict[str, JSON], path: str) -> JSON:
     raise TypeError(f"{path}: union {branches!r} is not structural (only X | None and int | str are)")
 
 
+def _with_root_rules(schema: JSON, root: type[msgspec.Struct]) -> JSON:
+    """Add the version module's ``ROOT_RULES`` (CEL on the whole object, e.g. metadata.name)."""
+    rules = getattr(sys.modules[root.__module__], "ROOT_RULES", None)
+    if rules:
+        schema["x-kubernetes-validations"] = list(rules)
+    return schema
+
+
 def version_entry(version: Version) -> JSON:
     """The ``spec.versions[]`` item of ``version``."""
     entry: JSON = {
         "name": version.name,
         "served": version.served,
         "storage": version.storage,
-        "schema": {"openAPIV3Schema": structural_schema(version.root)},
+        "schema": {"openAPIV3Schema": _with_root_rules(structural_schema(version.root), version.root)},
         "subresources": SUBRESOURCES,
         "additionalPrinterColumns": PRINTER_COLUMNS,
     }

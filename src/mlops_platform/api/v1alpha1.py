@@ -53,6 +53,15 @@ def _quantity_rule(request: str, limit: str) -> dict[str, str]:
 #: CEL rules of ``spec.resources`` (mirrored by :func:`validate`)
 RESOURCES_RULES = [_quantity_rule("cpuRequest", "cpuLimit"), _quantity_rule("memoryRequest", "memoryLimit")]
 #: CEL rules of ``spec`` (mirrored by :func:`validate`)
+#: every child is named ``<name>-predictor`` and carries the name in label values (63 characters)
+MAX_NAME_LENGTH = 53
+ROOT_RULES = [
+    {
+        "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+        "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters (children: <name>-predictor)",
+        "reason": "FieldValueInvalid",
+    }
+]
 SPEC_RULES = [
     {
         "rule": "self.minReplicas <= self.maxReplicas",
@@ -288,6 +297,10 @@ def parse_quantity(quantity: str | int) -> Decimal:
 
 def validate(isvc: InferenceService) -> None:
     """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
+    if len(isvc.name) > MAX_NAME_LENGTH:
+        raise ValidationError(
+            f"metadata.name must be at most {MAX_NAME_LENGTH} characters, got {len(isvc.name)}"
+        )
     s = isvc.spec
     if s.min_replicas > s.max_replicas:
         raise ValidationError(

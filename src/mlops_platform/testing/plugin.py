@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -70,9 +71,10 @@ def _namespace_name(node_name: str) -> str:
     return f"t-{base}-{uuid.uuid4().hex[:6]}"
 
 
-@pytest.fixture
-async def namespace(admin_client: kclient.Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
-    name = _namespace_name(request.node.name)
+@contextlib.asynccontextmanager
+async def temporary_namespace(admin_client: kclient.Client, hint: str) -> AsyncIterator[str]:
+    """A fresh namespace named after ``hint``, deleted on exit."""
+    name = _namespace_name(hint)
     await admin_client.create(
         resources.NAMESPACE,
         {
@@ -81,9 +83,17 @@ async def namespace(admin_client: kclient.Client, request: pytest.FixtureRequest
             "metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}},
         },
     )
-    yield name
     try:
-        await admin_client.delete(resources.NAMESPACE, name, propagation_policy="Background")
-    except kclient.ApiError as e:
-        if not e.not_found:
-            raise
+        yield name
+    finally:
+        try:
+            await admin_client.delete(resources.NAMESPACE, name, propagation_policy="Background")
+        except kclient.ApiError as e:
+            if not e.not_found:
+                raise
+
+
+@pytest.fixture
+async def namespace(admin_client: kclient.Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    async with temporary_namespace(admin_client, request.node.name) as name:
+        yield name

@@ -337,3 +337,20 @@ async def test_the_crd_is_cluster_scoped(installed: JSON, admin_client: Client) 
     assert live["spec"]["scope"] == "Namespaced"
     res = await admin_client.resource_for(v1alpha1.API_VERSION, v1alpha1.KIND)
     assert res == ISVC
+
+
+async def test_names_longer_than_53_characters_are_rejected(admin_client: Client, namespace: str) -> None:
+    """Children are named <name>-predictor and carry the name in label values (63 characters max)."""
+    await crd.install(admin_client)
+    body = {
+        "apiVersion": "mlops.platform/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "n" * 54},
+        "spec": {"modelUri": "s3://m/1", "framework": "triton"},
+    }
+    with pytest.raises(ApiError) as e:
+        await admin_client.create(crd.RESOURCE, body, namespace)
+    assert e.value.status == 422
+    assert "metadata.name" in e.value.message
+    body["metadata"]["name"] = "n" * 53
+    await admin_client.create(crd.RESOURCE, body, namespace)
