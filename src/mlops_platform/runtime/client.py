@@ -152,20 +152,18 @@ class Client:
             config = kubeconfig.KubeConfig.from_file(Path(path))
         else:
             config = kubeconfig.KubeConfig.from_env()
-        single = config.get(context_name=context)
-        if single is None:
-            raise ValueError(
-                f"kubeconfig {path or '(from environment)'}: no context {context or '(current)'}"
-            )
-        params = client_adapter.ConnectionParams(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)
-        return cls(client_adapter.AsyncClient(single, params), **kw)
+        return cls._from_config(config, context, str(path or "(from environment)"), **kw)
 
     @classmethod
     def from_kubeconfig_dict(cls, conf: dict[str, Any], *, context: str | None = None, **kw: Any) -> Client:
         """From a kubeconfig structure (e.g. a ServiceAccount token and the cluster's CA)."""
-        single = kubeconfig.KubeConfig.from_dict(conf).get(context_name=context)
+        return cls._from_config(kubeconfig.KubeConfig.from_dict(conf), context, "(dict)", **kw)
+
+    @classmethod
+    def _from_config(cls, config: kubeconfig.KubeConfig, context: str | None, origin: str, **kw: Any) -> Client:
+        single = config.get(context_name=context)
         if single is None:
-            raise ValueError(f"kubeconfig: no context {context or '(current)'}")
+            raise ValueError(f"kubeconfig {origin}: no context {context or '(current)'}")
         params = client_adapter.ConnectionParams(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)
         return cls(client_adapter.AsyncClient(single, params), **kw)
 

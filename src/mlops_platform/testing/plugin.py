@@ -7,15 +7,18 @@
 - ``admin_client`` (session): a :class:`~mlops_platform.runtime.client.Client` with admin rights.
 - ``namespace`` (function): a fresh namespace for one test, deleted afterwards.
 - ``local_cluster_name`` (session): the local cluster's name, for failure-injection tests.
+- ``kubectl`` (session): the pinned kubectl against the cluster under test.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
+import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,42 @@ def local_cluster_name(kube_cluster: Path) -> str:
     if _use_existing():
         pytest.skip("failure injection needs the local control plane, not an existing cluster")
     return os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
+
+
+Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
+
+
+@pytest.fixture(scope="session")
+def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
+    """The pinned kubectl against the cluster under test: ``await kubectl(*args, stdin=None)``
+    returns ``(returncode, stdout, stderr)``; it has its own discovery cache."""
+    from mlops_platform.devcluster import binaries
+
+    try:
+        binary = str(binaries.find(build=False)["kubectl"])
+    except FileNotFoundError:
+        found = shutil.which("kubectl")
+        if found is None:
+            pytest.fail("no kubectl: run `make binaries` or put kubectl on PATH")
+        binary = found
+    cache = tmp_path_factory.mktemp("kubectl-cache")
+
+    async def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            binary,
+            "--kubeconfig",
+            str(kube_cluster),
+            "--cache-dir",
+            str(cache),
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 120)
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    return run
 
 
 @pytest.fixture(scope="session")

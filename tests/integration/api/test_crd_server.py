@@ -6,25 +6,20 @@ apply) and left installed. Every test works in its own namespace.
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import shutil
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlops_platform.api import crd, v1alpha1
-from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import resources
 from mlops_platform.runtime.client import JSON, ApiError, Client
-from mlops_platform.testing import wait
+from mlops_platform.testing import plugin, wait
 
 pytestmark = pytest.mark.integration
 
 ISVC = crd.RESOURCE
-Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
+Kubectl = plugin.Kubectl
 
 
 def manifest(name: str = "model", **spec: Any) -> JSON:
@@ -55,32 +50,6 @@ async def create_strict(client: Client, namespace: str, obj: JSON) -> JSON:
 @pytest.fixture(scope="module")
 async def installed(admin_client: Client) -> JSON:
     return await crd.install(admin_client)
-
-
-@pytest.fixture(scope="module")
-def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
-    """Run the pinned kubectl against the test cluster (own discovery cache): (rc, stdout, stderr)."""
-    try:
-        binary = str(binaries.find(build=False)["kubectl"])
-    except FileNotFoundError:
-        binary = shutil.which("kubectl") or pytest.skip("no kubectl binary")
-    cache = tmp_path_factory.mktemp("kubectl-cache")
-
-    async def run(*args: str) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            binary,
-            "--kubeconfig",
-            str(kube_cluster),
-            "--cache-dir",
-            str(cache),
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode or 0, out.decode(), err.decode()
-
-    return run
 
 
 async def test_install_is_idempotent_and_the_server_keeps_the_schema(

@@ -7,12 +7,10 @@ are never changed and parallel runs do not clash.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
-import shutil
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,44 +18,17 @@ import pytest
 import yaml
 
 from mlops_platform.deploy import manifests
-from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import resources
 from mlops_platform.runtime.client import ApiError, Client
+from mlops_platform.testing import plugin
 from mlops_platform.testing.plugin import TEST_NAMESPACE_LABEL
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]
-Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]
+Kubectl = plugin.Kubectl
 PLACEHOLDER = re.compile(r"\{\{ \.Values\.(\w+) \}\}")
-
-
-@pytest.fixture(scope="module")
-def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
-    """The pinned kubectl against the test cluster: ``run(*args, stdin=...) -> (rc, stdout, stderr)``."""
-    try:
-        binary = str(binaries.find(build=False)["kubectl"])
-    except FileNotFoundError:
-        binary = shutil.which("kubectl") or pytest.skip("no kubectl binary")
-    cache = tmp_path_factory.mktemp("kubectl-cache")
-
-    async def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            binary,
-            "--kubeconfig",
-            str(kube_cluster),
-            "--cache-dir",
-            str(cache),
-            *args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 120)
-        return proc.returncode or 0, out.decode(), err.decode()
-
-    return run
 
 
 @pytest.fixture
