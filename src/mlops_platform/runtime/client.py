@@ -160,7 +160,9 @@ class Client:
         return cls._from_config(kubeconfig.KubeConfig.from_dict(conf), context, "(dict)", **kw)
 
     @classmethod
-    def _from_config(cls, config: kubeconfig.KubeConfig, context: str | None, origin: str, **kw: Any) -> Client:
+    def _from_config(
+        cls, config: kubeconfig.KubeConfig, context: str | None, origin: str, **kw: Any
+    ) -> Client:
         single = config.get(context_name=context)
         if single is None:
             raise ValueError(f"kubeconfig {origin}: no context {context or '(current)'}")
