@@ -60,7 +60,12 @@ async def running(kube_cluster: Path, namespace: str) -> AsyncIterator[Running]:
     mgr = rmanager.Manager(
         c,
         rmanager.Options(
-            namespace=namespace, health_probe_address=("127.0.0.1", 0), metrics_address=("127.0.0.1", 0)
+            namespace=namespace,
+            health_probe_address=("127.0.0.1", 0),
+            metrics_address=("127.0.0.1", 0),
+            leader_election=True,
+            leader_election_id="configmap-mirror",
+            leader_election_namespace=namespace,
         ),
     )
     reconciler = mirror.setup(mgr, workers=2, fail_names=frozenset({"broken"}))
@@ -169,6 +174,8 @@ async def test_metrics_and_probes(admin_client: kclient.Client, namespace: str, 
         'workqueue_work_duration_seconds_count{controller="configmap-mirror",name="configmap-mirror"}',
         'rest_client_requests_total{code="200",host=',
         'controller_runtime_active_workers{controller="configmap-mirror"}',
+        'leader_election_master_status{name="configmap-mirror"}',
+        'rest_client_requests_by_resource_total{code="200",resource="configmaps",verb="list"}',
     ):
         lines = [ln for ln in text.splitlines() if ln.startswith(name)]
         assert lines, f"{name} missing from /metrics"
