@@ -47,6 +47,7 @@ unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
 
 test: venv binaries lint ## everything CI runs: lint, then unit + integration + e2e on a fresh local cluster
+	@$(CLI) dev down --name $(TEST_CLUSTER)  # a fresh cluster: no state left by an earlier run
 	@$(CLI) dev up --name $(TEST_CLUSTER)
 	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v -m 'unit or integration or e2e' || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
