@@ -32,6 +32,7 @@ def setup(
 ) -> reconciler.InferenceServiceReconciler:
     """Register the controller. The cache holds only what it needs: pods and children it labelled."""
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE)
+    mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
         mgr.cache.restrict(child.resource, labels.MANAGED_BY_SELECTOR)
     ctx = base.BuildContext(

@@ -52,6 +52,16 @@ SERVING = frozenset({resources.DEPLOYMENT, resources.SERVICE})
 Obj = dict[str, Any]
 
 
+POD_INDEX = "inferenceservice"
+
+
+def pod_index(pod: Obj) -> list[str]:
+    """Index pods by ``namespace/<InferenceService name>`` (from the label the predictor carries)."""
+    meta = pod["metadata"]
+    name = (meta.get("labels") or {}).get(labels.INFERENCESERVICE)
+    return [f"{meta.get('namespace')}/{name}"] if name else []
+
+
 class ChildApplyError(Exception):
     """One or more children could not be written; retried with backoff."""
 
@@ -279,11 +289,7 @@ class InferenceServiceReconciler:
         return status
 
     def _pod_problem(self, isvc: v1alpha1.InferenceService) -> tuple[str, str] | None:
-        selector = labels.selector(isvc)
-        for pod in self.cache.list(resources.POD, isvc.namespace):
-            pod_labels = pod["metadata"].get("labels") or {}
-            if any(pod_labels.get(k) != v for k, v in selector.items()):
-                continue
+        for pod in self.cache.by_index(resources.POD, POD_INDEX, f"{isvc.namespace}/{isvc.name}"):
             for cs in (pod.get("status") or {}).get("containerStatuses") or ():
                 waiting = (cs.get("state") or {}).get("waiting") or {}
                 if waiting.get("reason") in POD_FAILURE_REASONS:
