@@ -30,6 +30,7 @@ from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import resources
 
 DEFAULT_NAME = "mlops-dev"
+SERVICE_CIDR = "10.96.0.0/16"
 FIELD_MANAGER = "mlops-platform-dev"
 
 
@@ -87,6 +88,13 @@ def kwokctl_config(bins: binaries.Binaries) -> str:
             "kwokControllerBinary": str(bins["kwok"]),
             "kubectlBinary": str(bins["kubectl"]),
         },
+        # kube-apiserver's default Service range is a /24 (253 Services): too small for scale tests
+        "componentsPatches": [
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}],
+            }
+        ],
     }
     return yaml.safe_dump(conf, sort_keys=False)
 
