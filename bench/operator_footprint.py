@@ -48,7 +48,6 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import signal
 import socket
 import subprocess
@@ -63,7 +62,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-MIB = 1024 * 1024
+from _common import (
+    delete_namespace,
+    dev_cluster_down,
+    dev_cluster_up,
+    log,
+    markdown_table,
+    mib,
+    wait_while_terminating,
+    write_json,
+)
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 FRAMEWORKS = ("triton", "seldon", "torchserve")
 PORTS = {"triton": 8000, "seldon": 9000, "torchserve": 8080}
@@ -74,20 +83,6 @@ RECONCILE_METRIC = "controller_runtime_reconcile_total"
 #: the dev cluster's --service-cluster-ip-range 10.96.0.0/16, less network, broadcast and `kubernetes`
 DEV_CLUSTER_MAX_SERVICES = 2**16 - 3
 RequestKey = tuple[str, str, str]  # (verb, resource, code)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def mib(n: float) -> str:
-    return f"{n / MIB:.1f}"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -226,35 +221,6 @@ def requests_json(requests: Mapping[RequestKey, int]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def cli_binary() -> list[str]:
-    exe = Path(sys.executable).parent / "mlops-platform"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("mlops-platform")
-    if found:
-        return [found]
-    raise SystemExit("mlops-platform CLI not found next to the interpreter nor on PATH; use --kubeconfig")
-
-
-def dev_cluster_up(name: str) -> tuple[str, float]:
-    cmd = [*cli_binary(), "dev", "up", "--name", name]
-    log(f"starting the local dev cluster: {' '.join(cmd)}")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
-    path = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()][-1]
-    seconds = time.perf_counter() - t0
-    log(f"cluster {name} up in {seconds:.1f} s, kubeconfig {path}")
-    return path, seconds
-
-
-def dev_cluster_down(name: str) -> None:
-    cmd = [*cli_binary(), "dev", "down", "--name", name]
-    log(f"taking the dev cluster down: {' '.join(cmd)}")
-    subprocess.run(cmd, check=False)
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -369,51 +335,14 @@ def is_ready(obj: Mapping[str, Any]) -> bool:
 
 
 async def ensure_namespace(client: Any, namespace: str) -> None:
-    from mlops_platform.runtime import client as kclient
+    """Create ``namespace``; it must not exist yet (one left ``Terminating`` is waited for)."""
     from mlops_platform.runtime import resources
 
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            ns = await client.get(resources.NAMESPACE, namespace)
-        except kclient.ApiError as e:
-            if not e.not_found:
-                raise
-            break
-        if (ns.get("status") or {}).get("phase") != "Terminating":
-            raise SystemExit(f"namespace {namespace} exists already; delete it or pick --namespace")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"namespace {namespace} is still Terminating after 300 s")
-        log(f"namespace {namespace} is Terminating; waiting")
-        await asyncio.sleep(2)
+    if await wait_while_terminating(client, namespace) is not None:
+        raise SystemExit(f"namespace {namespace} exists already; delete it or pick --namespace")
     await client.create(
         resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     )
-
-
-async def delete_namespace(client: Any, namespace: str, wait: float, poll: float) -> float | None:
-    from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import resources
-
-    log(f"deleting namespace {namespace}")
-    try:
-        await client.delete(resources.NAMESPACE, namespace, propagation_policy="Background")
-    except kclient.ApiError as e:
-        if e.not_found:
-            return 0.0
-        raise
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < wait:
-        try:
-            await client.get(resources.NAMESPACE, namespace)
-        except kclient.ApiError as e:
-            if e.not_found:
-                log(f"namespace {namespace} gone after {time.monotonic() - t0:.1f} s")
-                return time.monotonic() - t0
-            raise
-        await asyncio.sleep(poll)
-    log(f"namespace {namespace} still terminating after {wait:.0f} s; not waiting longer")
-    return None
 
 
 async def create_all(client: Any, namespace: str, count: int, concurrency: int) -> float:
@@ -841,8 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             dev_cluster_down(args.cluster_name)
     print(report(result), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        log(f"wrote {args.json}")
+        write_json(args.json, result)
     return 0
 
 

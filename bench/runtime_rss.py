@@ -40,7 +40,6 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -50,8 +49,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import (
+    MIB,
+    delete_namespace,
+    dev_cluster_down,
+    dev_cluster_up,
+    log,
+    markdown_table,
+    mib,
+    wait_while_terminating,
+    write_json,
+)
+
 KIB = 1024
-MIB = 1024 * 1024
 
 # ---------------------------------------------------------------------------------------------------
 # child programs (run with `python -I -c CODE args...`; they import nothing they do not measure)
@@ -222,14 +232,6 @@ IMPORT_TARGETS: tuple[ImportTarget, ...] = (
 COMPARE_PACKAGES = ("kopf", "kubernetes_asyncio")
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def mib(n: float) -> str:
-    return f"{n / MIB:.1f}"
-
-
 def machine_info() -> dict[str, Any]:
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -239,12 +241,6 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "executable": sys.executable,
     }
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def median(values: Sequence[float]) -> float:
@@ -458,34 +454,6 @@ def config_map(namespace: str, i: int) -> dict[str, Any]:
     }
 
 
-def cli_binary() -> list[str]:
-    exe = Path(sys.executable).parent / "mlops-platform"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("mlops-platform")
-    if found:
-        return [found]
-    raise SystemExit("mlops-platform CLI not found next to the interpreter nor on PATH; use --kubeconfig")
-
-
-def dev_cluster_up(name: str) -> str:
-    cmd = [*cli_binary(), "dev", "up", "--name", name]
-    log(f"starting the local dev cluster: {' '.join(cmd)}")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
-    path = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()][-1]
-    log(f"cluster {name} up in {time.perf_counter() - t0:.1f} s, kubeconfig {path}")
-    return path
-
-
-def dev_cluster_down(name: str) -> None:
-    cmd = [*cli_binary(), "dev", "down", "--name", name]
-    log(f"taking the dev cluster down: {' '.join(cmd)}")
-    subprocess.run(cmd, check=False)
-
-
 async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrency: int) -> dict[str, Any]:
     """Create the namespace and the ConfigMaps that are missing (server-side apply); return stats."""
     from mlops_platform.runtime import client as kclient
@@ -494,20 +462,7 @@ async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrenc
     selector = f"{LABEL_KEY}={LABEL_VALUE}"
     async with kclient.Client.from_kubeconfig(kubeconfig) as client:
         # a namespace left Terminating by an earlier cleanup must be gone before we can re-create it
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                ns = await client.get(resources.NAMESPACE, namespace)
-            except kclient.ApiError as e:
-                if not e.not_found:
-                    raise
-                break
-            if (ns.get("status") or {}).get("phase") != "Terminating":
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"namespace {namespace} is still Terminating after 300 s")
-            log(f"namespace {namespace} is Terminating; waiting")
-            await asyncio.sleep(2)
+        await wait_while_terminating(client, namespace)
         await client.apply(
             resources.NAMESPACE,
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
@@ -569,29 +524,12 @@ async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrenc
         }
 
 
-async def delete_namespace(kubeconfig: str, namespace: str, wait: float = 600.0) -> None:
+async def delete_bench_namespace(kubeconfig: str, namespace: str, wait: float = 600.0) -> None:
+    """Delete ``namespace`` with a client of its own and wait (up to ``wait`` s) until it is gone."""
     from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import resources
 
     async with kclient.Client.from_kubeconfig(kubeconfig) as client:
-        log(f"deleting namespace {namespace}")
-        try:
-            await client.delete(resources.NAMESPACE, namespace, propagation_policy="Background")
-        except kclient.ApiError as e:
-            if e.not_found:
-                return
-            raise
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < wait:
-            try:
-                await client.get(resources.NAMESPACE, namespace)
-            except kclient.ApiError as e:
-                if e.not_found:
-                    log(f"namespace {namespace} gone after {time.monotonic() - t0:.0f} s")
-                    return
-                raise
-            await asyncio.sleep(2)
-        log(f"namespace {namespace} still terminating after {wait:.0f} s; not waiting longer")
+        await delete_namespace(client, namespace, wait, 2, digits=0)
 
 
 def run_cache_child(kubeconfig: str, namespace: str, variant: str, page_size: int) -> dict[str, Any]:
@@ -622,7 +560,7 @@ def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
     started_cluster = False
     kubeconfig: str = args.kubeconfig or ""
     if not kubeconfig:
-        kubeconfig = dev_cluster_up(args.cluster_name)
+        kubeconfig, _ = dev_cluster_up(args.cluster_name)
         started_cluster = True
     teardown = started_cluster and not args.keep_cluster
     try:
@@ -645,7 +583,7 @@ def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
         if teardown:
             dev_cluster_down(args.cluster_name)
         elif not args.keep_objects:
-            asyncio.run(delete_namespace(kubeconfig, args.namespace))
+            asyncio.run(delete_bench_namespace(kubeconfig, args.namespace))
 
     summary: dict[str, dict[str, float]] = {}
     rows: list[list[str]] = []
@@ -792,8 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = modes[args.mode](args)
     result["command"] = [Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-        log(f"wrote {args.json}")
+        write_json(args.json, result)
     return 0
 
 
