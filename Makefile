@@ -38,8 +38,8 @@ demo: venv binaries ## the main job: local cluster, CRD, operator, samples (left
 	@$(CLI) demo --name $(DEMO_CLUSTER)
 
 lint: venv ## ruff, mypy --strict, import-linter, generated-files check
-	$(BIN)/ruff check src tests examples
-	$(BIN)/ruff format --check src tests examples
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
