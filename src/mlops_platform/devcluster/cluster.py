@@ -249,6 +249,7 @@ def down(name: str = DEFAULT_NAME) -> None:
     if left:
         raise RuntimeError(f"processes of cluster {name!r} still running: {left}")
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
+    (workdir() / f"{name}.kwokctl.yaml").unlink(missing_ok=True)
     _log(f"cluster {name!r} is down; no process left")
 
 
