@@ -477,14 +477,14 @@ def phase(
 async def measure(
     args: argparse.Namespace, kubeconfig: str, cluster_dir: str, log_dir: Path
 ) -> dict[str, Any]:
-    from mlops_platform.devcluster import demo
+    from mlops_platform.api import crd
     from mlops_platform.runtime import client as kclient
 
     poll: float = args.poll_interval
     result: dict[str, Any] = {"control_plane_dir": cluster_dir}
     async with kclient.Client.from_kubeconfig(kubeconfig) as client:
         log("installing the InferenceService CRD")
-        await demo.install_crd(client)
+        await crd.install(client)
         await ensure_namespace(client, args.namespace)
 
         op = start_operator(kubeconfig, log_dir)

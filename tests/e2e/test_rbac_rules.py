@@ -24,7 +24,6 @@ import pytest
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.deploy import rbac as deploy_rbac
-from mlops_platform.devcluster import demo as demo_mod
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
@@ -103,7 +102,7 @@ async def _start_case(admin: kclient.Client, kubeconfig: Path, rule_name: str) -
 
 @pytest.fixture(scope="module")
 async def cases(kube_cluster: Path, admin_client: kclient.Client) -> AsyncIterator[dict[str, Case]]:
-    await demo_mod.install_crd(admin_client)
+    await crd.install(admin_client)
     started = await asyncio.gather(*(_start_case(admin_client, kube_cluster, name) for name in EXPECT))
     yield {c.rule: c for c in started}
     for c in started:

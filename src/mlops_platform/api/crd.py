@@ -19,7 +19,6 @@ Contract:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import difflib
 import sys
@@ -30,8 +29,8 @@ import msgspec
 import yaml
 
 from mlops_platform.api import CRD_NAME, RESOURCE, v1alpha1
+from mlops_platform.runtime import apiextensions
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
 
 __all__ = ["CRD_NAME", "RESOURCE", "Version", "crd_manifest", "install", "render", "structural_schema"]
 
@@ -215,18 +214,10 @@ def render(manifest: JSON | None = None) -> str:
 
 async def install(client: kclient.Client, *, timeout: float = 60.0) -> JSON:
     """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery."""
-    await client.apply(resources.CRD, crd_manifest(), field_manager=FIELD_MANAGER)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        crd = await client.get(resources.CRD, CRD_NAME)
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-            client.forget_discovery()
-            return crd
-        if loop.time() > deadline:
-            raise TimeoutError(f"CRD {CRD_NAME} not Established after {timeout:.0f}s: {conditions}")
-        await asyncio.sleep(0.2)
+    (live,) = await apiextensions.install(
+        client, [crd_manifest()], field_manager=FIELD_MANAGER, timeout=timeout
+    )
+    return live
 
 
 def _default_path() -> Path:

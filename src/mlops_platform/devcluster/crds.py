@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import yaml
 
 from mlops_platform.devcluster import gomod
+from mlops_platform.runtime import apiextensions
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
 
 FIELD_MANAGER = "mlops-platform-dev"
 
@@ -64,17 +63,4 @@ def names() -> list[str]:
 
 async def install(c: kclient.Client, *, timeout: float = 60.0) -> None:
     """Server-side apply every CRD and wait until each is Established."""
-    for crd in manifests():
-        await c.apply(resources.CRD, crd, field_manager=FIELD_MANAGER)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    for name in names():
-        while True:
-            crd = await c.get(resources.CRD, name)
-            conds = crd.get("status", {}).get("conditions", [])
-            if any(x["type"] == "Established" and x["status"] == "True" for x in conds):
-                break
-            if loop.time() > deadline:
-                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
-            await asyncio.sleep(0.2)
-    c.forget_discovery()
+    await apiextensions.install(c, manifests(), field_manager=FIELD_MANAGER, timeout=timeout)

@@ -24,7 +24,6 @@ from mlops_platform.api import crd
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import resources
-from mlops_platform.testing import wait
 
 NAMESPACE = "mlops-demo"
 EXPECT = "demo.mlops.platform/expect"
@@ -89,21 +88,6 @@ def load_samples() -> list[dict[str, Any]]:
     return docs
 
 
-async def install_crd(c: kclient.Client) -> None:
-    manifest = crd.crd_manifest()
-    await c.apply(resources.CRD, manifest, field_manager=FIELD_MANAGER)
-
-    async def established() -> bool:
-        live = await c.get(resources.CRD, manifest["metadata"]["name"])
-        return any(
-            x["type"] == "Established" and x["status"] == "True"
-            for x in live.get("status", {}).get("conditions", [])
-        )
-
-    await wait.until(established, timeout=60, what="InferenceService CRD Established")
-    c.forget_discovery()
-
-
 def _state(obj: dict[str, Any]) -> str:
     for cond in (obj.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "Ready":
@@ -114,7 +98,7 @@ def _state(obj: dict[str, Any]) -> str:
 async def _run(name: str, timeout: float) -> None:
     async with kclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
         _log("installing the InferenceService CRD")
-        await install_crd(c)
+        await crd.install(c)
         _log("starting the operator")
         pid = start_operator(name)
         _log(f"operator PID {pid}, log {operator_log(name)}")

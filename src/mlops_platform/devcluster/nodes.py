@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import yaml
 
 from mlops_platform.devcluster import gomod
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import resources, wait
 
 CPU_NODES = 3
 GPU_NODES = 2
@@ -76,15 +75,16 @@ def is_ready(node: dict[str, Any]) -> bool:
 
 
 async def wait_ready(c: kclient.Client, names: list[str], *, timeout: float) -> None:
-    """Poll until every named node reports Ready=True (raises TimeoutError naming the laggards)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    pending = set(names)
-    while True:
+    """Wait until every named node reports Ready=True (TimeoutError names the laggards)."""
+
+    async def not_ready() -> set[str]:
         listing = await c.list(resources.NODE, label_selector="type=kwok")
-        pending = set(names) - {n["metadata"]["name"] for n in listing.get("items", []) if is_ready(n)}
-        if not pending:
-            return
-        if loop.time() > deadline:
-            raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(pending)}")
-        await asyncio.sleep(0.5)
+        return set(names) - {n["metadata"]["name"] for n in listing.get("items", []) if is_ready(n)}
+
+    async def all_ready() -> bool:
+        return not await not_ready()
+
+    try:
+        await wait.until(all_ready, timeout=timeout, interval=0.5, what="nodes Ready")
+    except TimeoutError:
+        raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(await not_ready())}") from None

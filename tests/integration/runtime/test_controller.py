@@ -70,15 +70,11 @@ async def running(kube_cluster: Path, namespace: str) -> AsyncIterator[Running]:
     )
     reconciler = mirror.setup(mgr, workers=2, fail_names=frozenset({"broken"}))
     task = asyncio.create_task(mgr.run())
-    await wait.until(lambda: _true(mgr.is_ready()), timeout=30, what="manager ready")
+    await wait.until(lambda: mgr.is_ready(), timeout=30, what="manager ready")
     yield Running(mgr, task, reconciler)
     mgr.stop()
     await asyncio.wait_for(task, 30)
     await c.close()
-
-
-async def _true(v: bool) -> bool:
-    return v
 
 
 async def _mirror_data(c: kclient.Client, ns: str, name: str) -> dict[str, str] | None:
@@ -130,7 +126,7 @@ async def test_a_failing_object_does_not_block_others_and_is_retried_with_backof
     q = running.mgr.controllers[0].queue
     from mlops_platform.runtime.reconcile import Request
 
-    await wait.until(lambda: _true(q.num_requeues(Request(namespace, "broken")) >= 3), what="broken retried")
+    await wait.until(lambda: q.num_requeues(Request(namespace, "broken")) >= 3, what="broken retried")
     assert await _mirror_data(admin_client, namespace, "broken") is None
 
 

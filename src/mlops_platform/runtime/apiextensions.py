@@ -1,0 +1,32 @@
+"""Install CustomResourceDefinitions: server-side apply, then wait until the API serves them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import resources, wait
+
+
+def established(crd: dict[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+async def install(
+    c: kclient.Client, manifests: list[dict[str, Any]], *, field_manager: str, timeout: float = 60.0
+) -> list[dict[str, Any]]:
+    """Apply every CRD (idempotent), wait until each is Established, refresh discovery; return them."""
+    for manifest in manifests:
+        await c.apply(resources.CRD, manifest, field_manager=field_manager)
+    live = [await _established(c, m["metadata"]["name"], timeout) for m in manifests]
+    c.forget_discovery()
+    return live
+
+
+async def _established(c: kclient.Client, name: str, timeout: float) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        crd = await c.get(resources.CRD, name)
+        return crd if established(crd) else None
+
+    return await wait.until(probe, timeout=timeout, what=f"CRD {name} Established")

@@ -1,0 +1,52 @@
+"""Wait on conditions with timeouts (never sleep as synchronisation)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
+
+
+@overload
+async def until(
+    probe: Callable[[], Awaitable[T | None]], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+@overload
+async def until(
+    probe: Callable[[], T | None], *, timeout: float = ..., interval: float = ..., what: str = ...
+) -> T: ...
+
+
+async def until(
+    probe: Callable[[], Any],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> Any:
+    """Call ``probe()`` (sync or async) until it returns a truthy value and return that value.
+
+    Raises TimeoutError naming ``what`` and the last falsy value or exception, so failures are
+    debuggable; exceptions of the probe count as "not yet" while the world converges.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: object = None
+    while True:
+        try:
+            value = probe()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                return value
+            last = value
+        except Exception as e:
+            last = e
+        if loop.time() >= deadline:
+            raise TimeoutError(f"{what} not met within {timeout:.0f}s (last: {last!r})")
+        await asyncio.sleep(interval)
