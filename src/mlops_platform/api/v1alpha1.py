@@ -14,11 +14,12 @@ the wire, like Kubernetes' int-or-string; in Python they are always ``str`` afte
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
+
+from mlops_platform.runtime import quantity
 
 GROUP = "mlops.platform"
 VERSION = "v1alpha1"
@@ -30,7 +31,7 @@ SHORT_NAMES = ("isvc",)
 CATEGORIES = ("mlops", "all")
 
 #: a non-negative Kubernetes resource.Quantity (apimachinery's grammar without the sign)
-QUANTITY_PATTERN = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+QUANTITY_PATTERN = quantity.PATTERN
 #: schemes a model can be fetched from
 MODEL_URI_PATTERN = r"^(s3|gs|pvc|https?|file)://.+"
 
@@ -52,16 +53,24 @@ def _quantity_rule(request: str, limit: str) -> dict[str, str]:
 
 #: CEL rules of ``spec.resources`` (mirrored by :func:`validate`)
 RESOURCES_RULES = [_quantity_rule("cpuRequest", "cpuLimit"), _quantity_rule("memoryRequest", "memoryLimit")]
-#: CEL rules of ``spec`` (mirrored by :func:`validate`)
 #: every child is named ``<name>-predictor`` and carries the name in label values (63 characters)
 MAX_NAME_LENGTH = 53
+#: children are named ``<name>-predictor``: a Service name must be a DNS-1035 label
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+#: CEL rules of the whole object (mirrored by :func:`validate`)
 ROOT_RULES = [
     {
         "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
         "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters (children: <name>-predictor)",
         "reason": "FieldValueInvalid",
-    }
+    },
+    {
+        "rule": f"self.metadata.name.matches('{NAME_PATTERN}')",
+        "message": "metadata.name must start with a letter and hold only a-z, 0-9 and '-' (a DNS-1035 label)",
+        "reason": "FieldValueInvalid",
+    },
 ]
+#: CEL rules of ``spec`` (mirrored by :func:`validate`)
 SPEC_RULES = [
     {
         "rule": "self.minReplicas <= self.maxReplicas",
@@ -275,28 +284,15 @@ def from_dict(obj: dict[str, Any]) -> InferenceService:
     return isvc
 
 
-_QUANTITY = re.compile(QUANTITY_PATTERN)
-_BINARY, _DECIMAL = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), ("n", "u", "m", "", "k", "M", "G", "T", "P", "E")
-_SUFFIXES = {
-    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(_BINARY)},
-    **{s: Decimal(10) ** (3 * i - 9) for i, s in enumerate(_DECIMAL)},
-}
-
-
-def parse_quantity(quantity: str | int) -> Decimal:
-    """The value of a non-negative quantity ("500m" -> 0.5, "1Ki" -> 1024); ValueError when malformed."""
-    text = str(quantity)
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise ValueError(f"not a quantity: {text!r}")
-    number, suffix = Decimal(match.group(1)), match.group(3) or ""
-    if suffix in _SUFFIXES:
-        return number * _SUFFIXES[suffix]
-    return number.scaleb(int(suffix[1:]))  # e3, E-3
+parse_quantity = quantity.parse
 
 
 def validate(isvc: InferenceService) -> None:
     """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
+    if not re.match(NAME_PATTERN, isvc.name):
+        raise ValidationError(
+            f"metadata.name {isvc.name!r} must be a DNS-1035 label: a letter, then a-z, 0-9, '-'"
+        )
     if len(isvc.name) > MAX_NAME_LENGTH:
         raise ValidationError(
             f"metadata.name must be at most {MAX_NAME_LENGTH} characters, got {len(isvc.name)}"

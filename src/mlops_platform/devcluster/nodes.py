@@ -76,15 +76,16 @@ def is_ready(node: dict[str, Any]) -> bool:
 
 async def wait_ready(c: kclient.Client, names: list[str], *, timeout: float) -> None:
     """Wait until every named node reports Ready=True (TimeoutError names the laggards)."""
-
-    async def not_ready() -> set[str]:
-        listing = await c.list(resources.NODE, label_selector="type=kwok")
-        return set(names) - {n["metadata"]["name"] for n in listing.get("items", []) if is_ready(n)}
+    pending = set(names)
 
     async def all_ready() -> bool:
-        return not await not_ready()
+        listing = await c.list(resources.NODE, label_selector="type=kwok")
+        ready = {n["metadata"]["name"] for n in listing.get("items", []) if is_ready(n)}
+        pending.clear()
+        pending.update(set(names) - ready)
+        return not pending
 
     try:
         await wait.until(all_ready, timeout=timeout, interval=0.5, what="nodes Ready")
     except TimeoutError:
-        raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(await not_ready())}") from None
+        raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(pending)}") from None

@@ -29,4 +29,5 @@ async def _established(c: kclient.Client, name: str, timeout: float) -> dict[str
         crd = await c.get(resources.CRD, name)
         return crd if established(crd) else None
 
-    return await wait.until(probe, timeout=timeout, what=f"CRD {name} Established")
+    # a failing GET right after a successful apply (403, 404) is an error to report, not to wait out
+    return await wait.until(probe, timeout=timeout, what=f"CRD {name} Established", retry_on=())

@@ -15,32 +15,13 @@ desired object (see :func:`desired_hash`).
 from __future__ import annotations
 
 import hashlib
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
 
-_SUFFIX: dict[str, int | Decimal] = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
+from mlops_platform.runtime import quantity
+
 _QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity", "allocatable", "hard", "used"})
-
-
-def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes quantity as a Decimal (raises ValueError on malformed input)."""
-    s = str(value).strip()
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if suffix and s.endswith(suffix):
-            number, mult = s[: -len(suffix)], _SUFFIX[suffix]
-            break
-    else:
-        number, mult = s, 1
-    try:
-        return Decimal(number) * Decimal(mult)
-    except InvalidOperation:
-        raise ValueError(f"not a quantity: {value!r}") from None
 
 
 def _is_empty(v: Any) -> bool:
@@ -115,7 +96,7 @@ def _same_quantity(a: Any, b: Any) -> bool:
     if a == b:
         return True
     try:
-        return parse_quantity(a) == parse_quantity(b)
+        return quantity.parse(a) == quantity.parse(b)
     except ValueError:
         return False
 

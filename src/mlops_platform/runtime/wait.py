@@ -12,13 +12,23 @@ T = TypeVar("T")
 
 @overload
 async def until(
-    probe: Callable[[], Awaitable[T | None]], *, timeout: float = ..., interval: float = ..., what: str = ...
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+    retry_on: tuple[type[Exception], ...] = ...,
 ) -> T: ...
 
 
 @overload
 async def until(
-    probe: Callable[[], T | None], *, timeout: float = ..., interval: float = ..., what: str = ...
+    probe: Callable[[], T | None],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+    retry_on: tuple[type[Exception], ...] = ...,
 ) -> T: ...
 
 
@@ -28,11 +38,13 @@ async def until(
     timeout: float = 60.0,
     interval: float = 0.2,
     what: str = "condition",
+    retry_on: tuple[type[Exception], ...] = (Exception,),
 ) -> Any:
     """Call ``probe()`` (sync or async) until it returns a truthy value and return that value.
 
     Raises TimeoutError naming ``what`` and the last falsy value or exception, so failures are
-    debuggable; exceptions of the probe count as "not yet" while the world converges.
+    debuggable. Exceptions in ``retry_on`` (default: all) count as "not yet" while the world
+    converges; others propagate at once.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -45,7 +57,7 @@ async def until(
             if value:
                 return value
             last = value
-        except Exception as e:
+        except retry_on as e:
             last = e
         if loop.time() >= deadline:
             raise TimeoutError(f"{what} not met within {timeout:.0f}s (last: {last!r})")

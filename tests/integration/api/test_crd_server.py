@@ -321,5 +321,11 @@ async def test_names_longer_than_53_characters_are_rejected(admin_client: Client
         await admin_client.create(crd.RESOURCE, body, namespace)
     assert e.value.status == 422
     assert "metadata.name" in e.value.message
+    for bad in ("1model", "my.model", "Model"):  # the Service <name>-predictor must be a DNS-1035 label
+        body["metadata"]["name"] = bad
+        with pytest.raises(ApiError) as e:
+            await admin_client.create(crd.RESOURCE, body, namespace)
+        assert e.value.status == 422, bad
+        assert "metadata.name" in e.value.message, bad
     body["metadata"]["name"] = "n" * 53
     await admin_client.create(crd.RESOURCE, body, namespace)

@@ -224,3 +224,11 @@ def test_the_cel_rules_and_python_rules_name_the_same_fields() -> None:
     ):
         field = python_messages[id_].split(" ", 1)[0]
         assert any(m.startswith(field) for m in messages), field
+
+
+@pytest.mark.parametrize(
+    "name", ["1model", "my.model", "Model", "m" * 54], ids=["digit", "dot", "upper", "long"]
+)
+def test_names_that_cannot_name_children_are_rejected(name: str) -> None:
+    with pytest.raises(ValidationError, match=r"metadata\.name"):
+        from_dict({"metadata": {"name": name}, "spec": {"modelUri": "s3://m/1", "framework": "triton"}})

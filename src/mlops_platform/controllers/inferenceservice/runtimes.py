@@ -24,7 +24,7 @@ import msgspec
 import yaml
 from msgspec import Meta
 
-from mlops_platform.api.v1alpha1 import QUANTITY_PATTERN
+from mlops_platform.runtime import quantity as quantity_
 
 CONFIG_KEY = "runtimes.yaml"
 DEFAULT_MODEL_DIR = "/mnt/models"
@@ -314,7 +314,7 @@ def _validate(spec: RuntimeSpec, where: str) -> RuntimeSpec:
                 f"{where}.ports.{name}: port {number} is used twice ({', '.join(users)})"
             )
     for name, quantity in spec.default_requests.items():
-        if not re.match(QUANTITY_PATTERN, quantity):
+        if not quantity_.is_quantity(quantity):
             raise RuntimeConfigError(f"{where}.defaultRequests.{name}: {quantity!r} is not a quantity")
     for name in spec.env:
         if not _ENV_NAME.match(name):
