@@ -192,6 +192,16 @@ async def test_crashloop_makes_ready_false_with_the_reason(
         await admin_client.delete(stage_res, stage["metadata"]["name"])
 
 
+async def test_a_port_the_runtime_binds_itself_is_an_invalid_spec_not_a_crashloop(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    # Triton binds gRPC on 8001: as spec.port its pods could never start
+    await admin_client.create(ISVC, _isvc("clash", framework="triton", port=8001), namespace)
+    obj = await _wait_cond(admin_client, namespace, "clash", "Ready", "False", "InvalidSpec")
+    assert "spec.port" in _cond(obj, "Ready")["message"]
+    assert not await _exists(admin_client, resources.DEPLOYMENT, namespace, "clash-predictor")
+
+
 async def test_model_change_rolls_out_and_active_version_follows(
     admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:

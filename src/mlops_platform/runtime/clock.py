@@ -16,6 +16,7 @@ real sleep to synchronise.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import heapq
 import itertools
 import time
@@ -131,3 +132,13 @@ class FakeClock:
         """The earliest pending deadline, or ``None`` if nothing is scheduled."""
         live = [t.deadline for t in self._timers if not t.cancelled]
         return min(live) if live else None
+
+
+def utcnow() -> datetime.datetime:
+    """The wall clock in UTC (for API timestamps; durations use :class:`Clock`)."""
+    return datetime.datetime.now(datetime.UTC)
+
+
+def format_micro_time(t: datetime.datetime) -> str:
+    """``metav1.MicroTime`` wire format, in UTC (``2006-01-02T15:04:05.000000Z``)."""
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

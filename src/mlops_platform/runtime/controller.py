@@ -73,7 +73,6 @@ class _Watch:
     resource: kclient.Resource
     mapper: Mapper | None  # None: the object itself
     predicate: preds.Predicate
-    on_update_both: bool = True
 
 
 class _Handler:

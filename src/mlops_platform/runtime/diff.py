@@ -14,6 +14,7 @@ desired object (see :func:`desired_hash`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any
 
@@ -76,7 +77,7 @@ def difference_paths(desired: Any, live: Any, path: Path = (), parent_key: str =
 def overwrite(live: dict[str, Any], desired: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
     """A copy of ``live`` where each differing path takes ``desired``'s value; a difference inside a
     list replaces the whole list (entries other managers added are dropped)."""
-    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(live))
+    out = copy.deepcopy(live)
     for path in paths:
         cut = next((i for i, part in enumerate(path) if isinstance(part, int)), len(path))
         keys = [str(k) for k in path[:cut]]

@@ -36,7 +36,7 @@ from typing import Any, Literal, Protocol
 
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
-from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle
+from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle, format_micro_time, utcnow
 from mlops_platform.runtime.resources import EVENT
 
 __all__ = ["EventRecorder", "EventSink", "EventType", "truncate_note"]
@@ -66,10 +66,6 @@ class EventSink(Protocol):
         namespace: str | None = None,
         patch_type: PatchType = ...,
     ) -> JSON: ...
-
-
-def _micro_time(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def truncate_note(note: str, limit: int = NOTE_LIMIT) -> str:
@@ -137,7 +133,7 @@ class EventRecorder:
         if burst < 1 or refill_seconds <= 0:
             raise ValueError("burst must be >= 1 and refill_seconds > 0")
         self._clock: Clock = clock if clock is not None else RealClock()
-        self._wall = wall_clock or (lambda: datetime.datetime.now(datetime.UTC))
+        self._wall = wall_clock or utcnow
         self._entries: collections.OrderedDict[tuple[str, ...], _Entry] = collections.OrderedDict()
         self._buckets: collections.OrderedDict[tuple[str, ...], _TokenBucket] = collections.OrderedDict()
         self._queue: asyncio.Queue[_Entry] = asyncio.Queue()
@@ -216,7 +212,7 @@ class EventRecorder:
         note, reason, action = truncate_note(note), reason[:FIELD_LIMIT], action[:FIELD_LIMIT]
         object_key = tuple(str(ref.get(k, "")) for k in ("apiVersion", "kind", "namespace", "name", "uid"))
         key = (*object_key, type_, reason, action, note)
-        now, wall = self._clock.now(), _micro_time(self._wall())
+        now, wall = self._clock.now(), format_micro_time(self._wall())
         entry = self._entries.get(key)
         if entry is not None and now - entry.last_seen <= self.window:
             entry.count += 1

@@ -20,6 +20,10 @@ Handler = Callable[[str, str, bytes], Awaitable[Response]]
 MAX_BODY = 8 * 1024 * 1024
 
 
+class _TooLarge(Exception):
+    pass
+
+
 class HttpServer:
     def __init__(
         self,
@@ -33,6 +37,7 @@ class HttpServer:
         self.host, self.port = host, port
         self.ssl_context = ssl_context
         self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()  # open connections, closed by stop()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl_context)
@@ -41,15 +46,24 @@ class HttpServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+            for writer in list(self._writers):  # keep-alive clients (Prometheus) would hold stop()
+                writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
+        self._writers.add(writer)
         try:
             while True:
-                request, body = await self._read_request(conn, reader)
+                try:
+                    request, body = await self._read_request(conn, reader)
+                except _TooLarge:
+                    await self._respond(
+                        conn, writer, 413, "text/plain", b"request body too large\n", head=False
+                    )
+                    return
                 if request is None:
                     return
                 path = request.target.decode("latin-1").split("?", 1)[0]
@@ -62,20 +76,34 @@ class HttpServer:
                     except Exception:
                         log.exception("http handler failed", extra={"path": path})
                         status, ctype, payload = 500, "text/plain", b"internal error\n"
-                headers = [("content-type", ctype), ("content-length", str(len(payload)))]
-                writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-                writer.write(conn.send(h11.Data(data=payload)) or b"")
-                writer.write(conn.send(h11.EndOfMessage()) or b"")
-                await writer.drain()
+                await self._respond(conn, writer, status, ctype, payload, head=request.method == b"HEAD")
                 if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             return
         finally:
+            self._writers.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    @staticmethod
+    async def _respond(
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        ctype: str,
+        payload: bytes,
+        *,
+        head: bool,
+    ) -> None:
+        headers = [("content-type", ctype), ("content-length", str(len(payload)))]
+        writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+        if not head:  # a HEAD answer has the headers of a GET and no body
+            writer.write(conn.send(h11.Data(data=payload)) or b"")
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
 
     async def _read_request(
         self, conn: h11.Connection, reader: asyncio.StreamReader
@@ -93,7 +121,7 @@ class HttpServer:
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY:
-                    raise h11.LocalProtocolError("request body too large")
+                    raise _TooLarge
             elif isinstance(event, h11.EndOfMessage):
                 return request, bytes(body)
             elif isinstance(event, h11.ConnectionClosed):

@@ -42,7 +42,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.client import JSON, ApiError, Client
-from mlops_platform.runtime.clock import Clock, RealClock
+from mlops_platform.runtime.clock import Clock, RealClock, format_micro_time, utcnow
 from mlops_platform.runtime.resources import LEASE
 
 __all__ = ["JITTER_FACTOR", "LeaderElectionConfig", "LeaderElector", "format_micro_time"]
@@ -62,15 +62,6 @@ _RECORD_KEYS = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewT
 _GAUGES: weakref.WeakKeyDictionary[CollectorRegistry, Gauge] = weakref.WeakKeyDictionary()
 
 Callback = Callable[[], Awaitable[Any] | None]
-
-
-def format_micro_time(t: datetime.datetime) -> str:
-    """``metav1.MicroTime`` wire format, in UTC."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 def _master_gauge(registry: CollectorRegistry) -> Gauge:
@@ -120,7 +111,7 @@ class LeaderElector:
         *,
         registry: CollectorRegistry | None = None,
         clock: Clock | None = None,
-        wall_clock: Callable[[], datetime.datetime] = _utcnow,
+        wall_clock: Callable[[], datetime.datetime] = utcnow,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self._client = client

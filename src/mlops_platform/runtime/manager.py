@@ -74,8 +74,8 @@ class Manager:
         self.controllers: list[rcontroller.Controller] = []
         self.elector: leaderelection.LeaderElector | None = None
         self._stop = asyncio.Event()
-        self._servers: list[httpserver.HttpServer] = []
-        self._running_controllers = False
+        self._health_server: httpserver.HttpServer | None = None
+        self._metrics_server: httpserver.HttpServer | None = None
         self._synced = False
         self._recorders: list[events.EventRecorder] = []
 
@@ -116,13 +116,15 @@ class Manager:
 
     @property
     def health_port(self) -> int | None:
-        return self._servers[0].port if self.options.health_probe_address and self._servers else None
+        return self._health_server.port if self._health_server else None
 
     @property
     def metrics_port(self) -> int | None:
-        if not self.options.metrics_address or not self._servers:
-            return None
-        return self._servers[-1].port
+        return self._metrics_server.port if self._metrics_server else None
+
+    @property
+    def _servers(self) -> list[httpserver.HttpServer]:
+        return [s for s in (self._health_server, self._metrics_server) if s is not None]
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -177,7 +179,7 @@ class Manager:
             await self.cache.stop()
             for s in self._servers:
                 await s.stop()
-            self._servers.clear()
+            self._health_server = self._metrics_server = None
             log.info("manager stopped")
 
     async def _until_stopped(self, aw: Coroutine[Any, Any, None]) -> None:
@@ -225,11 +227,9 @@ class Manager:
         log.info("starting controllers", extra={"controllers": [c.name for c in self.controllers]})
         for c in self.controllers:
             c.start()
-        self._running_controllers = True
         try:
             await self._stop.wait()
         finally:
-            self._running_controllers = False
             timeout = self.options.graceful_shutdown_timeout
             await asyncio.shield(asyncio.gather(*(c.stop(timeout) for c in self.controllers)))
             log.info("controllers stopped")
@@ -238,13 +238,10 @@ class Manager:
         o = self.options
         if o.health_probe_address:
             host, port = o.health_probe_address
-            self._servers.append(
-                httpserver.HttpServer(
-                    {"/healthz": self._healthz, "/readyz": self._readyz}, host=host, port=port
-                )
-            )
+            routes: dict[str, httpserver.Handler] = {"/healthz": self._healthz, "/readyz": self._readyz}
+            self._health_server = httpserver.HttpServer(routes, host=host, port=port)
         if o.metrics_address:
             host, port = o.metrics_address
-            self._servers.append(httpserver.HttpServer({"/metrics": self._metrics}, host=host, port=port))
+            self._metrics_server = httpserver.HttpServer({"/metrics": self._metrics}, host=host, port=port)
         for s in self._servers:
             await s.start()

@@ -32,10 +32,6 @@ class Rule:
     why: str = dataclasses.field(default="", compare=False)
 
     @property
-    def group_resource(self) -> str:
-        return f"{self.resource}.{self.group}" if self.group else self.resource
-
-    @property
     def name(self) -> str:
         """A stable id: ``deployments.apps``, ``inferenceservices.mlops.platform/status``, ``pods``."""
         base, _, sub = self.resource.partition("/")
@@ -74,7 +70,4 @@ def declared() -> list[Rule]:
 def covers(rules: Iterable[Rule], verb: str, group_resource: str) -> bool:
     """Whether ``rules`` allow ``verb`` on ``group_resource`` (as :class:`Client` records it:
     ``deployments.apps``, ``inferenceservices.mlops.platform/status``, ``pods``)."""
-    base, _, sub = group_resource.partition("/")
-    resource, _, group = base.partition(".")
-    full = f"{resource}/{sub}" if sub else resource
-    return any(r.group == group and r.resource == full and verb in r.verbs for r in rules)
+    return any(r.name == group_resource and verb in r.verbs for r in rules)

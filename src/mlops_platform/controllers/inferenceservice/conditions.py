@@ -29,12 +29,10 @@ def merge(
                 "status": c["status"],
                 "reason": c["reason"],
                 "message": c.get("message", ""),
-                "lastTransitionTime": stamp if flipped or not prev else prev.get("lastTransitionTime", stamp),
+                "lastTransitionTime": stamp
+                if prev is None or flipped
+                else prev.get("lastTransitionTime", stamp),
                 "observedGeneration": generation,
             }
         )
     return out
-
-
-def get(conditions: list[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.get("type") == type_), None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mlops_platform.controllers.inferenceservice import children, labels, reconciler, runtimes
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import controller as rcontroller
@@ -17,11 +19,8 @@ RBAC = (
 )
 
 
-def _pod_to_service(pod: dict[str, object]) -> list[Request]:
-    meta = pod["metadata"]
-    assert isinstance(meta, dict)
-    name = (meta.get("labels") or {}).get(labels.INFERENCESERVICE)
-    return [Request(meta.get("namespace"), name)] if name else []
+def _pod_to_service(pod: dict[str, Any]) -> list[Request]:
+    return [Request(*key.split("/", 1)) for key in reconciler.pod_index(pod)]
 
 
 def setup(
@@ -35,9 +34,7 @@ def setup(
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
         mgr.cache.restrict(child.resource, labels.MANAGED_BY_SELECTOR)
-    ctx = base.BuildContext(
-        runtimes=runtime_table or runtimes.default_table(), field_manager=reconciler.FIELD_MANAGER
-    )
+    ctx = base.BuildContext(runtimes=runtimes.default_table() if runtime_table is None else runtime_table)
     rec = reconciler.InferenceServiceReconciler(mgr, mgr.event_recorder("mlops-platform"), ctx)
     builder = (
         mgr.builder(NAME)

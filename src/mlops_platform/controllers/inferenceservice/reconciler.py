@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any
 
+from mlops_platform import api
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import children, conditions, labels
 from mlops_platform.controllers.inferenceservice.children import base
@@ -34,8 +35,8 @@ from mlops_platform.runtime import manager as rmanager
 from mlops_platform.runtime.reconcile import Request, Result, TerminalError
 
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
-ISVC = kclient.Resource(v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL, v1alpha1.KIND)
-FIELD_MANAGER = "mlops-platform"
+ISVC = api.RESOURCE
+FIELD_MANAGER = labels.MANAGER
 HASH_ANNOTATION = "mlops.platform/desired-hash"
 POD_FAILURE_REASONS = frozenset(
     {
@@ -81,6 +82,7 @@ class InferenceServiceReconciler:
         started = time.perf_counter()
         try:
             isvc = v1alpha1.from_dict(raw)
+            self._validate_runtime(isvc)
         except v1alpha1.ValidationError as e:
             await self._invalid(raw, str(e))
             raise TerminalError(f"invalid spec: {e}") from None
@@ -116,6 +118,13 @@ class InferenceServiceReconciler:
         if failures:
             raise ChildApplyError("; ".join(f"{what}: {e}" for what, e in failures))
         return Result()
+
+    def _validate_runtime(self, isvc: v1alpha1.InferenceService) -> None:
+        """What only the runtime table can tell: spec.port must not be a port the server binds itself
+        (e.g. Triton's gRPC 8001), or the pods could never start."""
+        conflict = self.ctx.runtime(isvc).port_conflict(isvc.spec.port)
+        if conflict:
+            raise v1alpha1.ValidationError(f"spec.port: {conflict}")
 
     # -- children -----------------------------------------------------------------------------------
 
@@ -278,7 +287,7 @@ class InferenceServiceReconciler:
             "replicasSummary": f"{ready_replicas}/{desired_replicas}",
             "selector": labels.selector_string(isvc),
         }
-        url = children.service.cluster_url(isvc) if serving else None
+        url = children.service.cluster_url(isvc, self.ctx.cluster_domain) if serving else None
         if url:
             status["url"] = url
         version = _rolled_out_model(deployment) if isvc.spec.min_replicas > 0 else None

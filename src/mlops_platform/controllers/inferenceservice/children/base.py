@@ -33,7 +33,6 @@ class BuildContext:
     """What builders need besides the CR: the runtime table and operator-wide settings."""
 
     runtimes: RuntimeTable = dataclasses.field(default_factory=default_table)
-    field_manager: str = labels.MANAGER
     cluster_domain: str = "cluster.local"
 
     def runtime(self, isvc: v1alpha1.InferenceService) -> RuntimeSpec:

@@ -104,7 +104,7 @@ def _container(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> bas
     env = [{"name": "MODEL_URI", "value": isvc.spec.model_uri}]
     env += [{"name": k, "value": runtimes.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
-    ports += [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in rt.ports.items() if p != port]
+    ports += [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in rt.ports.items()]
     container: base.Obj = {"name": CONTAINER, "image": rt.image_for(isvc.spec.gpu_per_replica)}
     if rt.command:
         container["command"] = [runtimes.render(c, values) for c in rt.command]

@@ -1,0 +1,38 @@
+"""The probe/metrics HTTP server on loopback: routes, HEAD, 404, 413, keep-alive and stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx2 as httpx
+import pytest
+
+from mlops_platform.runtime import httpserver
+
+pytestmark = pytest.mark.unit
+
+
+async def _ok(method: str, path: str, body: bytes) -> httpserver.Response:
+    return 200, "text/plain", f"{method} {len(body)}\n".encode()
+
+
+async def test_routes_head_404_413_and_stop_closes_keepalive_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(httpserver, "MAX_BODY", 10)
+    server = httpserver.HttpServer({"/x": _ok})
+    await server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx.AsyncClient() as http:
+        got = await http.get(f"{base}/x?q=1")
+        assert (got.status_code, got.text) == (200, "GET 0\n")
+        head = await http.head(f"{base}/x")
+        assert head.status_code == 200
+        assert head.headers["content-length"] == str(len("HEAD 0\n"))  # the length a GET body would have
+        assert head.content == b""
+        assert (await http.get(f"{base}/missing")).status_code == 404
+        assert (await http.post(f"{base}/x", content=b"0123456789abc")).status_code == 413
+        again = await http.post(f"{base}/x", content=b"small")  # a new connection works after a 413
+        assert again.text == "POST 5\n"
+        # a keep-alive connection is open now: stop() must not wait for the client to go away
+        await asyncio.wait_for(server.stop(), 2)
