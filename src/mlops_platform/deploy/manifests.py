@@ -69,17 +69,9 @@ _HELM_VALUES: dict[str, object] = {
 }
 
 
-def _labels(component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": NAME,
-        "app.kubernetes.io/part-of": NAME,
-        "app.kubernetes.io/component": component,
-    }
-
-
 def namespace_object(name: str) -> Obj:
     """The operator's Namespace, with Pod Security ``restricted`` enforced, audited and warned."""
-    labels = _labels("namespace")
+    labels = rbac.labels("namespace")
     for mode in ("enforce", "audit", "warn"):
         labels[f"pod-security.kubernetes.io/{mode}"] = "restricted"
         labels[f"pod-security.kubernetes.io/{mode}-version"] = POD_SECURITY_VERSION
@@ -163,7 +155,7 @@ def pod_template(*, service_account: str, selector: dict[str, str], container: O
         for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
     ]
     return {
-        "metadata": {"labels": {**_labels("manager"), **selector}},
+        "metadata": {"labels": {**rbac.labels("manager"), **selector}},
         "spec": {
             "serviceAccountName": service_account,
             "automountServiceAccountToken": True,
@@ -193,7 +185,7 @@ def deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": {**_labels("manager"), **selector}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {**rbac.labels("manager"), **selector}},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -207,7 +199,7 @@ def pod_disruption_budget(*, name: str, namespace: str, selector: dict[str, str]
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": namespace, "labels": _labels("manager")},
+        "metadata": {"name": name, "namespace": namespace, "labels": rbac.labels("manager")},
         "spec": {
             "minAvailable": 1,
             "selector": {"matchLabels": selector},
@@ -220,7 +212,7 @@ def metrics_service(namespace: str) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": f"{NAME}-metrics", "namespace": namespace, "labels": _labels("metrics")},
+        "metadata": {"name": f"{NAME}-metrics", "namespace": namespace, "labels": rbac.labels("metrics")},
         "spec": {
             "type": "ClusterIP",
             "selector": _selector(None, False),

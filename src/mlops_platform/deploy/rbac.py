@@ -31,11 +31,12 @@ def policy_rule(rule: rbac.Rule) -> Obj:
     return {"apiGroups": [rule.group], "resources": [rule.resource], "verbs": list(rule.verbs)}
 
 
-def _labels() -> dict[str, str]:
+def labels(component: str) -> dict[str, str]:
+    """The labels of every install object, by component (rbac, manager, metrics...)."""
     return {
         "app.kubernetes.io/name": NAME,
         "app.kubernetes.io/part-of": NAME,
-        "app.kubernetes.io/component": "rbac",
+        "app.kubernetes.io/component": component,
     }
 
 
@@ -56,7 +57,7 @@ def objects(
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": service_account, "namespace": namespace, "labels": _labels()},
+            "metadata": {"name": service_account, "namespace": namespace, "labels": labels("rbac")},
         }
     ]
     manager_role = f"{name}-manager"
@@ -65,13 +66,13 @@ def objects(
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRole",
-                "metadata": {"name": manager_role, "labels": _labels()},
+                "metadata": {"name": manager_role, "labels": labels("rbac")},
                 "rules": watched,
             },
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": manager_role, "labels": _labels()},
+                "metadata": {"name": manager_role, "labels": labels("rbac")},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "ClusterRole",
@@ -92,13 +93,13 @@ def _role_and_binding(role: str, namespace: str, rules: list[Obj], subject: Obj)
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": {"name": role, "namespace": namespace, "labels": _labels()},
+            "metadata": {"name": role, "namespace": namespace, "labels": labels("rbac")},
             "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": role, "namespace": namespace, "labels": _labels()},
+            "metadata": {"name": role, "namespace": namespace, "labels": labels("rbac")},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
             "subjects": [subject],
         },

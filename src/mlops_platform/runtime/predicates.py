@@ -1,6 +1,6 @@
 """Event filters (controller-runtime ``pkg/predicate``): which changes enqueue a reconcile.
 
-A predicate sees create, update (old, new), delete and generic events and returns whether to
+A predicate sees create, update (old, new) and delete events and returns whether to
 enqueue. Combine with :func:`all_of` / :func:`any_of`; the builder ANDs the predicates it is given.
 """
 
@@ -81,6 +81,9 @@ class _Combined(Predicate):
 
 
 def all_of(*preds: Predicate) -> Predicate:
+    """Every predicate must pass (none: accept everything; one: that predicate, unwrapped)."""
+    if len(preds) <= 1:
+        return preds[0] if preds else Predicate()
     return _Combined(preds, all)
 
 

@@ -537,3 +537,21 @@ def test_condition_converts_to_the_api_type() -> None:
     assert got == v1alpha1.Condition(
         type="ServiceReady", status="True", reason="ClusterIPAssigned", message="ok", observed_generation=4
     )
+
+
+def test_settle_applies_the_live_replica_count_while_an_hpa_owns_it() -> None:
+    isvc = make(minReplicas=2, maxReplicas=5)
+    ctx = base.BuildContext()
+    fresh = deployment.build(isvc, ctx)
+    assert fresh is not None
+    assert "replicas" not in fresh["spec"]
+    deployment.settle(isvc, fresh, None)
+    assert fresh["spec"]["replicas"] == 2  # a new Deployment starts at minReplicas, not 1
+    scaled = deployment.build(isvc, ctx)
+    assert scaled is not None
+    deployment.settle(isvc, scaled, {"spec": {"replicas": 4}})
+    assert scaled["spec"]["replicas"] == 4  # the HPA's choice, never ours
+    fixed = deployment.build(make(minReplicas=3, maxReplicas=3), ctx)
+    assert fixed is not None
+    deployment.settle(make(minReplicas=3, maxReplicas=3), fixed, {"spec": {"replicas": 4}})
+    assert fixed["spec"]["replicas"] == 3  # no HPA: the spec decides

@@ -9,7 +9,7 @@ Contract:
   InferenceService name and the component). A Deployment's selector is immutable: a framework
   change must roll out new pods, never fail with "field is immutable".
 - ``<name>-predictor`` must be a DNS-1035 label (63 characters), so InferenceService names are
-  limited to :data:`MAX_NAME_LENGTH` characters; label values have the same limit.
+  limited by the API (``v1alpha1.MAX_NAME_LENGTH``); label values have the same limit.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ PREDICTOR = "predictor"
 MANAGED_BY_SELECTOR = f"{K8S_MANAGED_BY}={MANAGER}"
 
 PREDICTOR_SUFFIX = f"-{PREDICTOR}"
-MAX_NAME_LENGTH = 63 - len(PREDICTOR_SUFFIX)
+# the API limits names so that every child name and label value fits in 63 characters
+assert v1alpha1.MAX_NAME_LENGTH + len(PREDICTOR_SUFFIX) <= 63
 
 #: pod template annotation carrying the model URI the pods were started with
 MODEL_URI_ANNOTATION = f"{v1alpha1.GROUP}/model-uri"

@@ -49,7 +49,6 @@ POD_FAILURE_REASONS = frozenset(
         "RunContainerError",
     }
 )
-SERVING = frozenset({resources.DEPLOYMENT, resources.SERVICE})
 Obj = dict[str, Any]
 
 
@@ -157,7 +156,8 @@ class InferenceServiceReconciler:
         desired = _with_owner(desired, raw)
         annotations = desired["metadata"].setdefault("annotations", {})
         annotations[HASH_ANNOTATION] = diff.desired_hash(desired)
-        _keep_autoscaled_replicas(child, desired, live, isvc.spec.min_replicas)
+        if child.settle is not None:
+            child.settle(isvc, desired, live)
         delta = ["(absent)"] if live is None else diff.differences(desired, live)
         if not delta:
             return desired, live
@@ -229,12 +229,9 @@ class InferenceServiceReconciler:
     ) -> Obj:
         previous = raw.get("status") or {}
         child_conds = [child.condition(isvc, desired, live) for child, desired, live in observed]
-        # Ready means "can serve now": the autoscaler's health (e.g. no metrics yet) is reported
-        # on its own condition but does not stop a running service from serving.
+        # Ready means "can serve now": only children marked serving gate it
         serving_conds = [
-            cond
-            for (child, _, _), cond in zip(observed, child_conds, strict=True)
-            if child.resource in SERVING
+            cond for (child, _, _), cond in zip(observed, child_conds, strict=True) if child.serving
         ]
         deployment = next((live for c, _, live in observed if c.resource == resources.DEPLOYMENT), None) or {}
         dep_status = deployment.get("status") or {}
@@ -357,21 +354,6 @@ def _with_owner(desired: Obj, raw: Obj) -> Obj:
         }
     ]
     return desired
-
-
-def _keep_autoscaled_replicas(child: base.Child, desired: Obj, live: Obj | None, min_replicas: int) -> None:
-    """While an HPA owns the replica count, apply the live count instead of dropping the field.
-
-    Dropping ``spec.replicas`` from our applied configuration would make server-side apply remove
-    it (we owned it before the HPA existed) and the Deployment would fall back to 1 replica. Sending
-    the current value never fights the HPA; it is added after the hash, so HPA scaling alone causes
-    no write. A new Deployment starts at ``minReplicas`` instead of the API default of 1.
-    """
-    spec = desired.get("spec") or {}
-    if child.resource != resources.DEPLOYMENT or "replicas" in spec:
-        return
-    live_replicas = ((live or {}).get("spec") or {}).get("replicas")
-    spec["replicas"] = live_replicas if live_replicas is not None else min_replicas
 
 
 def _rolled_out_model(deployment: Obj) -> str | None:

@@ -65,17 +65,25 @@ class ChildCondition:
 NameFn = Callable[[v1alpha1.InferenceService], str]
 BuildFn = Callable[[v1alpha1.InferenceService, BuildContext], Obj | None]
 ConditionFn = Callable[[v1alpha1.InferenceService, Obj | None, Obj | None], ChildCondition]
+SettleFn = Callable[[v1alpha1.InferenceService, Obj, Obj | None], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Child:
-    """One child kind: where it lives in the API and its three pure functions."""
+    """One child kind: where it lives in the API and its pure functions.
+
+    ``settle(isvc, desired, live)``, when set, adjusts the desired object to the live one AFTER the
+    reconciler hashed it: for fields another controller drives (the HPA's replica count), so their
+    changes alone never cause a write. ``serving``: whether the child's condition gates ``Ready``.
+    """
 
     resource: Resource
     condition_type: str
     name: NameFn
     build: BuildFn
     condition: ConditionFn
+    settle: SettleFn | None = None
+    serving: bool = True
 
 
 # -- helpers shared by the child modules ---------------------------------------------------------

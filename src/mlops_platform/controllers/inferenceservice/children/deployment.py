@@ -9,10 +9,9 @@ Contract of :func:`build` (pure):
   ``nvidia.com/gpu`` requests = limits = ``gpuPerReplica``, plus a toleration for the usual GPU
   node taint;
 - ``spec.replicas``: omitted when an HPA manages the Deployment (``maxReplicas > minReplicas >= 1``)
-  so server-side apply does not fight the HPA over the field; otherwise ``minReplicas`` (0 = scaled
-  to zero). NOTE for the caller: when a previously fixed count is dropped from the applied object,
-  server-side apply removes a field only this manager owned; hand it over first (Kubernetes docs,
-  "Server-Side Apply: transferring ownership") or the count briefly resets to the default of 1;
+  from the built object; :func:`settle` (run by the reconciler after hashing) then applies the
+  LIVE count, so server-side apply neither fights the HPA nor removes the field (which would reset
+  the Deployment to 1 replica); otherwise ``minReplicas`` (0 = scaled to zero);
 - zero-downtime rollouts (maxSurge 25 %, maxUnavailable 0), a progress deadline longer than the
   startup probe's budget (a failed rollout becomes ``ProgressDeadlineExceeded``), no service links,
   no API token, non-root where the image supports it, no privilege escalation, no capabilities.
@@ -218,4 +217,20 @@ RBAC = rbac.requires(
     ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
     why="the predictor Deployment: watched (owns), applied, repaired, deleted",
 )
-CHILD = base.Child(resources.DEPLOYMENT, CONDITION, name, build, condition)
+
+
+def settle(isvc: v1alpha1.InferenceService, desired: base.Obj, live: base.Obj | None) -> None:
+    """While an HPA owns the replica count, apply the live count instead of dropping the field.
+
+    Dropping ``spec.replicas`` from our applied configuration would make server-side apply remove
+    it (we owned it before the HPA existed) and the Deployment would fall back to 1 replica. Sending
+    the current value never fights the HPA, and as it is set after hashing, HPA scaling alone causes
+    no write. A new Deployment starts at ``minReplicas`` instead of the API default of 1.
+    """
+    spec = desired["spec"]
+    if "replicas" not in spec:
+        live_replicas = ((live or {}).get("spec") or {}).get("replicas")
+        spec["replicas"] = live_replicas if live_replicas is not None else isvc.spec.min_replicas
+
+
+CHILD = base.Child(resources.DEPLOYMENT, CONDITION, name, build, condition, settle=settle)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import rbac, resources
 
 CONDITION = "AutoscalerReady"
@@ -35,7 +35,7 @@ def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj |
             "scaleTargetRef": {
                 "apiVersion": resources.DEPLOYMENT.api_version,
                 "kind": resources.DEPLOYMENT.kind,
-                "name": labels.predictor_name(isvc),
+                "name": deployment.name(isvc),
             },
             "minReplicas": isvc.spec.min_replicas,
             "maxReplicas": isvc.spec.max_replicas,
@@ -87,4 +87,5 @@ RBAC = rbac.requires(
     ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
     why="the predictor HPA: watched (owns), applied, repaired, deleted when not desired",
 )
-CHILD = base.Child(resources.HPA, CONDITION, name, build, condition)
+# the autoscaler's health (e.g. no metrics yet) is reported, but does not stop a service serving
+CHILD = base.Child(resources.HPA, CONDITION, name, build, condition, serving=False)
