@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from mlops_platform.runtime import rbac
+from mlops_platform.runtime import ratelimiter, rbac
 from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
 from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle, format_micro_time, utcnow
 from mlops_platform.runtime.resources import EVENT
@@ -72,27 +72,6 @@ def truncate_note(note: str, limit: int = NOTE_LIMIT) -> str:
     """Cut ``note`` to at most ``limit`` UTF-8 bytes without splitting a character."""
     raw = note.encode()
     return note if len(raw) <= limit else raw[:limit].decode(errors="ignore")
-
-
-class _TokenBucket:
-    def __init__(self, burst: int, refill_seconds: float, now: float) -> None:
-        self.burst, self.refill, self.tokens, self.stamp = burst, refill_seconds, float(burst), now
-
-    def _advance(self, now: float) -> None:
-        if self.refill > 0:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) / self.refill)
-        self.stamp = now
-
-    def take(self, now: float) -> bool:
-        self._advance(now)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-    def delay(self, now: float) -> float:
-        self._advance(now)
-        return max(0.0, (1.0 - self.tokens) * self.refill)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -135,7 +114,9 @@ class EventRecorder:
         self._clock: Clock = clock if clock is not None else RealClock()
         self._wall = wall_clock or utcnow
         self._entries: collections.OrderedDict[tuple[str, ...], _Entry] = collections.OrderedDict()
-        self._buckets: collections.OrderedDict[tuple[str, ...], _TokenBucket] = collections.OrderedDict()
+        self._buckets: collections.OrderedDict[tuple[str, ...], ratelimiter.TokenBucket] = (
+            collections.OrderedDict()
+        )
         self._queue: asyncio.Queue[_Entry] = asyncio.Queue()
         self._deferred: set[_Entry] = set()
         self._task: asyncio.Task[None] | None = None
@@ -245,10 +226,12 @@ class EventRecorder:
             self._entries.popitem(last=False)
         self._enqueue(entry)
 
-    def _bucket(self, object_key: tuple[str, ...], now: float) -> _TokenBucket:
+    def _bucket(self, object_key: tuple[str, ...], now: float) -> ratelimiter.TokenBucket:
         bucket = self._buckets.get(object_key)
         if bucket is None:
-            bucket = self._buckets[object_key] = _TokenBucket(self.burst, self.refill_seconds, now)
+            bucket = self._buckets[object_key] = ratelimiter.TokenBucket(
+                1.0 / self.refill_seconds, self.burst, now
+            )
             while len(self._buckets) > MAX_ENTRIES:
                 self._buckets.popitem(last=False)
         self._buckets.move_to_end(object_key)

@@ -75,6 +75,37 @@ class ItemExponentialFailureRateLimiter(Generic[T]):
         return self._failures.get(item, 0)
 
 
+class TokenBucket:
+    """Tokens refill at ``rate`` per second up to ``burst``; the caller passes the time (any clock)."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate, burst, float(burst), now
+
+    def _advance(self, now: float) -> None:
+        if now > self.stamp:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+
+    def take(self, now: float) -> bool:
+        """Take a token if one is there (a spam filter: drop when empty)."""
+        self._advance(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def reserve(self, now: float) -> float:
+        """Take a token even if not yet there; return how long until it is (``Reserve().Delay()``)."""
+        self._advance(now)
+        self.tokens -= 1.0
+        return -self.tokens / self.rate if self.tokens < 0 else 0.0
+
+    def delay(self, now: float) -> float:
+        """How long until a token is available."""
+        self._advance(now)
+        return max(0.0, (1.0 - self.tokens) / self.rate)
+
+
 class BucketRateLimiter(Generic[T]):
     """Overall (not per-item) token bucket, like ``golang.org/x/time/rate`` ``Reserve().Delay()``.
 
@@ -92,17 +123,10 @@ class BucketRateLimiter(Generic[T]):
         self.qps = qps
         self.burst = burst
         self._clock: Clock = clock if clock is not None else RealClock()
-        self._tokens = float(burst)
-        self._last = self._clock.now()
+        self._bucket = TokenBucket(qps, burst, self._clock.now())
 
     def when(self, item: T) -> float:
-        now = self._clock.now()
-        last = min(self._last, now)
-        tokens = min(float(self.burst), self._tokens + (now - last) * self.qps)
-        tokens -= 1.0
-        self._tokens = tokens
-        self._last = now
-        return -tokens / self.qps if tokens < 0 else 0.0
+        return self._bucket.reserve(self._clock.now())
 
     def forget(self, item: T) -> None:
         return None
