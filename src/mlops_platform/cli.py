@@ -35,6 +35,50 @@ def main() -> None:
     show_default=True,
     help="with leader election, /readyz is 200 only on the leader (off: every synced replica)",
 )
+@click.option(
+    "--monitoring/--no-monitoring",
+    default=True,
+    show_default=True,
+    help="PrometheusRule + ServiceMonitor per InferenceService where the Prometheus Operator CRDs exist",
+)
+@click.option(
+    "--monitoring-label",
+    "monitoring_labels",
+    multiple=True,
+    callback=lambda ctx, param, value: _labels(param, value),
+    metavar="KEY=VALUE",
+    help="label on every PrometheusRule and ServiceMonitor (what Prometheus' selectors need); repeatable",
+)
+@click.option(
+    "--monitoring-namespace",
+    default="monitoring",
+    show_default=True,
+    help="namespace whose pods may scrape the metrics port (NetworkPolicy)",
+)
+@click.option("--alert-error-ratio", type=click.FloatRange(0, 1, min_open=True), default=None)
+@click.option("--alert-latency-seconds", type=click.FloatRange(0, min_open=True), default=None)
+@click.option(
+    "--network-policy/--no-network-policy",
+    default=False,
+    show_default=True,
+    help="a NetworkPolicy per InferenceService by default (per-object: spec.extensions.networkPolicy)",
+)
+@click.option(
+    "--network-policy-ingress-namespace-label",
+    "ingress_namespace_labels",
+    multiple=True,
+    callback=lambda ctx, param, value: _labels(param, value),
+    metavar="KEY=VALUE",
+    help="namespaces with these labels may reach the serving ports (mesh/ingress gateways); repeatable",
+)
+@click.option(
+    "--network-policy-egress-cidr",
+    "egress_cidrs",
+    multiple=True,
+    callback=lambda ctx, param, value: _cidrs(param, value),
+    metavar="CIDR",
+    help="restrict predictor egress to these CIDRs plus DNS (default: egress unrestricted); repeatable",
+)
 @click.option("--log-level", default="info", show_default=True)
 def run(
     kubeconfig: str | None,
@@ -48,6 +92,14 @@ def run(
     runtime_config: str | None,
     workers: int,
     readiness_requires_leadership: bool,
+    monitoring: bool,
+    monitoring_labels: dict[str, str],
+    monitoring_namespace: str,
+    alert_error_ratio: float | None,
+    alert_latency_seconds: float | None,
+    network_policy: bool,
+    ingress_namespace_labels: dict[str, str],
+    egress_cidrs: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
@@ -55,7 +107,8 @@ def run(
 
     import yaml
 
-    from mlops_platform.controllers.inferenceservice import controller, runtimes
+    from mlops_platform.controllers.inferenceservice import alerts, controller, runtimes
+    from mlops_platform.controllers.inferenceservice.children import base
     from mlops_platform.runtime import client as kclient
     from mlops_platform.runtime import logs
     from mlops_platform.runtime import manager as rmanager
@@ -65,6 +118,22 @@ def run(
     if runtime_config:
         with open(runtime_config) as f:
             table = runtimes.load_overrides(yaml.safe_load(f) or {})
+    defaults = alerts.AlertSettings()
+    settings = base.BuildContext(
+        runtimes=table,
+        monitoring=monitoring,
+        monitoring_labels=monitoring_labels,
+        alerts=alerts.AlertSettings(
+            error_ratio=defaults.error_ratio if alert_error_ratio is None else alert_error_ratio,
+            latency_seconds=defaults.latency_seconds
+            if alert_latency_seconds is None
+            else alert_latency_seconds,
+        ),
+        network_policy=network_policy,
+        ingress_namespace_labels=ingress_namespace_labels or None,
+        monitoring_namespace=monitoring_namespace,
+        egress_cidrs=egress_cidrs,
+    )
 
     async def main_async() -> None:
         async with kclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
@@ -80,10 +149,29 @@ def run(
                     readiness_requires_leadership=readiness_requires_leadership,
                 ),
             )
-            controller.setup(mgr, runtime_table=table, workers=workers)
+            controller.setup(mgr, settings=settings, workers=workers)
             await mgr.run_until_signal()
 
     asyncio.run(main_async())
+
+
+def _labels(param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param=param)
+        out[key] = value
+    return out
+
+
+def _cidrs(param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    import ipaddress
+
+    try:
+        return tuple(str(ipaddress.ip_network(v, strict=False)) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param=param) from None
 
 
 def _address(value: str) -> tuple[str, int] | None:

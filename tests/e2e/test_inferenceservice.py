@@ -14,6 +14,7 @@ import pytest
 
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import client as kclient
@@ -24,6 +25,8 @@ from mlops_platform.testing import identity, plugin, stages, wait
 pytestmark = pytest.mark.e2e
 ISVC = crd.RESOURCE
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+PROMETHEUS_RULE = monitoring.PROMETHEUS_RULE.resource()
+SERVICE_MONITOR = monitoring.SERVICE_MONITOR.resource()
 
 
 @dataclasses.dataclass
@@ -165,10 +168,15 @@ async def test_create_becomes_ready_with_url_and_children(
         notes = sorted(
             e.get("note", "") for e in items if e["regarding"]["name"] == "web" and e["reason"] == "Created"
         )
-        return notes if len(notes) == 2 else None
+        return notes if len(notes) == 4 else None
 
     notes = await wait.until(created_events, timeout=30, what="Created events on the InferenceService")
-    assert notes == ["Deployment/web-predictor created", "Service/web-predictor created"]
+    assert notes == [
+        "Deployment/web-predictor created",
+        "PrometheusRule/web created",
+        "Service/web-predictor created",
+        "ServiceMonitor/web created",
+    ]
     assert all(p["status"]["phase"] == "Running" for p in pods)
 
 
@@ -299,8 +307,19 @@ async def test_drift_is_repaired_and_delete_cascades(
 async def test_steady_state_makes_no_writes(
     admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
-    await admin_client.create(ISVC, _isvc("calm", minReplicas=2, maxReplicas=4), namespace)
+    """Every child kind present (Deployment, Service, HPA, NetworkPolicy, PrometheusRule,
+    ServiceMonitor): 500 reconciles write nothing."""
+    calm = _isvc("calm", minReplicas=2, maxReplicas=4, extensions={"networkPolicy": {"enabled": True}})
+    await admin_client.create(ISVC, calm, namespace)
     await _wait_cond(admin_client, namespace, "calm", "Ready", "True")
+    await _wait_cond(admin_client, namespace, "calm", "MonitoringReady", "True", "MonitoringConfigured")
+    for res, name in (
+        (resources.HPA, "calm-predictor"),
+        (resources.NETWORK_POLICY, "calm"),
+        (PROMETHEUS_RULE, "calm"),
+        (SERVICE_MONITOR, "calm"),
+    ):
+        assert await _exists(admin_client, res, namespace, name), (res.kind, name)
     ctrl = operator.controllers[0]
     await wait.until(lambda: ctrl.queue.len() == 0, what="queue idle")
     from mlops_platform.runtime.reconcile import Request
@@ -311,6 +330,80 @@ async def test_steady_state_makes_no_writes(
         assert result.requeue_after is None
         assert not result.requeue
     assert _writes(operator.client) - writes_before == 0
+
+
+async def test_monitoring_children_are_accepted_and_follow_the_spec(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    """PrometheusRule and ServiceMonitor pass the upstream CRD schemas; turned off, they go."""
+    await admin_client.create(ISVC, _isvc("mon", framework="triton", minReplicas=2, maxReplicas=3), namespace)
+    obj = await _wait_cond(admin_client, namespace, "mon", "MonitoringReady", "True", "MonitoringConfigured")
+    rule = await admin_client.get(PROMETHEUS_RULE, "mon", namespace)
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert alerts == [
+        "InferenceServiceNoReadyReplica",
+        "InferenceServiceBelowMinReplicas",
+        "InferenceServiceHighErrorRatio",
+        "InferenceServiceHighLatency",
+    ]
+    monitor = await admin_client.get(SERVICE_MONITOR, "mon", namespace)
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    for child in (rule, monitor):
+        assert child["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    svc = await admin_client.get(resources.SERVICE, "mon-predictor", namespace)
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 8080, "metrics": 8002}
+
+    await admin_client.patch(
+        ISVC, "mon", {"spec": {"extensions": {"monitoring": {"enabled": False}}}}, namespace=namespace
+    )
+    obj = await _wait_cond(admin_client, namespace, "mon", "MonitoringReady", "True", "MonitoringDisabled")
+    for res in (PROMETHEUS_RULE, SERVICE_MONITOR):
+        await wait.until(
+            lambda res=res: _absent(admin_client, res, namespace, "mon"), what=f"{res.kind} deleted"
+        )
+
+
+async def test_network_policy_selects_exactly_the_predictor_pods_of_its_service(
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+) -> None:
+    policy_on = {"networkPolicy": {"enabled": True}}
+    await admin_client.create(
+        ISVC, _isvc("np", minReplicas=2, maxReplicas=2, extensions=policy_on), namespace
+    )
+    await admin_client.create(ISVC, _isvc("np2", minReplicas=1, maxReplicas=1), namespace)
+    # a pod that shares the seed's "app" label but is not a predictor of np
+    stray = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "np-lookalike", "labels": {"app": "np", "app.kubernetes.io/instance": "np"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    await admin_client.create(resources.POD, stray, namespace)
+    await _wait_cond(admin_client, namespace, "np", "NetworkPolicyReady", "True", "PolicyApplied")
+    await _wait_cond(admin_client, namespace, "np", "Ready", "True")
+    await _wait_cond(admin_client, namespace, "np2", "Ready", "True")
+    policy = await admin_client.get(resources.NETWORK_POLICY, "np", namespace)
+    assert not await _exists(admin_client, resources.NETWORK_POLICY, namespace, "np2")  # opt-in
+    match = policy["spec"]["podSelector"]["matchLabels"]
+    selected = await admin_client.list(
+        resources.POD, namespace, label_selector=",".join(f"{k}={v}" for k, v in match.items())
+    )
+    dep = await admin_client.get(resources.DEPLOYMENT, "np-predictor", namespace)
+    want = dep["spec"]["selector"]["matchLabels"]
+    every = (await admin_client.list(resources.POD, namespace))["items"]
+    predictors = {
+        p["metadata"]["name"] for p in every if want.items() <= (p["metadata"].get("labels") or {}).items()
+    }
+    assert len(predictors) == 2
+    assert {p["metadata"]["name"] for p in selected["items"]} == predictors
+    others = {p["metadata"]["name"] for p in every} - predictors
+    assert "np-lookalike" in others
+    assert any(n.startswith("np2-predictor-") for n in others)
+    await admin_client.delete(resources.POD, "np-lookalike", namespace)
+    assert policy["spec"]["ingress"][0]["ports"] == [
+        {"protocol": "TCP", "port": "http"},
+        {"protocol": "TCP", "port": "grpc"},
+    ]
 
 
 def _writes(c: kclient.Client) -> int:

@@ -46,6 +46,21 @@ EXPECT: dict[str, tuple[str | None, str | None]] = {
     "inferenceservices.mlops.platform/status": (None, "StatusUpdateFailed"),  # no status can be written
     "inferenceservices.mlops.platform": (None, None),  # operator-level: manager fails naming it
     "leases.coordination.k8s.io": (None, None),  # operator-level: never leads, never ready
+    "networkpolicies.networking.k8s.io": ('cannot patch resource "networkpolicies"', "ApplyFailed"),
+    # optional kinds: without list/watch their informer never syncs, so nothing is applied blind
+    "prometheusrules.monitoring.coreos.com": (
+        "list/watch prometheusrules.monitoring.coreos.com",
+        "PermissionDenied",
+    ),
+    "servicemonitors.monitoring.coreos.com": (
+        "list/watch servicemonitors.monitoring.coreos.com",
+        "PermissionDenied",
+    ),
+    # without it no optional kind can be discovered: the cache starts degraded and says why
+    "customresourcedefinitions.apiextensions.k8s.io": (
+        "list/watch customresourcedefinitions.apiextensions.k8s.io",
+        "PermissionDenied",
+    ),
 }
 
 
@@ -86,7 +101,13 @@ async def _start_case(admin: kclient.Client, kubeconfig: Path, rule_name: str) -
     )
     controller.setup(mgr, workers=2)
     task = asyncio.create_task(mgr.run())
-    spec = {"modelUri": "s3://m/1", "framework": "seldon", "minReplicas": 1, "maxReplicas": 2}
+    spec = {
+        "modelUri": "s3://m/1",
+        "framework": "seldon",
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "extensions": {"networkPolicy": {"enabled": True}},  # every child kind is exercised
+    }
     await admin.create(
         ISVC,
         {

@@ -24,6 +24,26 @@ def test_go_modules_pin_the_versions_in_versions_env() -> None:
     assert f"sigs.k8s.io/kwok {v['KWOK_VERSION']}" in (ROOT / "hack/kwok/go.mod").read_text()
 
 
+def test_promtool_go_module_is_the_prometheus_release_in_versions_env() -> None:
+    v = binaries.versions()
+    go_mod = (ROOT / "hack/promtool/go.mod").read_text()
+    assert re.search(
+        rf"^require github\.com/prometheus/prometheus {v['PROMTOOL_MODULE_VERSION']}$", go_mod, re.M
+    )
+    # Prometheus tags its Go module v0.3MM.P for release v3.MM.P
+    tag = re.fullmatch(r"v0\.3(\d\d)\.(\d+)", v["PROMTOOL_MODULE_VERSION"])
+    assert tag, v["PROMTOOL_MODULE_VERSION"]
+    assert v["PROMTOOL_VERSION"] == f"v3.{int(tag.group(1))}.{tag.group(2)}"
+    assert "github.com/prometheus/prometheus/cmd/promtool" in (ROOT / "hack/promtool/tools.go").read_text()
+
+
+def test_promtool_has_its_own_cache_directory() -> None:
+    d = binaries.promtool_cache_dir()
+    assert d.name == f"promtool-{binaries.versions()['PROMTOOL_VERSION']}"
+    assert d.parent == binaries.cache_bin_dir().parent and d != binaries.cache_bin_dir()
+    assert "promtool" not in binaries.NAMES  # not a control-plane binary: kwokctl never sees it
+
+
 def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> None:
     bins = binaries.Binaries({name: Path(f"/opt/bin/{name}") for name in binaries.NAMES})
     conf = yaml.safe_load(cluster.kwokctl_config(bins))

@@ -14,11 +14,13 @@ the wire, like Kubernetes' int-or-string; in Python they are always ``str`` afte
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
 
+from mlops_platform.api import internal
 from mlops_platform.runtime import quantity
 
 GROUP = "mlops.platform"
@@ -174,7 +176,9 @@ class InferenceServiceSpec(_Base):
     extensions: Annotated[
         dict[str, Any] | None,
         Meta(
-            description="Reserved for forward evolution; unknown fields are preserved and ignored.",
+            description="Reserved for forward evolution: unknown keys are preserved and ignored. "
+            "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}} "
+            "and networkPolicy {enabled} (docs/monitoring.md, docs/network-policy.md).",
             extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
         ),
     ] = None
@@ -315,6 +319,89 @@ def validate(isvc: InferenceService) -> None:
             raise ValidationError(
                 f"spec.resources.{req_name} ({request}) must be <= spec.resources.{lim_name} ({limit})"
             )
+
+
+#: a Prometheus duration such as 30s, 5m, 1h30m
+DURATION_PATTERN = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
+
+
+class _Alerts(_Base):
+    error_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
+    latency_seconds: Annotated[float, Meta(gt=0)] | None = None
+    for_: Annotated[str, Meta(pattern=DURATION_PATTERN)] | None = msgspec.field(default=None, name="for")
+    below_min_for: Annotated[str, Meta(pattern=DURATION_PATTERN)] | None = None
+
+
+class _Monitoring(_Base):
+    enabled: bool | None = None
+    alerts: _Alerts | None = None
+
+
+class _NetworkPolicy(_Base):
+    enabled: bool | None = None
+
+
+def _extension(isvc: InferenceService, key: str, typ: type[_T]) -> _T | None:
+    raw = (isvc.spec.extensions or {}).get(key)
+    if raw is None:
+        return None
+    try:
+        return msgspec.convert(raw, typ, strict=True)
+    except msgspec.ValidationError as e:
+        where = f"spec.extensions.{key}"
+        text = str(e)
+        if " - at `$" in text:
+            text = text.replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
+        else:
+            text = f"{text} - at `{where}`"
+        raise ValidationError(text) from None
+
+
+_T = TypeVar("_T", bound=_Base)
+
+
+def to_internal(isvc: InferenceService) -> internal.InferenceService:
+    """The internal model of a decoded, validated v1alpha1 object (``extensions`` keys validated
+    here, naming the field: ``spec.extensions.monitoring.alerts.errorRatio``)."""
+    s = isvc.spec
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if s.resources is not None:
+        for key, request, limit in (
+            ("cpu", s.resources.cpu_request, s.resources.cpu_limit),
+            ("memory", s.resources.memory_request, s.resources.memory_limit),
+        ):
+            if request is not None:
+                requests[key] = str(request)
+            if limit is not None:
+                limits[key] = str(limit)
+    if s.gpu_per_replica > 0:
+        requests[internal.GPU_RESOURCE] = limits[internal.GPU_RESOURCE] = str(s.gpu_per_replica)
+    mon = _extension(isvc, "monitoring", _Monitoring) or _Monitoring()
+    alerts = mon.alerts or _Alerts()
+    policy = _extension(isvc, "networkPolicy", _NetworkPolicy) or _NetworkPolicy()
+    return internal.InferenceService(
+        name=isvc.name,
+        namespace=isvc.namespace,
+        uid=isvc.uid,
+        generation=isvc.generation,
+        framework=s.framework,
+        model_uri=s.model_uri,
+        port=s.port,
+        min_replicas=s.min_replicas,
+        max_replicas=s.max_replicas,
+        resources=internal.ResourceRequirements(MappingProxyType(requests), MappingProxyType(limits)),
+        traffic=None
+        if s.traffic is None
+        else internal.Traffic(s.traffic.canary_version, s.traffic.canary_percent),
+        monitoring=internal.Monitoring(
+            mon.enabled,
+            internal.AlertOverrides(
+                alerts.error_ratio, alerts.latency_seconds, alerts.for_, alerts.below_min_for
+            ),
+        ),
+        network_policy=internal.NetworkPolicy(policy.enabled),
+    )
 
 
 def to_dict(isvc: InferenceService) -> dict[str, Any]:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import difflib
 import re
 import sys
@@ -297,8 +298,10 @@ def render(
 # -- committed files -------------------------------------------------------------------------------
 
 
-def _file_name(obj: Obj) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", obj["kind"]).lower() + ".yaml"
+def _file_name(obj: Obj, repeated: bool) -> str:
+    """``cluster_role.yaml``; with several objects of the kind ``cluster_role_<name>.yaml``."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", obj["kind"]).lower()
+    return f"{kind}_{obj['metadata']['name']}.yaml" if repeated else f"{kind}.yaml"
 
 
 def _kustomization(resources: list[str], comment: str) -> str:
@@ -307,7 +310,8 @@ def _kustomization(resources: list[str], comment: str) -> str:
 
 
 def _directory(objs: list[Obj], comment: str) -> dict[str, str]:
-    files = {_file_name(o): HEADER + dump([o]) for o in objs}
+    counts = collections.Counter(o["kind"] for o in objs)
+    files = {_file_name(o, counts[o["kind"]] > 1): HEADER + dump([o]) for o in objs}
     if len(files) != len(objs):
         raise ValueError("two objects of the same kind in one generated directory")
     return {**files, "kustomization.yaml": _kustomization(list(files), comment)}

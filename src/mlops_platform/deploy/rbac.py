@@ -3,7 +3,9 @@
 - Cluster mode (no ``watch_namespaces``): one ClusterRole + ClusterRoleBinding for the "watched"
   rules. Namespaced mode: a Role + RoleBinding with the same rules in EACH watched namespace, and
   nothing cluster-wide.
-- Always: a Role + RoleBinding for the leader-election Lease in the operator's namespace, and the
+- Always: a Role + RoleBinding for the leader-election Lease in the operator's namespace, a
+  ClusterRole + ClusterRoleBinding for the "cluster" rules (read-only access to cluster-scoped
+  kinds such as CustomResourceDefinitions, needed to follow optional kinds in both modes), and the
   ServiceAccount the operator runs as.
 - One PolicyRule per declared (group, resource), so a single rule can be removed in tests.
 """
@@ -52,6 +54,7 @@ def objects(
     all_rules = declared_rules() if rules is None else rules
     watched = [policy_rule(r) for r in all_rules if r.scope == "watched"]
     election = [policy_rule(r) for r in all_rules if r.scope == "leader-election"]
+    cluster = [policy_rule(r) for r in all_rules if r.scope == "cluster"]
     subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
     out: list[Obj] = [
         {
@@ -62,30 +65,32 @@ def objects(
     ]
     manager_role = f"{name}-manager"
     if watch_namespaces is None:
-        out += [
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": manager_role, "labels": labels("rbac")},
-                "rules": watched,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": manager_role, "labels": labels("rbac")},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": manager_role,
-                },
-                "subjects": [subject],
-            },
-        ]
+        out += _cluster_role_and_binding(manager_role, watched, subject)
     else:
         for ns in watch_namespaces:
             out += _role_and_binding(manager_role, ns, watched, subject)
+    if cluster:
+        out += _cluster_role_and_binding(f"{name}-cluster-reader", cluster, subject)
     out += _role_and_binding(f"{name}-leader-election", namespace, election, subject)
     return out
+
+
+def _cluster_role_and_binding(role: str, rules: list[Obj], subject: Obj) -> list[Obj]:
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role, "labels": labels("rbac")},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role, "labels": labels("rbac")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [subject],
+        },
+    ]
 
 
 def _role_and_binding(role: str, namespace: str, rules: list[Obj], subject: Obj) -> list[Obj]:

@@ -5,6 +5,9 @@ Resolution order for each binary (envtest convention first):
 1. ``$KUBEBUILDER_ASSETS/<name>`` when it reports the pinned version;
 2. ``<name>`` on ``PATH`` when it reports the pinned version;
 3. the per-version build cache that ``hack/build-control-plane`` fills (built on demand).
+
+:func:`promtool` (for the alert rule tests) resolves the same way, ``PATH`` first, from its own
+per-version cache directory (so pinning another Prometheus never rebuilds Kubernetes).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def versions() -> dict[str, str]:
 
 def expected_version(name: str) -> str:
     v = versions()
+    if name == "promtool":
+        return v["PROMTOOL_VERSION"]
     if name == "etcd":
         return v["ETCD_VERSION"]
     if name in ("kwok", "kwokctl"):
@@ -147,3 +152,34 @@ def find(build: bool = True) -> Binaries:
         for name in missing:
             paths[name] = cache / name
     return Binaries(paths)
+
+
+def promtool_cache_dir() -> Path:
+    """Where ``hack/build-control-plane`` puts promtool: ``<cache>/bin/promtool-<version>``."""
+    return cache_root() / "bin" / f"promtool-{versions()['PROMTOOL_VERSION']}"
+
+
+def promtool(build: bool = True) -> Path:
+    """The pinned promtool: on ``PATH`` if it reports ``PROMTOOL_VERSION``, else from the cache,
+    else built there (``hack/build-control-plane --promtool-only``, minutes when cold) if allowed.
+
+    Raises ``FileNotFoundError`` saying how to get it when none is found and none can be built.
+    """
+    want = expected_version("promtool")
+    on_path = shutil.which("promtool")
+    if on_path and reported_version(Path(on_path)) == want:
+        return Path(on_path).resolve()
+    cached = promtool_cache_dir() / "promtool"
+    if cached.is_file():
+        return cached
+    root = repo_root()
+    if not build or root is None:
+        how = "run `hack/build-control-plane --promtool-only`" if root else "use a source checkout"
+        raise FileNotFoundError(
+            f"promtool {want} not found: not on PATH (at that version) nor in {cached.parent}; "
+            f"put promtool {want} on PATH or {how}"
+        )
+    subprocess.run([str(root / "hack" / "build-control-plane"), "--promtool-only"], check=True)
+    if not cached.is_file():
+        raise FileNotFoundError(f"hack/build-control-plane --promtool-only did not produce {cached}")
+    return cached

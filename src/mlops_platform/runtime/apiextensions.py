@@ -6,11 +6,7 @@ from typing import Any
 
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import resources, wait
-
-
-def established(crd: dict[str, Any]) -> bool:
-    conditions = (crd.get("status") or {}).get("conditions") or ()
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+from mlops_platform.runtime.kinds import established
 
 
 async def install(
@@ -31,3 +27,26 @@ async def _established(c: kclient.Client, name: str, timeout: float) -> dict[str
 
     # a failing GET right after a successful apply (403, 404) is an error to report, not to wait out
     return await wait.until(probe, timeout=timeout, what=f"CRD {name} Established", retry_on=())
+
+
+async def uninstall(c: kclient.Client, names: list[str], *, timeout: float = 60.0) -> None:
+    """Delete the CRDs (and with them every object of their kinds); wait until they are gone."""
+    for name in names:
+        try:
+            await c.delete(resources.CRD, name)
+        except kclient.ApiError as e:
+            if not e.not_found:
+                raise
+    for name in names:
+
+        async def gone(name: str = name) -> bool:
+            try:
+                await c.get(resources.CRD, name)
+            except kclient.ApiError as e:
+                if e.not_found:
+                    return True
+                raise
+            return False
+
+        await wait.until(gone, timeout=timeout, what=f"CRD {name} deleted", retry_on=())
+    c.forget_discovery()

@@ -4,6 +4,9 @@ Contract:
 - ``informer_for`` returns the same :class:`Informer` for the same resource and namespace scope; an
   informer added after ``start()`` starts at once (kinds can be watched from run time on, e.g. when an
   optional CRD appears) and ``remove_informer`` stops one again.
+- An informer created with ``optional=True`` (a kind whose CRD may come and go) never counts for
+  :meth:`has_synced` or :meth:`wait_for_sync`: a kind that cannot be served must not make the
+  whole process unready. Its readers check :meth:`synced` for it.
 - ``wait_for_sync(timeout)`` raises :class:`CacheSyncTimeout` naming every resource not yet synced.
 - Reads (``get``, ``list``, ``by_index``) never contact the API server.
 """
@@ -39,6 +42,8 @@ class Cache:
         self.min_watch_timeout = min_watch_timeout
         self._informers: dict[tuple[kclient.Resource, str | None], inf.Informer] = {}
         self._selectors: dict[kclient.Resource, str] = {}
+        self._transforms: dict[kclient.Resource, inf.Transform] = {}
+        self._optional: set[tuple[kclient.Resource, str | None]] = set()
         self._started = False
 
     def restrict(self, resource: kclient.Resource, label_selector: str) -> None:
@@ -51,26 +56,53 @@ class Cache:
             raise RuntimeError(f"restrict({resource.kind}) after its informer was created")
         self._selectors[resource] = label_selector
 
-    def informer_for(self, resource: kclient.Resource) -> inf.Informer:
-        scope = self.namespace if resource.namespaced else None
-        k = (resource, scope)
+    def transform(self, resource: kclient.Resource, fn: inf.Transform) -> None:
+        """Store objects of ``resource`` as ``fn`` returns them (call before first use), e.g. to drop
+        large fields no reader needs. Replaces the default transform (dropping managedFields)."""
+        if any(r == resource for r, _ in self._informers):
+            raise RuntimeError(f"transform({resource.kind}) after its informer was created")
+        self._transforms[resource] = fn
+
+    def _key(self, resource: kclient.Resource) -> tuple[kclient.Resource, str | None]:
+        return resource, self.namespace if resource.namespaced else None
+
+    def informer_for(self, resource: kclient.Resource, *, optional: bool = False) -> inf.Informer:
+        k = self._key(resource)
         if k not in self._informers:
             informer = inf.Informer(
                 self.client,
                 resource,
-                namespace=scope,
+                namespace=k[1],
                 label_selector=self._selectors.get(resource),
                 resync_period=self.resync_period,
+                transform=self._transforms.get(resource, inf.strip_managed_fields),
                 min_watch_timeout=self.min_watch_timeout,
             )
             self._informers[k] = informer
+            if optional:
+                self._optional.add(k)
             if self._started:
                 informer.start()
         return self._informers[k]
 
+    def has_informer(self, resource: kclient.Resource) -> bool:
+        return self._key(resource) in self._informers
+
+    def synced(self, resource: kclient.Resource) -> bool:
+        """Whether an informer for ``resource`` exists and has stored its first LIST."""
+        informer = self._informers.get(self._key(resource))
+        return informer is not None and informer.has_synced()
+
+    def detach_informer(self, resource: kclient.Resource) -> inf.Informer | None:
+        """Forget the informer of ``resource`` at once (a later :meth:`informer_for` creates a new
+        one); the caller stops the returned informer (:meth:`Informer.stop`)."""
+        k = self._key(resource)
+        self._optional.discard(k)
+        return self._informers.pop(k, None)
+
     async def remove_informer(self, resource: kclient.Resource) -> None:
-        scope = self.namespace if resource.namespaced else None
-        informer = self._informers.pop((resource, scope), None)
+        """Forget and stop the informer of ``resource`` (its handlers and store go with it)."""
+        informer = self.detach_informer(resource)
         if informer is not None:
             await informer.stop()
 
@@ -95,18 +127,19 @@ class Cache:
                 out[res.group_resource] = informer.last_error
         return out
 
+    def _required(self) -> list[inf.Informer]:
+        return [i for k, i in self._informers.items() if k not in self._optional]
+
     def has_synced(self) -> bool:
-        return all(i.has_synced() for i in self._informers.values())
+        """Every informer that is not optional has stored its first LIST."""
+        return all(i.has_synced() for i in self._required())
 
     async def wait_for_sync(self, timeout: float) -> None:
+        required = self._required()
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(i.wait_for_sync() for i in self._informers.values())), timeout
-            )
+            await asyncio.wait_for(asyncio.gather(*(i.wait_for_sync() for i in required)), timeout)
         except TimeoutError:
-            pending = sorted(
-                i.resource.group_resource for i in self._informers.values() if not i.has_synced()
-            )
+            pending = sorted(i.resource.group_resource for i in required if not i.has_synced())
             raise CacheSyncTimeout(
                 f"caches not synced within {timeout:.0f}s: {', '.join(pending)} "
                 "(check RBAC list/watch permissions and that the CRDs are installed)"

@@ -15,6 +15,10 @@ Contract:
 - ``for_`` enqueues the object itself; ``owns`` enqueues the controller owner (ownerReferences entry
   with ``controller: true`` of the ``for_`` kind) — on update both the old and the new owner;
   ``watches`` enqueues whatever the mapper returns. Predicates filter events before enqueueing.
+- ``owns`` of an optional :class:`~mlops_platform.runtime.kinds.Kind` starts watching when the
+  kind's CRD is established (:mod:`~mlops_platform.runtime.crdwatch`), also long after start, and
+  stops when it goes away; either way every object of the ``for_`` kind is enqueued (once the new
+  informer has synced), so reconcilers see the kind appear and disappear without a restart.
 - ``build`` raises :class:`BuildError` listing EVERY misconfiguration at once.
 - Each request is reconciled by at most one worker at a time; results and exceptions are handled as
   documented in :mod:`mlops_platform.runtime.reconcile`. One failing object never blocks others.
@@ -33,7 +37,7 @@ from typing import Any
 
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import logs, rate_limiting_queue, ratelimiter, workqueue
+from mlops_platform.runtime import crdwatch, kinds, logs, rate_limiting_queue, ratelimiter, workqueue
 from mlops_platform.runtime import metrics as rmetrics
 from mlops_platform.runtime import predicates as preds
 from mlops_platform.runtime.reconcile import Reconciler, Request, Result, TerminalError
@@ -104,13 +108,21 @@ class _Handler:
 
 
 class Builder:
-    def __init__(self, name: str, cache: rcache.Cache, metrics: rmetrics.Metrics | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        cache: rcache.Cache,
+        metrics: rmetrics.Metrics | None = None,
+        optional_kinds: crdwatch.OptionalKinds | None = None,
+    ) -> None:
         self._name = name
         self._cache = cache
         self._metrics = metrics
+        self._kinds = optional_kinds
         self._for: list[_Watch] = []
         self._watches: list[_Watch] = []
         self._owns: list[tuple[kclient.Resource, tuple[preds.Predicate, ...]]] = []
+        self._owns_optional: list[tuple[kinds.Kind, preds.Predicate]] = []
         self._max_concurrent = 1
         self._rate_limiter: ratelimiter.RateLimiter[Request] | None = None
         self._errors: list[str] = []
@@ -119,8 +131,19 @@ class Builder:
         self._for.append(_Watch(resource, None, preds.all_of(*predicates)))
         return self
 
-    def owns(self, resource: kclient.Resource, *predicates: preds.Predicate) -> Builder:
-        self._owns.append((resource, predicates))
+    def owns(self, target: kclient.Resource | kinds.Kind, *predicates: preds.Predicate) -> Builder:
+        """Enqueue the controller owner of objects of ``target`` (a resource, or a kind; an optional
+        kind is watched only while its CRD is served)."""
+        if isinstance(target, kinds.Kind):
+            if not target.optional:
+                target = target.resource()
+            elif self._kinds is None:
+                self._errors.append(f"owns({target.kind}): an optional kind needs the manager's builder")
+                return self
+            else:
+                self._owns_optional.append((target, preds.all_of(*predicates)))
+                return self
+        self._owns.append((target, predicates))
         return self
 
     def watches(self, resource: kclient.Resource, mapper: Mapper, *predicates: preds.Predicate) -> Builder:
@@ -155,7 +178,7 @@ class Builder:
         watches = [primary, *self._watches]
         for res, ps in self._owns:
             watches.append(_Watch(res, owner_mapper(primary.resource), preds.all_of(*ps)))
-        return Controller(
+        ctrl = Controller(
             self._name,
             self._cache,
             watches,
@@ -164,6 +187,9 @@ class Builder:
             self._rate_limiter,
             self._metrics,
         )
+        if self._kinds is not None and self._owns_optional:
+            ctrl.follow(self._kinds, self._owns_optional)
+        return ctrl
 
 
 class Controller:
@@ -187,6 +213,8 @@ class Controller:
             rate_limiter, name, metrics=qm
         )
         self._watches = watches
+        self._optional: dict[kinds.Kind, preds.Predicate] = {}
+        self._waiting: set[asyncio.Task[None]] = set()
         self._workers: list[asyncio.Task[None]] = []
         self.metrics.max_concurrent.labels(name).set(max_concurrent_reconciles)
         self.metrics.active_workers.labels(name).set(0)
@@ -195,6 +223,41 @@ class Controller:
         self.metrics.reconcile_errors.labels(name)
         for w in self._watches:
             self.cache.informer_for(w.resource).add_event_handler(_Handler(w, self.queue))
+
+    def follow(
+        self, optional_kinds: crdwatch.OptionalKinds, owned: list[tuple[kinds.Kind, preds.Predicate]]
+    ) -> None:
+        """Own optional kinds: watch each while its CRD is served (see the module contract)."""
+        for kind, predicate in owned:
+            optional_kinds.register(kind)
+            self._optional[kind] = predicate
+        optional_kinds.listen(self._kind_changed)
+
+    def _kind_changed(
+        self, kind: kinds.Kind, old: kclient.Resource | None, new: kclient.Resource | None
+    ) -> None:
+        predicate = self._optional.get(kind)
+        if predicate is None:
+            return
+        if new is None:
+            self.enqueue_all()
+            return
+        informer = self.cache.informer_for(new, optional=True)
+        watch = _Watch(new, owner_mapper(self.primary), predicate)
+        informer.add_event_handler(_Handler(watch, self.queue))
+
+        async def after_sync() -> None:
+            await informer.wait_for_sync()
+            self.enqueue_all()
+
+        task = asyncio.get_running_loop().create_task(after_sync(), name=f"{self.name}: {kind.kind} sync")
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
+    def enqueue_all(self) -> None:
+        """Enqueue every cached object of the ``for_`` kind."""
+        for obj in self.cache.list(self.primary):
+            self.queue.add(request_for(obj))
 
     @property
     def primary(self) -> kclient.Resource:
@@ -215,9 +278,10 @@ class Controller:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.queue.shutdown_with_drain(), timeout)
         self.queue.shutdown()
-        for t in self._workers:
+        tasks = [*self._workers, *self._waiting]
+        for t in tasks:
             t.cancel()
-        for t in self._workers:
+        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         self._workers.clear()

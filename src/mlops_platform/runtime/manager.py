@@ -8,6 +8,7 @@ Contract (controller-runtime ``manager``):
   acquires the Lease and stop when it loses it; losing leadership ends ``run()`` with
   :class:`LeadershipLost` (the process should exit and be restarted, like controller-runtime).
 - ``/healthz`` answers 200 while the manager runs; ``/readyz`` 200 only when the caches have synced
+  (informers of optional kinds never count: a missing CRD never makes the operator unready)
   and, with leader election on, this replica leads; ``/metrics`` serves the Prometheus registry.
 - ``stop()`` (or SIGTERM via :meth:`run_until_signal`): stop taking work, let in-flight reconciles
   finish within ``graceful_shutdown_timeout``, release the Lease, stop informers and servers.
@@ -30,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import controller as rcontroller
-from mlops_platform.runtime import events, httpserver, leaderelection
+from mlops_platform.runtime import crdwatch, events, httpserver, leaderelection
 from mlops_platform.runtime import metrics as rmetrics
 
 log = logging.getLogger("mlops_platform.runtime.manager")
@@ -71,6 +72,8 @@ class Manager:
         self.cache = rcache.Cache(
             client, namespace=self.options.namespace, resync_period=self.options.resync_period
         )
+        #: optional kinds (CRDs that may come and go), shared by every controller of this manager
+        self.optional_kinds = crdwatch.OptionalKinds(self.cache)
         self.controllers: list[rcontroller.Controller] = []
         self.elector: leaderelection.LeaderElector | None = None
         self._stop = asyncio.Event()
@@ -83,7 +86,7 @@ class Manager:
 
     def builder(self, name: str) -> rcontroller.Builder:
         """A controller builder bound to this manager's cache and metrics; pass the result to add()."""
-        return rcontroller.Builder(name, self.cache, self.metrics)
+        return rcontroller.Builder(name, self.cache, self.metrics, self.optional_kinds)
 
     def add(self, ctrl: rcontroller.Controller) -> None:
         self.controllers.append(ctrl)
@@ -177,6 +180,7 @@ class Manager:
             for rec in self._recorders:
                 await rec.stop()
             await self.cache.stop()
+            await self.optional_kinds.stop()
             for s in self._servers:
                 await s.stop()
             self._health_server = self._metrics_server = None

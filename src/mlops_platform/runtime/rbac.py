@@ -10,7 +10,9 @@ The generator (``mlops_platform.deploy.rbac``) turns :func:`declared` into Roles
 tests compare the requests the operator actually made (``Client.requests``) with :func:`covers`.
 
 Scopes: ``"watched"`` rules apply where the operator watches objects (cluster-wide, or each watched
-namespace); ``"leader-election"`` rules apply only in the leader-election namespace.
+namespace); ``"leader-election"`` rules apply only in the leader-election namespace; ``"cluster"``
+rules are about cluster-scoped kinds (CustomResourceDefinitions) and are cluster-wide in every
+install mode.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Literal
 
-Scope = Literal["watched", "leader-election"]
+Scope = Literal["watched", "leader-election", "cluster"]
 VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"})
 
 

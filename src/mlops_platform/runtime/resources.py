@@ -12,6 +12,7 @@ SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 DEPLOYMENT = Resource("apps", "v1", "deployments", "Deployment")
 REPLICA_SET = Resource("apps", "v1", "replicasets", "ReplicaSet")
 HPA = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
+NETWORK_POLICY = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 EVENT = Resource("events.k8s.io", "v1", "events", "Event")
 CRD = Resource(

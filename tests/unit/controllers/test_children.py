@@ -16,9 +16,17 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from mlops_platform import api
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import children, labels
-from mlops_platform.controllers.inferenceservice.children import base, deployment, hpa, service
+from mlops_platform.controllers.inferenceservice.children import (
+    base,
+    deployment,
+    hpa,
+    monitoring,
+    networkpolicy,
+    service,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -28,10 +36,11 @@ CTX = base.BuildContext()
 Obj = dict[str, Any]
 
 
-def make(name: str = "bert", namespace: str = "ml", **spec: Any) -> v1alpha1.InferenceService:
+def make(name: str = "bert", namespace: str = "ml", **spec: Any) -> base.Target:
+    """The predictor target of a v1alpha1 InferenceService with ``spec`` (camelCase keys)."""
     spec.setdefault("modelUri", f"s3://models/{name}")
     spec.setdefault("framework", "triton")
-    return v1alpha1.from_dict(
+    isvc = api.decode(
         {
             "apiVersion": v1alpha1.API_VERSION,
             "kind": v1alpha1.KIND,
@@ -39,6 +48,7 @@ def make(name: str = "bert", namespace: str = "ml", **spec: Any) -> v1alpha1.Inf
             "spec": spec,
         }
     )
+    return base.slots(isvc, children.CHILDREN)[0].target
 
 
 CASES: dict[str, dict[str, Any]] = {
@@ -67,17 +77,30 @@ CASES: dict[str, dict[str, Any]] = {
         "maxReplicas": 4,
         "resources": {"cpuRequest": "500m", "cpuLimit": "2", "memoryLimit": "4Gi"},
     },
+    "policy-and-alert-overrides": {
+        "name": "vision",
+        "framework": "torchserve",
+        "extensions": {
+            "networkPolicy": {"enabled": True},
+            "monitoring": {"alerts": {"errorRatio": 0.2, "latencySeconds": 0.25, "for": "10m"}},
+        },
+    },
+    "monitoring-off": {
+        "name": "quiet",
+        "framework": "seldon",
+        "extensions": {"monitoring": {"enabled": False}},
+    },
 }
 
 
-def render(isvc: v1alpha1.InferenceService) -> str:
-    """All children of ``isvc`` as one multi-document YAML, absent children named in a comment."""
-    head = [f"# golden: children of InferenceService {isvc.namespace}/{isvc.name}"]
+def render(t: base.Target) -> str:
+    """All children of ``t`` as one multi-document YAML, absent children named in a comment."""
+    head = [f"# golden: children of InferenceService {t.isvc.namespace}/{t.isvc.name}"]
     docs = []
     for child in children.CHILDREN:
-        obj = child.build(isvc, CTX)
+        obj = child.build(t, CTX)
         if obj is None:
-            head.append(f"# {child.resource.kind} {child.name(isvc)}: not desired")
+            head.append(f"# {child.kind.kind} {child.name(t)}: not desired")
         else:
             docs.append(yaml.safe_dump(obj, sort_keys=False, width=100))
     return "\n".join(head) + "\n---\n" + "---\n".join(docs)
@@ -98,19 +121,23 @@ def test_no_orphan_golden_files() -> None:
     assert {p.stem for p in GOLDEN.glob("*.yaml")} == set(CASES)
 
 
-def built(isvc: v1alpha1.InferenceService) -> dict[str, Obj | None]:
-    return {c.resource.kind: c.build(isvc, CTX) for c in children.CHILDREN}
+def built(t: base.Target) -> dict[str, Obj | None]:
+    return {c.kind.kind: c.build(t, CTX) for c in children.CHILDREN}
 
 
-def present(isvc: v1alpha1.InferenceService) -> list[Obj]:
-    return [o for o in built(isvc).values() if o is not None]
+def present(t: base.Target, *, per_component: bool = True) -> list[Obj]:
+    return [
+        o
+        for c in children.CHILDREN
+        if c.per_component == per_component and (o := c.build(t, CTX)) is not None
+    ]
 
 
-def dep(isvc: v1alpha1.InferenceService) -> Obj:
-    return deployment.build(isvc, CTX)
+def dep(t: base.Target) -> Obj:
+    return deployment.build(t, CTX)
 
 
-def container(isvc: v1alpha1.InferenceService) -> Obj:
+def container(isvc: base.Target) -> Obj:
     return cast(Obj, dep(isvc)["spec"]["template"]["spec"]["containers"][0])
 
 
@@ -118,56 +145,71 @@ def container(isvc: v1alpha1.InferenceService) -> Obj:
 
 
 def test_children_are_in_apply_order_and_share_one_signature() -> None:
-    assert [c.resource.kind for c in children.CHILDREN] == [
+    assert [c.kind.kind for c in children.CHILDREN] == [
         "Deployment",
         "Service",
         "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+        "PrometheusRule",
+        "ServiceMonitor",
     ]
     assert [c.condition_type for c in children.CHILDREN] == [
         "DeploymentAvailable",
         "ServiceReady",
         "AutoscalerReady",
+        "NetworkPolicyReady",
+        "MonitoringReady",
+        "MonitoringReady",
     ]
-    isvc = make()
-    assert {c.name(isvc) for c in children.CHILDREN} == {"bert-predictor"}
+    t = make()
+    assert {c.name(t) for c in children.CHILDREN if c.per_component} == {"bert-predictor"}
+    assert {c.name(t) for c in children.CHILDREN if not c.per_component} == {"bert"}
+    assert len({c.key for c in children.CHILDREN}) == len(children.CHILDREN)
+    assert [c.kind.optional for c in children.CHILDREN] == [False] * 4 + [True] * 2
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_child_is_labelled_named_and_namespaced(case: str) -> None:
-    isvc = make(**CASES[case])
-    for obj in present(isvc):
-        meta = obj["metadata"]
-        assert (meta["name"], meta["namespace"]) == (f"{isvc.name}-predictor", "ml")
-        assert obj["apiVersion"] and obj["kind"]
-        assert "ownerReferences" not in meta  # the reconciler adds them
-        want = {
-            "app": isvc.name,
-            labels.INFERENCESERVICE: isvc.name,
-            labels.FRAMEWORK: isvc.spec.framework,
-            labels.COMPONENT: "predictor",
-            labels.K8S_INSTANCE: isvc.name,
-            labels.K8S_COMPONENT: "predictor",
-            labels.K8S_MANAGED_BY: "mlops-platform",
-            labels.K8S_PART_OF: "mlops-platform",
-        }
-        assert want.items() <= meta["labels"].items()
-        assert all(len(v) <= 63 for v in meta["labels"].values())
+    t = make(**CASES[case])
+    isvc = t.isvc
+    common = {
+        "app": isvc.name,
+        labels.INFERENCESERVICE: isvc.name,
+        labels.FRAMEWORK: isvc.framework,
+        labels.K8S_INSTANCE: isvc.name,
+        labels.K8S_MANAGED_BY: "mlops-platform",
+        labels.K8S_PART_OF: "mlops-platform",
+    }
+    for per_component, name, component in (
+        (True, f"{isvc.name}-predictor", "predictor"),
+        (False, isvc.name, None),
+    ):
+        for obj in present(t, per_component=per_component):
+            meta = obj["metadata"]
+            assert (meta["name"], meta["namespace"]) == (name, "ml")
+            assert obj["apiVersion"] and obj["kind"]
+            assert "ownerReferences" not in meta  # the reconciler adds them
+            assert common.items() <= meta["labels"].items()
+            assert meta["labels"].get(labels.COMPONENT) == component
+            assert meta["labels"][labels.K8S_COMPONENT] == (component or labels.SERVICE_COMPONENT)
+            assert all(len(v) <= 63 for v in meta["labels"].values())
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_build_is_pure(case: str) -> None:
-    isvc = make(**CASES[case])
-    before = v1alpha1.to_dict(isvc)
-    assert built(isvc) == built(isvc)
-    assert v1alpha1.to_dict(isvc) == before
+    t = make(**CASES[case])
+    first = built(t)
+    assert first == built(t)
+    assert t == make(**CASES[case])
 
 
 def test_selector_is_stable_when_the_framework_changes() -> None:
     triton, torch = make(framework="triton"), make(framework="torchserve")
     a, b = dep(triton), dep(torch)
-    assert a["spec"]["selector"] == b["spec"]["selector"] == {"matchLabels": labels.selector(triton)}
-    assert set(labels.selector(triton)) == {labels.INFERENCESERVICE, labels.COMPONENT}
+    assert a["spec"]["selector"] == b["spec"]["selector"] == {"matchLabels": labels.selector(triton.isvc)}
+    assert set(labels.selector(triton.isvc)) == {labels.INFERENCESERVICE, labels.COMPONENT}
     assert service.build(triton, CTX)["spec"]["selector"] == service.build(torch, CTX)["spec"]["selector"]
+    assert labels.selector(triton.isvc) == labels.selector(triton.isvc, "predictor")
     # ...while the pod template does change, so the switch rolls out new pods
     assert a["spec"]["template"] != b["spec"]["template"]
     assert a["spec"]["template"]["metadata"]["labels"][labels.FRAMEWORK] == "triton"
@@ -179,9 +221,9 @@ def test_selector_is_stable_when_the_framework_changes() -> None:
 
 
 def test_selector_string() -> None:
-    isvc = make(name="iris")
+    t = make(name="iris")
     want = "mlops.platform/component=predictor,mlops.platform/inferenceservice=iris"
-    assert labels.selector_string(isvc) == want
+    assert labels.selector_string(t.isvc) == want
 
 
 @pytest.mark.parametrize(
@@ -259,11 +301,10 @@ def test_resources_from_spec(resources: Obj | None, want: Obj) -> None:
     assert container(isvc)["resources"] == want
 
 
-def test_resources_accept_integers() -> None:
-    """Another engineer may widen the quantity fields to ``int | str``: builders apply ``str``."""
-    isvc = make()
-    isvc.spec.resources = v1alpha1.Resources(cpu_request=cast(Any, 2), memory_limit=cast(Any, 1073741824))
-    assert container(isvc)["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "1073741824"}}
+def test_integer_quantities_reach_the_container_as_strings() -> None:
+    """Quantities may be plain integers on the wire; the Deployment must carry them as quantities."""
+    t = make(resources={"cpuRequest": 2, "memoryLimit": 1073741824})
+    assert container(t)["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "1073741824"}}
 
 
 def test_container_wiring_follows_the_port_and_the_model() -> None:
@@ -277,7 +318,10 @@ def test_container_wiring_follows_the_port_and_the_model() -> None:
     annotations = dep(isvc)["spec"]["template"]["metadata"]["annotations"]
     assert annotations[labels.MODEL_URI_ANNOTATION] == "pvc://models/iris"
     svc = service.build(isvc, CTX)
-    assert svc["spec"]["ports"] == [{"name": "http", "port": 9090, "targetPort": "http", "protocol": "TCP"}]
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 9090, "targetPort": "http", "protocol": "TCP"},
+        {"name": "metrics", "port": 8082, "targetPort": "metrics", "protocol": "TCP"},
+    ]
     assert svc["spec"]["type"] == "ClusterIP"
 
 
@@ -412,7 +456,7 @@ ALL_UP = {"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableRep
 )
 def test_deployment_condition(live: Obj | None, want: tuple[str, str]) -> None:
     isvc = make(minReplicas=1, maxReplicas=4)
-    got = deployment.condition(isvc, dep(isvc), live)
+    got = deployment.condition(isvc, CTX, dep(isvc), live)
     assert got.type == "DeploymentAvailable"
     assert (got.status, got.reason) == want
     assert got.reason[0].isupper() and " " not in got.reason
@@ -431,20 +475,20 @@ def test_deployment_condition_messages() -> None:
             )
         ]
     )
-    assert deployment.condition(isvc, None, stuck).message == 'ReplicaSet "x" has timed out progressing.'
+    assert deployment.condition(isvc, CTX, None, stuck).message == 'ReplicaSet "x" has timed out progressing.'
     stale_deadline = live_deployment(generation=3, observed=2, conditions=stuck["status"]["conditions"])
     assert (
-        deployment.condition(isvc, None, stale_deadline).reason == "RollingOut"
+        deployment.condition(isvc, CTX, None, stale_deadline).reason == "RollingOut"
     )  # a new spec gets its chance
     ok = live_deployment(status=ALL_UP, conditions=[AVAILABLE, COMPLETE])
-    assert deployment.condition(isvc, None, ok).message == "2/2 replicas available"
+    assert deployment.condition(isvc, CTX, None, ok).message == "2/2 replicas available"
 
 
 @pytest.mark.parametrize(("pods", "mentions"), [(0, "scaled to zero"), (2, "2 pod(s) still terminating")])
 def test_deployment_condition_scaled_to_zero(pods: int, mentions: str) -> None:
     isvc = make(framework="seldon", minReplicas=0, maxReplicas=3)
     live = live_deployment(replicas=0, status={"replicas": pods}, conditions=[AVAILABLE, COMPLETE])
-    got = deployment.condition(isvc, dep(isvc), live)
+    got = deployment.condition(isvc, CTX, dep(isvc), live)
     assert (got.status, got.reason) == ("True", "ScaledToZero")
     assert mentions in got.message
 
@@ -460,7 +504,7 @@ def test_deployment_condition_scaled_to_zero(pods: int, mentions: str) -> None:
 )
 def test_service_condition(live: Obj | None, want: tuple[str, str]) -> None:
     isvc = make()
-    got = service.condition(isvc, service.build(isvc, CTX), live)
+    got = service.condition(isvc, CTX, service.build(isvc, CTX), live)
     assert (got.type, got.status, got.reason) == ("ServiceReady", *want)
 
 
@@ -501,7 +545,7 @@ ACTIVE = cond(
 )
 def test_hpa_condition(live: Obj | None, want: tuple[str, str]) -> None:
     isvc = make(minReplicas=2, maxReplicas=5)
-    got = hpa.condition(isvc, hpa.build(isvc, CTX), live)
+    got = hpa.condition(isvc, CTX, hpa.build(isvc, CTX), live)
     assert (got.type, got.status, got.reason) == ("AutoscalerReady", *want)
 
 
@@ -510,7 +554,7 @@ def test_hpa_condition_reports_limits() -> None:
     limited = cond(
         "ScalingLimited", "True", "TooManyReplicas", "the desired replica count is more than the maximum"
     )
-    got = hpa.condition(isvc, hpa.build(isvc, CTX), {"status": {"conditions": [ABLE, ACTIVE, limited]}})
+    got = hpa.condition(isvc, CTX, hpa.build(isvc, CTX), {"status": {"conditions": [ABLE, ACTIVE, limited]}})
     assert got.status == "True"
     assert "more than the maximum" in got.message
 
@@ -525,18 +569,9 @@ def test_hpa_not_required(min_replicas: int, max_replicas: int, mentions: str) -
     assert hpa.build(isvc, CTX) is None
     stale = {"status": {"conditions": [ABLE, ACTIVE]}}  # the reconciler is about to delete it
     for live in (None, stale):
-        got = hpa.condition(isvc, None, live)
+        got = hpa.condition(isvc, CTX, None, live)
         assert (got.status, got.reason) == ("True", "NotRequired")
         assert mentions in got.message
-
-
-def test_condition_converts_to_the_api_type() -> None:
-    got = base.ChildCondition("ServiceReady", "True", "ClusterIPAssigned", "ok").to_condition(
-        observed_generation=4
-    )
-    assert got == v1alpha1.Condition(
-        type="ServiceReady", status="True", reason="ClusterIPAssigned", message="ok", observed_generation=4
-    )
 
 
 def test_settle_applies_the_live_replica_count_while_an_hpa_owns_it() -> None:
@@ -555,3 +590,98 @@ def test_settle_applies_the_live_replica_count_while_an_hpa_owns_it() -> None:
     assert fixed is not None
     deployment.settle(make(minReplicas=3, maxReplicas=3), fixed, {"spec": {"replicas": 4}})
     assert fixed["spec"]["replicas"] == 3  # no HPA: the spec decides
+
+
+# -- monitoring and network policy -----------------------------------------------------------------
+
+
+def test_monitoring_is_on_by_default_and_off_per_object_or_operator_wide() -> None:
+    t = make()
+    assert monitoring.build_rule(t, CTX) is not None
+    assert monitoring.build_monitor(t, CTX) is not None
+    off = make(extensions={"monitoring": {"enabled": False}})
+    assert monitoring.build_rule(off, CTX) is None
+    assert monitoring.build_monitor(off, CTX) is None
+    got = monitoring.RULE.condition(off, CTX, None, None)
+    assert (got.status, got.reason) == ("True", "MonitoringDisabled")
+    assert "spec.extensions.monitoring.enabled" in got.message
+    operator_off = base.BuildContext(monitoring=False)
+    assert monitoring.build_rule(t, operator_off) is None
+    assert "--no-monitoring" in monitoring.RULE.condition(t, operator_off, None, None).message
+    forced_on = make(extensions={"monitoring": {"enabled": True}})
+    assert monitoring.build_rule(forced_on, operator_off) is not None
+
+
+def test_alert_overrides_and_operator_labels_reach_the_rule() -> None:
+    ctx = base.BuildContext(monitoring_labels={"release": "kube-prometheus"})
+    t = make(extensions={"monitoring": {"alerts": {"errorRatio": 0.25, "for": "10m"}}})
+    rule = monitoring.build_rule(t, ctx)
+    assert rule is not None
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert rules["InferenceServiceHighErrorRatio"]["expr"].endswith("> 0.25")
+    assert {r["for"] for r in rules.values()} >= {"10m"}
+    monitor = monitoring.build_monitor(t, ctx)
+    assert monitor is not None
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+
+
+@pytest.mark.parametrize(
+    ("extensions", "field"),
+    [
+        ({"monitoring": {"alerts": {"errorRatio": 2}}}, "spec.extensions.monitoring.alerts.errorRatio"),
+        ({"monitoring": {"alerts": {"for": "soon"}}}, "spec.extensions.monitoring.alerts.for"),
+        ({"monitoring": {"enabeld": True}}, "spec.extensions.monitoring"),
+        ({"networkPolicy": {"enabled": "yes"}}, "spec.extensions.networkPolicy.enabled"),
+        ({"monitoring": "on"}, "spec.extensions.monitoring"),
+    ],
+    ids=["ratio-range", "duration", "unknown-key", "bool", "not-an-object"],
+)
+def test_bad_extensions_are_rejected_naming_the_field(extensions: Obj, field: str) -> None:
+    with pytest.raises(api.ValidationError) as err:
+        make(extensions=extensions)
+    assert field in str(err.value)
+
+
+def test_unknown_extension_keys_are_preserved_and_ignored() -> None:
+    assert make(extensions={"somethingLater": {"x": 1}}) == make()
+
+
+def test_network_policy_is_opt_in_and_selects_every_component_of_one_service() -> None:
+    assert networkpolicy.build(make(), CTX) is None
+    t = make(framework="triton", extensions={"networkPolicy": {"enabled": True}})
+    policy = networkpolicy.build(t, CTX)
+    assert policy is not None
+    assert policy["spec"]["podSelector"] == {"matchLabels": {labels.INFERENCESERVICE: "bert"}}
+    serving, metrics = policy["spec"]["ingress"]
+    assert [p["port"] for p in serving["ports"]] == ["http", "grpc"]
+    assert serving["from"] == [{"podSelector": {}}]
+    assert metrics["ports"] == [{"protocol": "TCP", "port": "metrics"}]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert networkpolicy.build(make(), base.BuildContext(network_policy=True)) is not None
+
+
+def test_network_policy_peers_and_egress_from_operator_settings() -> None:
+    ctx = base.BuildContext(
+        network_policy=True,
+        ingress_namespace_labels={"istio-injection": "enabled"},
+        monitoring_namespace="observability",
+        egress_cidrs=("10.0.0.0/8",),
+    )
+    policy = networkpolicy.build(make(), ctx)
+    assert policy is not None
+    serving, metrics = policy["spec"]["ingress"]
+    assert serving["from"][1] == {"namespaceSelector": {"matchLabels": {"istio-injection": "enabled"}}}
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["egress"][0] == {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}
+    off = make(extensions={"networkPolicy": {"enabled": False}})
+    assert networkpolicy.build(off, ctx) is None
+
+
+def test_replica_owner_is_stated_once() -> None:
+    assert base.replica_owner(make(minReplicas=2, maxReplicas=5).isvc) is base.ReplicaOwner.HPA
+    for lo, hi in ((1, 1), (0, 3), (3, 3)):
+        assert base.replica_owner(make(minReplicas=lo, maxReplicas=hi).isvc) is base.ReplicaOwner.OPERATOR

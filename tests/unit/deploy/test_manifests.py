@@ -238,10 +238,21 @@ def test_cluster_mode_order_and_scope(objs: list[Obj]) -> None:
         assert ("namespace" in o["metadata"]) == (o["kind"] not in CLUSTER_SCOPED), key(o)
 
 
-def test_namespaced_mode_has_nothing_cluster_wide_but_the_namespace_and_crd() -> None:
+CRD_READER_RULES = [
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["list", "watch"],
+    }
+]
+
+
+def test_namespaced_mode_has_nothing_cluster_wide_but_the_namespace_crd_and_crd_reader() -> None:
     objs = manifests.install_objects(namespace="ops", watch_namespaces=["team-a"])
     cluster_wide = {o["kind"] for o in objs if "namespace" not in o["metadata"]}
-    assert cluster_wide == {"Namespace", "CustomResourceDefinition"}
+    assert cluster_wide == {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    # cluster-wide, the operator may only read CRDs (to follow optional kinds), nothing else
+    assert [r["rules"] for r in of_kind(objs, "ClusterRole")] == [CRD_READER_RULES]
     roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in of_kind(objs, "Role")}
     assert roles == {("team-a", "mlops-platform-manager"), ("ops", "mlops-platform-leader-election")}
     [deploy] = of_kind(objs, "Deployment")
@@ -255,7 +266,10 @@ def test_several_watch_namespaces_get_one_manager_each() -> None:
     assert {o["kind"] for o in objs if "namespace" not in o["metadata"]} == {
         "Namespace",
         "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
     }
+    assert [r["rules"] for r in of_kind(objs, "ClusterRole")] == [CRD_READER_RULES] * 2
     deploys = of_kind(objs, "Deployment")
     assert [d["metadata"]["name"] for d in deploys] == ["mlops-platform-team-a", "mlops-platform-team-b"]
     election_ids = set()

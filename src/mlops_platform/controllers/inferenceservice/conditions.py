@@ -1,11 +1,24 @@
-"""metav1.Condition bookkeeping: ``lastTransitionTime`` moves only when a condition's status flips."""
+"""Conditions of the InferenceService status: one typed :class:`Condition` and the metav1.Condition
+bookkeeping (``lastTransitionTime`` moves only when a condition's status flips)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
-Condition = dict[str, Any]
+Status = Literal["True", "False", "Unknown"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Condition:
+    """One aspect of the observed state (reason is CamelCase)."""
+
+    type: str
+    status: Status
+    reason: str
+    message: str = ""
 
 
 def now_rfc3339() -> str:
@@ -13,24 +26,24 @@ def now_rfc3339() -> str:
 
 
 def merge(
-    previous: list[Condition], wanted: list[Condition], *, generation: int, now: str | None = None
-) -> list[Condition]:
-    """The new condition list: ``wanted`` (type, status, reason, message) in order, keeping each
-    previous ``lastTransitionTime`` when its status did not change."""
+    previous: list[dict[str, Any]], wanted: Iterable[Condition], *, generation: int, now: str | None = None
+) -> list[dict[str, Any]]:
+    """The new condition list (as written to the API): ``wanted`` in order, keeping each previous
+    ``lastTransitionTime`` when its status did not change."""
     old = {c.get("type"): c for c in previous}
     stamp = now or now_rfc3339()
-    out: list[Condition] = []
+    out: list[dict[str, Any]] = []
     for c in wanted:
-        prev = old.get(c["type"])
-        flipped = prev is None or prev.get("status") != c["status"]
+        prev = old.get(c.type)
+        flipped = prev is None or prev.get("status") != c.status
         out.append(
             {
-                "type": c["type"],
-                "status": c["status"],
-                "reason": c["reason"],
-                "message": c.get("message", ""),
+                "type": c.type,
+                "status": c.status,
+                "reason": c.reason,
+                "message": c.message,
                 "lastTransitionTime": stamp
-                if prev is None or flipped
+                if flipped or prev is None
                 else prev.get("lastTransitionTime", stamp),
                 "observedGeneration": generation,
             }

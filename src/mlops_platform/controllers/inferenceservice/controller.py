@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from mlops_platform.controllers.inferenceservice import children, labels, reconciler, runtimes
@@ -28,14 +29,24 @@ def setup(
     *,
     runtime_table: runtimes.RuntimeTable | None = None,
     workers: int = 4,
+    settings: base.BuildContext | None = None,
 ) -> reconciler.InferenceServiceReconciler:
-    """Register the controller. The cache holds only what it needs: pods and children it labelled."""
+    """Register the controller. The cache holds only what it needs: pods and children it labelled.
+
+    Children of optional kinds (their CRDs may be absent) are watched while their CRDs exist.
+    ``settings`` are the operator-wide defaults; ``runtime_table`` replaces its runtime table.
+    """
+    ctx = settings or base.BuildContext()
+    if runtime_table is not None:
+        ctx = dataclasses.replace(ctx, runtimes=runtime_table)
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE)
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
-        mgr.cache.restrict(child.resource, labels.MANAGED_BY_SELECTOR)
-    ctx = base.BuildContext(runtimes=runtimes.default_table() if runtime_table is None else runtime_table)
-    rec = reconciler.InferenceServiceReconciler(mgr, mgr.event_recorder("mlops-platform"), ctx)
+        for version in child.kind.versions:  # an optional kind's served version is known later
+            mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR)
+    rec = reconciler.InferenceServiceReconciler(
+        mgr.cache, mgr.client, mgr.event_recorder("mlops-platform"), mgr.optional_kinds, ctx
+    )
     builder = (
         mgr.builder(NAME)
         # status writes bump resourceVersion, not generation: they do not re-trigger reconciles
@@ -45,8 +56,8 @@ def setup(
         .watches(resources.POD, _pod_to_service)
         .with_options(max_concurrent_reconciles=workers)
     )
-    for child in children.CHILDREN:
-        builder.owns(child.resource)
+    for kind in dict.fromkeys(c.kind for c in children.CHILDREN):
+        builder.owns(kind)
     ctrl: rcontroller.Controller = builder.build(rec)
     mgr.add(ctrl)
     return rec

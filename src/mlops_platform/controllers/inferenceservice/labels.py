@@ -7,14 +7,21 @@ Contract:
   Strimzi and prometheus-operator do).
 - :func:`selector` uses only labels that never change for the life of the CR (the
   InferenceService name and the component). A Deployment's selector is immutable: a framework
-  change must roll out new pods, never fail with "field is immutable".
+  change must roll out new pods, never fail with "field is immutable". As it holds the component,
+  two components' selectors never overlap; :func:`service_selector` (the name alone) selects the
+  pods of every component of one InferenceService and of no other.
 - ``<name>-predictor`` must be a DNS-1035 label (63 characters), so InferenceService names are
   limited by the API (``v1alpha1.MAX_NAME_LENGTH``); label values have the same limit.
 """
 
 from __future__ import annotations
 
-from mlops_platform.api import v1alpha1
+from typing import TYPE_CHECKING
+
+from mlops_platform.api import internal, v1alpha1
+
+if TYPE_CHECKING:  # children.base imports this module
+    from mlops_platform.controllers.inferenceservice.children.base import Target
 
 APP = "app"
 INFERENCESERVICE = f"{v1alpha1.GROUP}/inferenceservice"
@@ -29,6 +36,8 @@ K8S_PART_OF = "app.kubernetes.io/part-of"
 MANAGER = "mlops-platform"
 PART_OF = "mlops-platform"
 PREDICTOR = "predictor"
+#: app.kubernetes.io/component of children of the whole InferenceService (PrometheusRule, ...)
+SERVICE_COMPONENT = "inferenceservice"
 #: label selector of everything this operator creates (to restrict informers to our children)
 MANAGED_BY_SELECTOR = f"{K8S_MANAGED_BY}={MANAGER}"
 
@@ -40,30 +49,31 @@ assert v1alpha1.MAX_NAME_LENGTH + len(PREDICTOR_SUFFIX) <= 63
 MODEL_URI_ANNOTATION = f"{v1alpha1.GROUP}/model-uri"
 
 
-def predictor_name(isvc: v1alpha1.InferenceService) -> str:
-    """``<name>-predictor``: the Deployment, the Service and the HPA share it."""
-    return f"{isvc.name}{PREDICTOR_SUFFIX}"
+def selector(isvc: internal.InferenceService, component: str = PREDICTOR) -> dict[str, str]:
+    """The pods of one component: stable for the life of the CR."""
+    return {INFERENCESERVICE: isvc.name, COMPONENT: component}
 
 
-def selector(isvc: v1alpha1.InferenceService) -> dict[str, str]:
-    """The predictor pods' selector: stable for the life of the CR."""
-    return {INFERENCESERVICE: isvc.name, COMPONENT: PREDICTOR}
+def service_selector(isvc: internal.InferenceService) -> dict[str, str]:
+    """The pods of every component of ``isvc`` (and of nothing else)."""
+    return {INFERENCESERVICE: isvc.name}
 
 
-def selector_string(isvc: v1alpha1.InferenceService) -> str:
-    """:func:`selector` as a label selector string (``status.selector``, scale subresource)."""
+def selector_string(isvc: internal.InferenceService) -> str:
+    """The predictor's :func:`selector` as a label selector string (``status.selector``, scale)."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector(isvc).items()))
 
 
-def child_labels(isvc: v1alpha1.InferenceService, server: str) -> dict[str, str]:
-    """All labels of a predictor child; ``server`` is the runtime's software (``tritonserver``)."""
+def child_labels(target: Target, server: str) -> dict[str, str]:
+    """All labels of a component's child; ``server`` is the runtime's software (``tritonserver``)."""
+    isvc, component = target.isvc, target.component.key
     return {
         APP: isvc.name,
-        **selector(isvc),
-        FRAMEWORK: isvc.spec.framework,
+        **selector(isvc, component),
+        FRAMEWORK: isvc.framework,
         K8S_NAME: server,
         K8S_INSTANCE: isvc.name,
-        K8S_COMPONENT: PREDICTOR,
+        K8S_COMPONENT: component,
         K8S_MANAGED_BY: MANAGER,
         K8S_PART_OF: PART_OF,
     }

@@ -1,12 +1,27 @@
-"""One module per child kind, each a pure ``build(isvc, ctx) -> dict | None``.
+"""One module per child kind, each a pure ``build(target, ctx) -> dict | None``.
 
-Every module exposes the same three functions (``name``, ``build``, ``condition``) bundled as a
-:class:`base.Child` named ``CHILD``; :data:`CHILDREN` lists them in apply order: the Deployment
-first (pods take longest), then the Service in front of it, then the HPA that scales it.
+Every module exposes its :class:`base.Child` (``CHILD``, or ``RULE``/``MONITOR`` for the two
+monitoring kinds); :data:`CHILDREN` lists them in apply order: the Deployment first (pods take
+longest), then the Service in front of it, the HPA that scales it, the network policy, and the
+optional monitoring kinds last.
 """
 
-from mlops_platform.controllers.inferenceservice.children import base, deployment, hpa, service
+from mlops_platform.controllers.inferenceservice.children import (
+    base,
+    deployment,
+    hpa,
+    monitoring,
+    networkpolicy,
+    service,
+)
 
-CHILDREN: tuple[base.Child, ...] = (deployment.CHILD, service.CHILD, hpa.CHILD)
+CHILDREN: tuple[base.Child, ...] = (
+    deployment.CHILD,
+    service.CHILD,
+    hpa.CHILD,
+    networkpolicy.CHILD,
+    monitoring.RULE,
+    monitoring.MONITOR,
+)
 
-__all__ = ["CHILDREN", "base", "deployment", "hpa", "service"]
+__all__ = ["CHILDREN", "base", "deployment", "hpa", "monitoring", "networkpolicy", "service"]

@@ -1,14 +1,29 @@
-"""The shape every child module follows (one module per child kind, KServe style).
+"""The child model: components, child kinds and the slots they make (one module per child kind).
 
-A :class:`Child` bundles three pure functions with the same signatures for every kind:
+- A :class:`Component` is one set of model-server pods with its own names, labels and selector:
+  the ``predictor`` now, a ``canary`` later. Two components' selectors never overlap (the selector
+  holds the component key).
+- A :class:`Child` describes one kind of child, the same shape in every module (KServe style):
+  ``key``, the :class:`~mlops_platform.runtime.kinds.Kind` (optional kinds need a CRD, their
+  version is resolved from what the cluster serves), the condition type it reports to (several
+  children may share one, e.g. ``MonitoringReady``), and pure functions of a :class:`Target`:
 
-- ``name(isvc) -> str``: the child's name (also when it is not desired, so a stale one is found);
-- ``build(isvc, ctx) -> dict | None``: the desired object with apiVersion, kind, metadata (name,
-  namespace, labels, annotations) and spec; ``None`` means "not desired": the reconciler deletes
-  the live one it owns. A disabled feature is a child returning ``None``, never an ``if`` in the
-  controller. Owner references are added by the reconciler, not here.
-- ``condition(isvc, desired, live) -> ChildCondition``: the child's status condition computed from
-  the live object's status (``live`` is ``None`` when it does not exist yet).
+  - ``name(target) -> str``: also when not desired, so a stale one is found;
+  - ``build(target, ctx) -> dict | None``: the desired object (metadata, spec; ``apiVersion`` is
+    the kind's preferred version and the reconciler sets the served one). ``None`` = not desired:
+    the reconciler deletes the live one it controls. A disabled feature is a child returning
+    ``None``, never an ``if`` in the controller. Owner references are the reconciler's job;
+  - ``condition(target, ctx, desired, live) -> ChildCondition`` from the live object's status;
+  - ``contribute(target, ctx, live) -> Contribution`` (optional): what it adds to the
+    InferenceService status besides its condition (replicas, url, rolled-out model);
+  - ``settle(target, desired, live)`` (optional): adjust the desired object to the live one AFTER
+    hashing, for fields another controller drives (an HPA's replica count).
+
+  ``per_component``: one per component (Deployment, Service, ...) or one per InferenceService
+  (PrometheusRule). ``serving``: whether its condition gates ``Ready``.
+- A :class:`Slot` is a child for a target: stable ``key`` (``predictor/deployment``) and condition
+  type (``DeploymentAvailable`` for the predictor, ``CanaryDeploymentAvailable`` for a canary).
+- Who owns the Deployment's replica count is decided once, by :func:`replica_owner`.
 
 Nothing here does I/O: same inputs, same output.
 """
@@ -16,16 +31,24 @@ Nothing here does I/O: same inputs, same output.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any
 
-from mlops_platform.api import v1alpha1
-from mlops_platform.controllers.inferenceservice import labels
+from mlops_platform.api import internal
+from mlops_platform.controllers.inferenceservice import alerts, conditions, labels
 from mlops_platform.controllers.inferenceservice.runtimes import RuntimeSpec, RuntimeTable, default_table
-from mlops_platform.runtime.client import Resource
+from mlops_platform.runtime import kinds
 
 Obj = dict[str, Any]
-Status = Literal["True", "False", "Unknown"]
+Status = conditions.Status
+#: a child's condition is a :class:`conditions.Condition` (the one condition type of the status)
+ChildCondition = conditions.Condition
+
+
+def _no_labels() -> Mapping[str, str]:
+    return MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,77 +57,164 @@ class BuildContext:
 
     runtimes: RuntimeTable = dataclasses.field(default_factory=default_table)
     cluster_domain: str = "cluster.local"
+    #: PrometheusRule + ServiceMonitor where the Prometheus Operator's CRDs exist (per-CR override)
+    monitoring: bool = True
+    #: labels put on PrometheusRules and ServiceMonitors (what Prometheus' rule/monitor selectors need)
+    monitoring_labels: Mapping[str, str] = dataclasses.field(default_factory=_no_labels)
+    #: default alert thresholds (per-CR overrides in spec.extensions.monitoring.alerts)
+    alerts: alerts.AlertSettings = dataclasses.field(default_factory=alerts.AlertSettings)
+    #: a NetworkPolicy per InferenceService by default (per-CR override)
+    network_policy: bool = False
+    #: namespaces (by label) besides the InferenceService's own that may reach the serving ports
+    #: (mesh or ingress gateways); None: only the own namespace
+    ingress_namespace_labels: Mapping[str, str] | None = None
+    #: the namespace whose pods may scrape the metrics port (kubernetes.io/metadata.name label)
+    monitoring_namespace: str = "monitoring"
+    #: when set, egress of the predictor pods is limited to these CIDRs plus DNS; empty: unrestricted
+    egress_cidrs: tuple[str, ...] = ()
 
-    def runtime(self, isvc: v1alpha1.InferenceService) -> RuntimeSpec:
+    def runtime(self, isvc: internal.InferenceService) -> RuntimeSpec:
         """The runtime of the CR's framework (``KeyError`` naming it if the table lacks it)."""
         try:
-            return self.runtimes[isvc.spec.framework]
+            return self.runtimes[isvc.framework]
         except KeyError:
-            raise KeyError(f"no runtime for framework {isvc.spec.framework!r}") from None
+            raise KeyError(f"no runtime for framework {isvc.framework!r}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ChildCondition:
-    """One child's condition on the InferenceService status (reason is CamelCase)."""
+class Component:
+    """One set of model-server pods: ``key`` names it (``predictor``), ``model_uri`` is what it serves."""
 
-    type: str
-    status: Status
-    reason: str
-    message: str = ""
-
-    def to_condition(self, observed_generation: int | None = None) -> v1alpha1.Condition:
-        return v1alpha1.Condition(
-            type=self.type,
-            status=self.status,
-            reason=self.reason,
-            message=self.message,
-            observed_generation=observed_generation,
-        )
+    key: str
+    model_uri: str
+    #: prefix of its children's condition types ("" for the predictor, "Canary" for a canary)
+    condition_prefix: str = ""
 
 
-NameFn = Callable[[v1alpha1.InferenceService], str]
-BuildFn = Callable[[v1alpha1.InferenceService, BuildContext], Obj | None]
-ConditionFn = Callable[[v1alpha1.InferenceService, Obj | None, Obj | None], ChildCondition]
-SettleFn = Callable[[v1alpha1.InferenceService, Obj, Obj | None], None]
+def components(isvc: internal.InferenceService) -> tuple[Component, ...]:
+    """The components of an InferenceService, the predictor first."""
+    return (Component(labels.PREDICTOR, isvc.model_uri),)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Target:
+    """What a child is built for: the InferenceService and one of its components."""
+
+    isvc: internal.InferenceService
+    component: Component
+
+
+class ReplicaOwner(enum.Enum):
+    """Who sets the predictor Deployment's ``spec.replicas`` (exactly one of them)."""
+
+    OPERATOR = "operator"  # fixed count: minReplicas (0 = scaled to zero)
+    HPA = "hpa"  # maxReplicas > minReplicas >= 1: a HorizontalPodAutoscaler
+
+
+def replica_owner(isvc: internal.InferenceService) -> ReplicaOwner:
+    """The single statement of who owns the replica count; children read it, never re-derive it."""
+    if isvc.max_replicas > isvc.min_replicas >= 1:
+        return ReplicaOwner.HPA
+    return ReplicaOwner.OPERATOR
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replicas:
+    replicas: int
+    ready: int
+    desired: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Contribution:
+    """What a child adds to the InferenceService status besides its condition."""
+
+    replicas: Replicas | None = None
+    url: str | None = None
+    #: the model URI actually rolled out (all replicas updated and available), when known
+    rolled_out_model: str | None = None
+
+
+NameFn = Callable[[Target], str]
+BuildFn = Callable[[Target, BuildContext], Obj | None]
+ConditionFn = Callable[[Target, BuildContext, Obj | None, Obj | None], ChildCondition]
+ContributeFn = Callable[[Target, BuildContext, Obj | None], Contribution]
+SettleFn = Callable[[Target, Obj, Obj | None], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Child:
-    """One child kind: where it lives in the API and its pure functions.
+    """One child kind: where it lives in the API and its pure functions (see the module doc)."""
 
-    ``settle(isvc, desired, live)``, when set, adjusts the desired object to the live one AFTER the
-    reconciler hashed it: for fields another controller drives (the HPA's replica count), so their
-    changes alone never cause a write. ``serving``: whether the child's condition gates ``Ready``.
-    """
-
-    resource: Resource
+    key: str
+    kind: kinds.Kind
     condition_type: str
     name: NameFn
     build: BuildFn
     condition: ConditionFn
+    contribute: ContributeFn | None = None
     settle: SettleFn | None = None
     serving: bool = True
+    per_component: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slot:
+    """A child for one target: the unit the reconciler syncs."""
+
+    child: Child
+    target: Target
+
+    @property
+    def key(self) -> str:
+        c = self.child
+        return f"{self.target.component.key}/{c.key}" if c.per_component else c.key
+
+    @property
+    def condition_type(self) -> str:
+        prefix = self.target.component.condition_prefix if self.child.per_component else ""
+        return prefix + self.child.condition_type
+
+    @property
+    def name(self) -> str:
+        return self.child.name(self.target)
+
+
+def slots(isvc: internal.InferenceService, children: tuple[Child, ...]) -> list[Slot]:
+    """Every slot of ``isvc``: per-component children for each component, then the others once."""
+    comps = components(isvc)
+    out = [Slot(c, Target(isvc, comp)) for comp in comps for c in children if c.per_component]
+    out += [Slot(c, Target(isvc, comps[0])) for c in children if not c.per_component]
+    return out
 
 
 # -- helpers shared by the child modules ---------------------------------------------------------
 
 
-def autoscaled(isvc: v1alpha1.InferenceService) -> bool:
-    """An HPA owns the replica count: ``maxReplicas > minReplicas >= 1``."""
-    return isvc.spec.max_replicas > isvc.spec.min_replicas >= 1
+def component_name(target: Target) -> str:
+    """``<name>-<component>``: the Deployment, Service and HPA of a component share it."""
+    return f"{target.isvc.name}-{target.component.key}"
 
 
 def metadata(
-    isvc: v1alpha1.InferenceService,
+    target: Target,
     ctx: BuildContext,
     name: str,
     annotations: Mapping[str, str] | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+    *,
+    per_component: bool = True,
 ) -> Obj:
-    """``metadata`` of a child: name, namespace, the common labels and optional annotations."""
+    """``metadata`` of a child: name, namespace, the common labels and optional annotations.
+    A child of the whole InferenceService (``per_component=False``) carries no component label."""
+    common = labels.child_labels(target, ctx.runtime(target.isvc).server)
+    if not per_component:
+        common.pop(labels.COMPONENT)
+        common[labels.K8S_COMPONENT] = labels.SERVICE_COMPONENT
     meta: Obj = {
         "name": name,
-        "namespace": isvc.namespace,
-        "labels": labels.child_labels(isvc, ctx.runtime(isvc).server),
+        "namespace": target.isvc.namespace,
+        "labels": {**common, **(extra_labels or {})},
     }
     if annotations:
         meta["annotations"] = dict(annotations)
@@ -119,6 +229,6 @@ def find_condition(obj: Obj | None, type_: str) -> Obj | None:
     return None
 
 
-def not_found(type_: str, resource: Resource, name: str) -> ChildCondition:
+def not_found(type_: str, kind: kinds.Kind, name: str) -> ChildCondition:
     """The condition of a desired child that does not exist (yet)."""
-    return ChildCondition(type_, "Unknown", "Pending", f"{resource.kind} {name} does not exist yet")
+    return ChildCondition(type_, "Unknown", "Pending", f"{kind.kind} {name} does not exist yet")

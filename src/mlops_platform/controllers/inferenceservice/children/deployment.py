@@ -4,14 +4,14 @@ Contract of :func:`build` (pure):
 - container ``predictor`` with the runtime table's image (GPU variant when ``gpuPerReplica > 0``),
   command/args/env rendered for ``spec.port``, env ``MODEL_URI``, named ports (``http`` =
   ``spec.port``), readiness/liveness probes and a startup probe generous enough for model loading;
-- resources from ``spec.resources`` (unset keys omitted); the runtime's default requests fill in a
-  resource the spec sets neither a request nor a limit for (an HPA needs a CPU request);
-  ``nvidia.com/gpu`` requests = limits = ``gpuPerReplica``, plus a toleration for the usual GPU
-  node taint;
-- ``spec.replicas``: omitted when an HPA manages the Deployment (``maxReplicas > minReplicas >= 1``)
-  from the built object; :func:`settle` (run by the reconciler after hashing) then applies the
-  LIVE count, so server-side apply neither fights the HPA nor removes the field (which would reset
-  the Deployment to 1 replica); otherwise ``minReplicas`` (0 = scaled to zero);
+- resources from the model's resource requirements (any resource name); the runtime's default
+  requests fill in a resource the spec sets neither a request nor a limit for (an HPA needs a CPU
+  request); with GPUs (``nvidia.com/gpu``) the GPU image variant and a toleration for the usual
+  GPU node taint;
+- ``spec.replicas``: omitted when an autoscaler owns the count (:func:`base.replica_owner`) from
+  the built object; :func:`settle` (run by the reconciler after hashing) then applies the LIVE
+  count, so server-side apply neither fights the HPA nor removes the field (which would reset the
+  Deployment to 1 replica); otherwise ``minReplicas`` (0 = scaled to zero);
 - zero-downtime rollouts (maxSurge 25 %, maxUnavailable 0), a progress deadline longer than the
   startup probe's budget (a failed rollout becomes ``ProgressDeadlineExceeded``), no service links,
   no API token, non-root where the image supports it, no privilege escalation, no capabilities.
@@ -19,56 +19,57 @@ Contract of :func:`build` (pure):
 
 from __future__ import annotations
 
-from mlops_platform.api import v1alpha1
+from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels, runtimes
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import rbac, resources
+from mlops_platform.runtime import kinds, rbac, resources
 
 CONDITION = "DeploymentAvailable"
 CONTAINER = "predictor"
 MODEL_VOLUME = "model-store"
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = internal.GPU_RESOURCE
+KIND = kinds.Kind.of(resources.DEPLOYMENT)
+
+name = base.component_name
 
 
-def name(isvc: v1alpha1.InferenceService) -> str:
-    return labels.predictor_name(isvc)
+def replicas(isvc: internal.InferenceService) -> int | None:
+    """The replica count to apply; ``None`` when an autoscaler owns it."""
+    return isvc.min_replicas if base.replica_owner(isvc) is base.ReplicaOwner.OPERATOR else None
 
 
-def replicas(isvc: v1alpha1.InferenceService) -> int | None:
-    """The replica count to apply; ``None`` when the HPA owns it."""
-    return None if base.autoscaled(isvc) else isvc.spec.min_replicas
-
-
-def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj:
+def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
+    isvc = target.isvc
     rt = ctx.runtime(isvc)
     spec: base.Obj = {}
     count = replicas(isvc)
     if count is not None:
         spec["replicas"] = count
     spec |= {
-        "selector": {"matchLabels": labels.selector(isvc)},
+        "selector": {"matchLabels": labels.selector(isvc, target.component.key)},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
         "revisionHistoryLimit": 5,
         "progressDeadlineSeconds": rt.progress_deadline_seconds,
         "template": {
             "metadata": {
-                "labels": labels.child_labels(isvc, rt.server),
-                "annotations": _pod_annotations(isvc, rt),
+                "labels": labels.child_labels(target, rt.server),
+                "annotations": _pod_annotations(target, rt),
             },
-            "spec": _pod_spec(isvc, rt),
+            "spec": _pod_spec(target, rt),
         },
     }
+    model = target.component.model_uri
     return {
         "apiVersion": resources.DEPLOYMENT.api_version,
         "kind": resources.DEPLOYMENT.kind,
-        "metadata": base.metadata(isvc, ctx, name(isvc), {labels.MODEL_URI_ANNOTATION: isvc.spec.model_uri}),
+        "metadata": base.metadata(target, ctx, name(target), {labels.MODEL_URI_ANNOTATION: model}),
         "spec": spec,
     }
 
 
-def _pod_annotations(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> dict[str, str]:
+def _pod_annotations(target: base.Target, rt: runtimes.RuntimeSpec) -> dict[str, str]:
     out = {
-        labels.MODEL_URI_ANNOTATION: isvc.spec.model_uri,
+        labels.MODEL_URI_ANNOTATION: target.component.model_uri,
         "kubectl.kubernetes.io/default-container": CONTAINER,
     }
     metrics_port = rt.ports.get("metrics")
@@ -78,7 +79,7 @@ def _pod_annotations(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) 
     return out
 
 
-def _pod_spec(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
+def _pod_spec(target: base.Target, rt: runtimes.RuntimeSpec) -> base.Obj:
     security: base.Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
     if rt.run_as_non_root:
         security["runAsNonRoot"] = True
@@ -89,22 +90,23 @@ def _pod_spec(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": rt.termination_grace_period_seconds,
         "securityContext": security,
-        "containers": [_container(isvc, rt)],
+        "containers": [_container(target, rt)],
         "volumes": [{"name": MODEL_VOLUME, "emptyDir": {}}],
     }
-    if isvc.spec.gpu_per_replica > 0:
+    if target.isvc.resources.gpus > 0:
         pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     return pod
 
 
-def _container(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
-    port = isvc.spec.port
+def _container(target: base.Target, rt: runtimes.RuntimeSpec) -> base.Obj:
+    isvc = target.isvc
+    port = isvc.port
     values = rt.placeholders(port)
-    env = [{"name": "MODEL_URI", "value": isvc.spec.model_uri}]
+    env = [{"name": "MODEL_URI", "value": target.component.model_uri}]
     env += [{"name": k, "value": runtimes.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     ports += [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in rt.ports.items()]
-    container: base.Obj = {"name": CONTAINER, "image": rt.image_for(isvc.spec.gpu_per_replica)}
+    container: base.Obj = {"name": CONTAINER, "image": rt.image_for(isvc.resources.gpus)}
     if rt.command:
         container["command"] = [runtimes.render(c, values) for c in rt.command]
     container |= {
@@ -136,30 +138,17 @@ def _probe(p: runtimes.Probe) -> base.Obj:
     }
 
 
-def _resources(isvc: v1alpha1.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    r = isvc.spec.resources
-    if r is not None:
-        for key, request, limit in (
-            ("cpu", r.cpu_request, r.cpu_limit),
-            ("memory", r.memory_request, r.memory_limit),
-        ):
-            if request is not None:
-                requests[key] = str(request)
-            if limit is not None:
-                limits[key] = str(limit)
+def _resources(isvc: internal.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
+    requests = dict(isvc.resources.requests)
+    limits = dict(isvc.resources.limits)
     for key, value in rt.default_requests.items():
         if key not in requests and key not in limits:  # a default request could exceed a set limit
             requests[key] = value
-    gpus = isvc.spec.gpu_per_replica
-    if gpus > 0:
-        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
 def condition(
-    isvc: v1alpha1.InferenceService, desired: base.Obj | None, live: base.Obj | None
+    target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
 ) -> base.ChildCondition:
     """``DeploymentAvailable``: can the predictor serve, and is a rollout going on or stuck?
 
@@ -168,10 +157,10 @@ def condition(
     ``kubectl rollout status``; a scale-up of a completed rollout is not a rollout.
     """
     if live is None:
-        return base.not_found(CONDITION, resources.DEPLOYMENT, name(isvc))
+        return base.not_found(CONDITION, KIND, name(target))
     spec, st = live.get("spec") or {}, live.get("status") or {}
     count = int(st.get("replicas") or 0)
-    if isvc.spec.min_replicas == 0:
+    if target.isvc.min_replicas == 0:
         left = f"; {count} pod(s) still terminating" if count else ""
         return base.ChildCondition(
             CONDITION, "True", "ScaledToZero", f"minReplicas is 0: scaled to zero{left}"
@@ -219,7 +208,7 @@ RBAC = rbac.requires(
 )
 
 
-def settle(isvc: v1alpha1.InferenceService, desired: base.Obj, live: base.Obj | None) -> None:
+def settle(target: base.Target, desired: base.Obj, live: base.Obj | None) -> None:
     """While an HPA owns the replica count, apply the live count instead of dropping the field.
 
     Dropping ``spec.replicas`` from our applied configuration would make server-side apply remove
@@ -230,7 +219,44 @@ def settle(isvc: v1alpha1.InferenceService, desired: base.Obj, live: base.Obj | 
     spec = desired["spec"]
     if "replicas" not in spec:
         live_replicas = ((live or {}).get("spec") or {}).get("replicas")
-        spec["replicas"] = live_replicas if live_replicas is not None else isvc.spec.min_replicas
+        spec["replicas"] = live_replicas if live_replicas is not None else target.isvc.min_replicas
 
 
-CHILD = base.Child(resources.DEPLOYMENT, CONDITION, name, build, condition, settle=settle)
+def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | None) -> base.Contribution:
+    """The component's replica counts and the model it has fully rolled out."""
+    live = live or {}
+    st = live.get("status") or {}
+    counts = base.Replicas(
+        replicas=int(st.get("replicas") or 0),
+        ready=int(st.get("readyReplicas") or 0),
+        desired=int((live.get("spec") or {}).get("replicas") or 0),
+    )
+    model = rolled_out_model(live) if target.isvc.min_replicas > 0 else None
+    return base.Contribution(replicas=counts, rolled_out_model=model)
+
+
+def rolled_out_model(deployment: base.Obj) -> str | None:
+    """The MODEL_URI of the Deployment's template once its rollout has fully completed."""
+    if not deployment:
+        return None
+    spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
+    want = int(spec.get("replicas") or 0)
+    complete = (
+        int(st.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation") or 0)
+        and want > 0
+        and int(st.get("updatedReplicas") or 0) == want
+        and int(st.get("replicas") or 0) == want
+        and int(st.get("availableReplicas") or 0) == want
+    )
+    if not complete:
+        return None
+    for container in (spec.get("template") or {}).get("spec", {}).get("containers") or ():
+        for env in container.get("env") or ():
+            if env.get("name") == "MODEL_URI" and env.get("value"):
+                return str(env["value"])
+    return None
+
+
+CHILD = base.Child(
+    "deployment", KIND, CONDITION, name, build, condition, contribute=contribute, settle=settle
+)

@@ -1,6 +1,7 @@
 """The predictor HorizontalPodAutoscaler (autoscaling/v2) ``<name>-predictor``.
 
-Contract of :func:`build` (pure): desired only when ``maxReplicas > minReplicas >= 1``; otherwise
+Contract of :func:`build` (pure): desired only when the HPA owns the replica count
+(:func:`base.replica_owner`: ``maxReplicas > minReplicas >= 1``); otherwise
 ``None`` (a fixed replica count needs no autoscaler, and minReplicas 0 means scaled to zero, which
 an HPA cannot express: its minReplicas is at least 1), so the reconciler deletes a stale one.
 It scales the predictor Deployment on average CPU utilization (the runtime table's target,
@@ -11,40 +12,38 @@ True with reason ``NotRequired`` when no HPA is wanted.
 
 from __future__ import annotations
 
-from mlops_platform.api import v1alpha1
-from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base, deployment
-from mlops_platform.runtime import rbac, resources
+from mlops_platform.runtime import kinds, rbac, resources
 
 CONDITION = "AutoscalerReady"
+KIND = kinds.Kind.of(resources.HPA)
+
+name = base.component_name
 
 
-def name(isvc: v1alpha1.InferenceService) -> str:
-    return labels.predictor_name(isvc)
-
-
-def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj | None:
-    if not base.autoscaled(isvc):
+def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
+    isvc = target.isvc
+    if base.replica_owner(isvc) is not base.ReplicaOwner.HPA:
         return None
-    target = ctx.runtime(isvc).target_cpu_utilization
+    utilization = ctx.runtime(isvc).target_cpu_utilization
     return {
         "apiVersion": resources.HPA.api_version,
         "kind": resources.HPA.kind,
-        "metadata": base.metadata(isvc, ctx, name(isvc)),
+        "metadata": base.metadata(target, ctx, name(target)),
         "spec": {
             "scaleTargetRef": {
                 "apiVersion": resources.DEPLOYMENT.api_version,
                 "kind": resources.DEPLOYMENT.kind,
-                "name": deployment.name(isvc),
+                "name": deployment.name(target),
             },
-            "minReplicas": isvc.spec.min_replicas,
-            "maxReplicas": isvc.spec.max_replicas,
+            "minReplicas": isvc.min_replicas,
+            "maxReplicas": isvc.max_replicas,
             "metrics": [
                 {
                     "type": "Resource",
                     "resource": {
                         "name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": target},
+                        "target": {"type": "Utilization", "averageUtilization": utilization},
                     },
                 }
             ],
@@ -53,9 +52,9 @@ def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj |
 
 
 def condition(
-    isvc: v1alpha1.InferenceService, desired: base.Obj | None, live: base.Obj | None
+    target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
 ) -> base.ChildCondition:
-    s = isvc.spec
+    s = target.isvc
     if desired is None:
         if s.min_replicas == 0:
             why = "minReplicas is 0: scaled to zero, nothing to autoscale"
@@ -63,7 +62,7 @@ def condition(
             why = f"fixed replica count: minReplicas == maxReplicas == {s.min_replicas}"
         return base.ChildCondition(CONDITION, "True", "NotRequired", why)
     if live is None:
-        return base.not_found(CONDITION, resources.HPA, name(isvc))
+        return base.not_found(CONDITION, KIND, name(target))
     able = base.find_condition(live, "AbleToScale")
     active = base.find_condition(live, "ScalingActive")
     for cond, fallback in ((able, "NotAbleToScale"), (active, "ScalingInactive")):
@@ -88,4 +87,4 @@ RBAC = rbac.requires(
     why="the predictor HPA: watched (owns), applied, repaired, deleted when not desired",
 )
 # the autoscaler's health (e.g. no metrics yet) is reported, but does not stop a service serving
-CHILD = base.Child(resources.HPA, CONDITION, name, build, condition, serving=False)
+CHILD = base.Child("autoscaler", KIND, CONDITION, name, build, condition, serving=False)

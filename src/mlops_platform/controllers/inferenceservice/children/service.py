@@ -1,56 +1,72 @@
 """The predictor Service ``<name>-predictor``: one stable ClusterIP in front of the pods.
 
-Contract of :func:`build` (pure): a ClusterIP Service with one port named ``http`` on
-``spec.port`` whose ``targetPort`` is the container port *by name* (``http``), so during a rollout
-that changes the port old and new pods are each reached on their own port. Its selector is the
-Deployment's (:func:`labels.selector`), stable for the life of the CR.
+Contract of :func:`build` (pure): a ClusterIP Service with a port named ``http`` on ``spec.port``
+whose ``targetPort`` is the container port *by name* (``http``), so during a rollout that changes
+the port old and new pods are each reached on their own port, and, where the runtime exports
+metrics, a port named ``metrics`` (what the ServiceMonitor scrapes). Its selector is the
+component's Deployment's (:func:`labels.selector`), stable for the life of the CR.
 ``ServiceReady`` is True once the Service exists with a cluster IP (endpoints readiness is the
 Deployment's condition).
 """
 
 from __future__ import annotations
 
-from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import rbac, resources
+from mlops_platform.runtime import kinds, rbac, resources
 
 CONDITION = "ServiceReady"
+KIND = kinds.Kind.of(resources.SERVICE)
+METRICS_PORT = "metrics"
+
+name = base.component_name
 
 
-def name(isvc: v1alpha1.InferenceService) -> str:
-    return labels.predictor_name(isvc)
+def cluster_url(target: base.Target, cluster_domain: str = "cluster.local") -> str:
+    """``http://<name>-<component>.<namespace>.svc.<domain>:<port>``."""
+    return f"http://{name(target)}.{target.isvc.namespace}.svc.{cluster_domain}:{target.isvc.port}"
 
 
-def cluster_url(isvc: v1alpha1.InferenceService, cluster_domain: str = "cluster.local") -> str:
-    """``http://<name>-predictor.<namespace>.svc.<domain>:<port>``."""
-    return f"http://{name(isvc)}.{isvc.namespace}.svc.{cluster_domain}:{isvc.spec.port}"
-
-
-def build(isvc: v1alpha1.InferenceService, ctx: base.BuildContext) -> base.Obj:
+def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
+    isvc = target.isvc
+    ports: list[base.Obj] = [{"name": "http", "port": isvc.port, "targetPort": "http", "protocol": "TCP"}]
+    rt = ctx.runtime(isvc)
+    metrics = rt.ports.get(METRICS_PORT)
+    if metrics is not None and rt.metrics_path:
+        # the ServiceMonitor scrapes this named port; by name, so a runtime override follows
+        ports.append({"name": METRICS_PORT, "port": metrics, "targetPort": METRICS_PORT, "protocol": "TCP"})
     return {
         "apiVersion": resources.SERVICE.api_version,
         "kind": resources.SERVICE.kind,
-        "metadata": base.metadata(isvc, ctx, name(isvc)),
+        "metadata": base.metadata(target, ctx, name(target)),
         "spec": {
             "type": "ClusterIP",
-            "selector": labels.selector(isvc),
-            "ports": [{"name": "http", "port": isvc.spec.port, "targetPort": "http", "protocol": "TCP"}],
+            "selector": labels.selector(isvc, target.component.key),
+            "ports": ports,
         },
     }
 
 
 def condition(
-    isvc: v1alpha1.InferenceService, desired: base.Obj | None, live: base.Obj | None
+    target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
 ) -> base.ChildCondition:
     if live is None:
-        return base.not_found(CONDITION, resources.SERVICE, name(isvc))
+        return base.not_found(CONDITION, KIND, name(target))
     cluster_ip = (live.get("spec") or {}).get("clusterIP")
     if not cluster_ip or cluster_ip == "None":
         return base.ChildCondition(
-            CONDITION, "False", "NoClusterIP", f"Service {name(isvc)} has no cluster IP"
+            CONDITION, "False", "NoClusterIP", f"Service {name(target)} has no cluster IP"
         )
-    return base.ChildCondition(CONDITION, "True", "ClusterIPAssigned", f"{cluster_url(isvc)} ({cluster_ip})")
+    return base.ChildCondition(
+        CONDITION, "True", "ClusterIPAssigned", f"{cluster_url(target)} ({cluster_ip})"
+    )
+
+
+def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | None) -> base.Contribution:
+    """The cluster-local URL, once the Service has a cluster IP."""
+    cluster_ip = ((live or {}).get("spec") or {}).get("clusterIP")
+    ok = bool(cluster_ip) and cluster_ip != "None"
+    return base.Contribution(url=cluster_url(target, ctx.cluster_domain) if ok else None)
 
 
 RBAC = rbac.requires(
@@ -59,4 +75,4 @@ RBAC = rbac.requires(
     ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
     why="the predictor Service: watched (owns), applied, repaired, deleted",
 )
-CHILD = base.Child(resources.SERVICE, CONDITION, name, build, condition)
+CHILD = base.Child("service", KIND, CONDITION, name, build, condition, contribute=contribute)

@@ -1,0 +1,89 @@
+"""The internal model of an InferenceService: what the controller reads, whatever version was served.
+
+Every served API version converts to this model (``v1alpha1.to_internal``); builders and the
+reconciler read only this, never a versioned type, so a new API version adds one conversion and
+touches no builder. It is the future hub of the conversion webhook: it holds the union of what the
+versions can say (generic resource requirements rather than v1alpha1's four strings, for example).
+
+Values here are already validated and defaulted; the model is immutable and cheap to build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _empty() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResourceRequirements:
+    """Requests and limits per resource name (``cpu``, ``memory``, ``nvidia.com/gpu``, ...), as quantities."""
+
+    requests: Mapping[str, str] = dataclasses.field(default_factory=_empty)
+    limits: Mapping[str, str] = dataclasses.field(default_factory=_empty)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per replica (the ``nvidia.com/gpu`` limit, 0 without)."""
+        return int(self.limits.get(GPU_RESOURCE, self.requests.get(GPU_RESOURCE, "0")))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Traffic:
+    """A canary: ``percent`` of requests to the candidate ``version`` (routing: the canary issue)."""
+
+    version: str | None = None
+    percent: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AlertOverrides:
+    """Per-InferenceService alert thresholds; None keeps the operator's default."""
+
+    error_ratio: float | None = None
+    latency_seconds: float | None = None
+    for_: str | None = None
+    below_min_for: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Monitoring:
+    """PrometheusRule + ServiceMonitor. ``enabled`` None: the operator default (on)."""
+
+    enabled: bool | None = None
+    alerts: AlertOverrides = AlertOverrides()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NetworkPolicy:
+    """Ingress restricted to the serving ports. ``enabled`` None: the operator default (off)."""
+
+    enabled: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InferenceService:
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    #: the runtime table key of the model server (``triton``, ``seldon``, ``torchserve``, ...)
+    framework: str
+    model_uri: str
+    port: int = 8080
+    min_replicas: int = 1
+    max_replicas: int = 1
+    resources: ResourceRequirements = ResourceRequirements()
+    traffic: Traffic | None = None
+    monitoring: Monitoring = Monitoring()
+    network_policy: NetworkPolicy = NetworkPolicy()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -1,0 +1,383 @@
+"""The Prometheus alert rules of one InferenceService (pure: no I/O, no API types).
+
+Contract:
+- :func:`rule_groups` gives the ``spec.groups`` of the InferenceService's PrometheusRule: one group,
+  ``mlops-platform.<namespace>.<name>``, with the alerts of :data:`ALERTS` (names are stable):
+
+  ``InferenceServiceNoReadyReplica``
+      no available replica while the Deployment wants some (omitted when ``minReplicas`` is 0);
+  ``InferenceServiceBelowMinReplicas``
+      some, but fewer than ``minReplicas``, available for ``below_min_for`` (omitted when
+      ``minReplicas`` <= 1: below 1 is "no replica", the alert above);
+  ``InferenceServiceHighErrorRatio``
+      failed / all inference requests over ``rate_window`` above ``error_ratio``;
+  ``InferenceServiceHighLatency``
+      request latency above ``latency_seconds`` (the mean; for MLServer also the REST p95).
+
+- Replica alerts read kube-state-metrics (``kube_deployment_status_replicas_available``,
+  ``kube_deployment_spec_replicas``) by ``namespace`` and ``deployment``. Request alerts read each
+  model server's own metrics (names verified at the pinned releases' sources, ``docs/monitoring.md``)
+  by ``namespace`` and ``mlops_platform_inferenceservice`` (the ServiceMonitor copies the pod label
+  ``mlops.platform/inferenceservice`` onto every series), summed over components and models.
+- Every alert carries the labels ``severity``, ``namespace``, ``inferenceservice`` and
+  ``framework`` (replica alerts also ``deployment``) and the annotations ``summary`` and
+  ``description`` (``runbook_url`` too when :attr:`AlertSettings.runbook_base_url` is set).
+- :func:`settings_from` reads the user's overrides (camelCase keys) and raises :class:`ValueError`
+  naming the field path; :class:`AlertSettings` validates itself the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+NO_READY_REPLICA = "InferenceServiceNoReadyReplica"
+BELOW_MIN_REPLICAS = "InferenceServiceBelowMinReplicas"
+HIGH_ERROR_RATIO = "InferenceServiceHighErrorRatio"
+HIGH_LATENCY = "InferenceServiceHighLatency"
+ALERTS = (NO_READY_REPLICA, BELOW_MIN_REPLICAS, HIGH_ERROR_RATIO, HIGH_LATENCY)
+
+#: Prometheus label names of the pod labels the ServiceMonitor copies (``podTargetLabels``).
+ISVC_LABEL = "mlops_platform_inferenceservice"
+COMPONENT_LABEL = "mlops_platform_component"
+
+#: A Prometheus duration (``model.ParseDuration``): units from largest to smallest, each at most once.
+DURATION_PATTERN = (
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+_DURATION = re.compile(DURATION_PATTERN)
+_UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)  # y w d h m s ms
+
+
+def parse_duration(text: object) -> float:
+    """Seconds in a Prometheus duration (``90s``, ``1h30m``, ``0``); ``ValueError`` if it is not one."""
+    match = _DURATION.fullmatch(text) if isinstance(text, str) and text else None
+    if match is None:
+        raise ValueError(f"must be a Prometheus duration such as 30s, 5m or 1h30m, got {text!r}")
+    amounts = match.groups()[2::2]  # the digits of each unit
+    return float(sum(int(n) * unit for n, unit in zip(amounts, _UNIT_SECONDS, strict=True) if n))
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a finite float, None when it is not a number (bools are not)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _check_ratio(value: object) -> str | None:
+    x = _number(value)
+    return None if x is not None and 0 < x <= 1 else f"must be a number in (0, 1], got {value!r}"
+
+
+def _check_seconds(value: object) -> str | None:
+    x = _number(value)
+    return None if x is not None and x > 0 else f"must be a number of seconds > 0, got {value!r}"
+
+
+def _check_quantile(value: object) -> str | None:
+    x = _number(value)
+    return None if x is not None and 0 < x < 1 else f"must be a number in (0, 1), got {value!r}"
+
+
+def _check_duration(value: object) -> str | None:
+    try:
+        parse_duration(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _check_window(value: object) -> str | None:
+    error = _check_duration(value)
+    if error is None and parse_duration(value) == 0:
+        return f"must be a duration > 0, got {value!r}"
+    return error
+
+
+def _check_url(value: object) -> str | None:
+    if value is None or (isinstance(value, str) and re.fullmatch(r"https?://\S+", value)):
+        return None
+    return f"must be an http(s) URL, got {value!r}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AlertSettings:
+    """Thresholds of the alerts (operator defaults, overridden per InferenceService)."""
+
+    error_ratio: float = 0.05
+    """Fraction of failed inference requests, 0 < x <= 1."""
+    latency_seconds: float = 1.0
+    """Request latency: the mean, and for MLServer's REST histogram the ``latency_quantile``."""
+    for_: str = "5m"
+    """How long a request or no-replica condition must hold (Prometheus duration)."""
+    below_min_for: str = "15m"
+    """How long fewer than ``minReplicas`` (but some) replicas must be available."""
+    rate_window: str = "5m"
+    """The ``rate()`` range: at least 4 scrape intervals (the ServiceMonitor scrapes every 30s)."""
+    latency_quantile: float = 0.95
+    """The quantile compared with ``latency_seconds`` where a server exports a histogram."""
+    runbook_base_url: str | None = None
+    """Where ``docs/monitoring.md`` is served; alerts then get ``runbook_url: <base>#<alert>``."""
+
+    def __post_init__(self) -> None:
+        for field, check in _FIELD_CHECKS.items():
+            error = check(getattr(self, field))
+            if error is not None:
+                raise ValueError(f"AlertSettings.{field}: {error}")
+
+
+_FIELD_CHECKS: dict[str, Callable[[object], str | None]] = {
+    "error_ratio": _check_ratio,
+    "latency_seconds": _check_seconds,
+    "for_": _check_duration,
+    "below_min_for": _check_duration,
+    "rate_window": _check_window,
+    "latency_quantile": _check_quantile,
+    "runbook_base_url": _check_url,
+}
+#: The user-facing keys (camelCase, as in a manifest) and the fields they set.
+USER_KEYS = {
+    "errorRatio": "error_ratio",
+    "latencySeconds": "latency_seconds",
+    "for": "for_",
+    "belowMinFor": "below_min_for",
+}
+
+
+def settings_from(raw: Mapping[str, Any] | None, defaults: AlertSettings, *, field: str) -> AlertSettings:
+    """``defaults`` with the overrides in ``raw`` (keys of :data:`USER_KEYS`; ``None`` = none).
+
+    Raises ``ValueError("<field>.<key>: <why>")``, e.g.
+    ``spec.extensions.monitoring.alerts.errorRatio: must be a number in (0, 1], got 2``.
+    """
+    if raw is None:
+        return defaults
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{field}: must be an object with keys {', '.join(sorted(USER_KEYS))}, got {raw!r}")
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{field}.{key}" if field else str(key)
+        attr = USER_KEYS.get(key) if isinstance(key, str) else None
+        if attr is None:
+            raise ValueError(f"{where}: unknown field (known: {', '.join(sorted(USER_KEYS))})")
+        error = _FIELD_CHECKS[attr](value)
+        if error is not None:
+            raise ValueError(f"{where}: {error}")
+        changes[attr] = float(value) if attr in ("error_ratio", "latency_seconds") else value
+    return dataclasses.replace(defaults, **changes)
+
+
+# -- expressions -----------------------------------------------------------------------------------
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _selector(**matchers: str) -> str:
+    return "{" + ", ".join(f"{k}={_quote(v)}" for k, v in matchers.items()) + "}"
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Query:
+    """What the request alerts need of one model server; ``sel`` is the series selector body."""
+
+    sel: str
+    window: str
+
+    def rate(self, metric: str, extra: str = "") -> str:
+        inner = self.sel if not extra else f"{self.sel}, {extra}"
+        return f"rate({metric}{{{inner}}}[{self.window}])"
+
+    def sum_rate(self, metric: str, extra: str = "") -> str:
+        return f"sum({self.rate(metric, extra)})"
+
+
+def _ratio(failed: str, succeeded: str) -> str:
+    """failed / (failed + succeeded), where a success counter that is absent (no request has
+    succeeded yet: 100% failures) counts as 0, and no request at all gives no value (0/0)."""
+    return f"{failed} / ({failed} + ({succeeded} or vector(0)))"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Server:
+    """Per-framework expressions. ``errors`` yields the failed fraction (no value without traffic);
+    ``latency`` yields a full comparison with the threshold (seconds)."""
+
+    software: str
+    errors: Callable[[_Query], str]
+    latency: Callable[[_Query, float, float], str]
+    error_metrics: str
+    latency_metrics: str
+
+
+def _triton_errors(q: _Query) -> str:
+    return _ratio(q.sum_rate("nv_inference_request_failure"), q.sum_rate("nv_inference_request_success"))
+
+
+def _triton_latency(q: _Query, threshold: float, _quantile: float) -> str:
+    # Counters only by default (summaries and histograms are opt-in --metrics-config flags);
+    # the duration counter adds up successful requests, so divide by the success count.
+    mean = f"{q.sum_rate('nv_inference_request_duration_us')} / {q.sum_rate('nv_inference_request_success')}"
+    return f"{mean} / 1e6 > {_num(threshold)}"
+
+
+def _mlserver_errors(q: _Query) -> str:
+    return _ratio(
+        q.sum_rate("model_infer_request_failure_total"), q.sum_rate("model_infer_request_success_total")
+    )
+
+
+_MLSERVER_INFER_PATHS = 'path=~"/v2/models/.+/(infer|generate)"'
+
+
+def _mlserver_latency(q: _Query, threshold: float, quantile: float) -> str:
+    # REST requests have a histogram (starlette-exporter); gRPC ones only the data plane's summary
+    # (REST and gRPC, failures included): alert when either the REST quantile or the mean is high.
+    buckets = f"sum by (le) ({q.rate('rest_server_request_duration_seconds_bucket', _MLSERVER_INFER_PATHS)})"
+    p = f"histogram_quantile({_num(quantile)}, {buckets})"
+    summary = "model_infer_request_duration"
+    mean = f"{q.sum_rate(summary + '_sum')} / {q.sum_rate(summary + '_count')}"
+    return f"({p} > {_num(threshold)}) or ({mean} > {_num(threshold)})"
+
+
+def _torchserve_errors(q: _Query) -> str:
+    # No per-model failure counter: Requests5XX counts every 5xx answer of the server (inference
+    # API); ts_inference_requests_total every inference request. Capped at 1, none without traffic.
+    total = f"({q.sum_rate('ts_inference_requests_total')} > 0)"
+    return f"clamp_max({q.sum_rate('Requests5XX')} / {total}, 1)"
+
+
+def _torchserve_latency(q: _Query, threshold: float, _quantile: float) -> str:
+    # ts_inference_latency_microseconds adds up answered requests; there is no success counter,
+    # so the mean is over all requests (failed ones add no time: it under-reads while they fail).
+    mean = f"{q.sum_rate('ts_inference_latency_microseconds')} / {q.sum_rate('ts_inference_requests_total')}"
+    return f"{mean} / 1e6 > {_num(threshold)}"
+
+
+SERVERS: Mapping[str, _Server] = {
+    "triton": _Server(
+        "Triton",
+        _triton_errors,
+        _triton_latency,
+        "nv_inference_request_failure / (success + failure)",
+        "nv_inference_request_duration_us / nv_inference_request_success",
+    ),
+    "seldon": _Server(
+        "MLServer",
+        _mlserver_errors,
+        _mlserver_latency,
+        "model_infer_request_failure_total / (success + failure)",
+        "REST p95 of rest_server_request_duration_seconds, or the mean of model_infer_request_duration",
+    ),
+    "torchserve": _Server(
+        "TorchServe",
+        _torchserve_errors,
+        _torchserve_latency,
+        "Requests5XX / ts_inference_requests_total",
+        "ts_inference_latency_microseconds / ts_inference_requests_total",
+    ),
+}
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
+def group_name(namespace: str, name: str) -> str:
+    return f"mlops-platform.{namespace}.{name}"
+
+
+def rule_groups(
+    *,
+    name: str,
+    namespace: str,
+    framework: str,
+    deployment: str,
+    min_replicas: int,
+    settings: AlertSettings,
+) -> list[dict[str, Any]]:
+    """The PrometheusRule ``spec.groups`` for one InferenceService (pure)."""
+    server = SERVERS.get(framework)
+    if server is None:
+        raise ValueError(f"framework: unknown {framework!r} (expected one of {', '.join(sorted(SERVERS))})")
+    if min_replicas < 0:
+        raise ValueError(f"min_replicas: must be >= 0, got {min_replicas}")
+    who = f"InferenceService {namespace}/{name}"
+    static = {"namespace": namespace, "inferenceservice": name, "framework": framework}
+
+    def rule(
+        alert: str, expr: str, for_: str, severity: str, summary: str, description: str
+    ) -> dict[str, Any]:
+        annotations = {"summary": summary, "description": description}
+        if settings.runbook_base_url:
+            annotations["runbook_url"] = f"{settings.runbook_base_url}#{alert.lower()}"
+        return {
+            "alert": alert,
+            "expr": expr,
+            "for": for_,
+            "labels": {"severity": severity, **static},
+            "annotations": annotations,
+        }
+
+    rules: list[dict[str, Any]] = []
+    ksm = _selector(namespace=namespace, deployment=deployment)
+    # max by: one series per Deployment even when several kube-state-metrics replicas are scraped
+    available = f"max by (namespace, deployment) (kube_deployment_status_replicas_available{ksm})"
+    wanted = f"max by (namespace, deployment) (kube_deployment_spec_replicas{ksm})"
+    if min_replicas > 0:
+        rules.append(
+            rule(
+                NO_READY_REPLICA,
+                f"({available} == 0) and on (namespace, deployment) ({wanted} > 0)",
+                settings.for_,
+                "critical",
+                f"{who} has no ready replica",
+                f"Deployment {deployment} has had no available replica for {settings.for_} "
+                f"(minReplicas {min_replicas}): the model is not being served.",
+            )
+        )
+    if min_replicas > 1:
+        rules.append(
+            rule(
+                BELOW_MIN_REPLICAS,
+                f"({available} < {min_replicas}) > 0",
+                settings.below_min_for,
+                "warning",
+                f"{who} has fewer ready replicas than minReplicas",
+                f"Deployment {deployment} has had {{{{ $value }}}} available replica(s), fewer than "
+                f"minReplicas {min_replicas}, for {settings.below_min_for}.",
+            )
+        )
+    q = _Query(_selector(namespace=namespace, **{ISVC_LABEL: name})[1:-1], settings.rate_window)
+    percent = f"{settings.error_ratio * 100:g}%"
+    rules.append(
+        rule(
+            HIGH_ERROR_RATIO,
+            f"{server.errors(q)} > {_num(settings.error_ratio)}",
+            settings.for_,
+            "critical",
+            f"{who} fails too many inference requests",
+            f"{{{{ $value | humanizePercentage }}}} of the inference requests to {server.software} failed "
+            f"over {settings.rate_window} (threshold {percent}, for {settings.for_}).",
+        )
+    )
+    rules.append(
+        rule(
+            HIGH_LATENCY,
+            server.latency(q, settings.latency_seconds, settings.latency_quantile),
+            settings.for_,
+            "warning",
+            f"{who} answers inference requests slowly",
+            f"{server.software} request latency is {{{{ $value | humanizeDuration }}}} over "
+            f"{settings.rate_window} (threshold {settings.latency_seconds:g}s, for {settings.for_}).",
+        )
+    )
+    return [{"name": group_name(namespace, name), "rules": rules}]

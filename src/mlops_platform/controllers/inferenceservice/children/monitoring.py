@@ -1,0 +1,156 @@
+"""Monitoring children: a PrometheusRule with the alerts that matter for inference, and a
+ServiceMonitor scraping the model server (both ``monitoring.coreos.com/v1``, optional kinds).
+
+Contract (pure builders):
+- desired when monitoring is on for the InferenceService (``spec.extensions.monitoring.enabled``,
+  else the operator default, on) — and, for the ServiceMonitor, when the runtime exports metrics
+  (a ``metrics`` port and a metrics path in the runtime table);
+- one of each per InferenceService, named ``<name>``, labelled like every child plus the operator's
+  ``monitoring_labels`` (what the Prometheus ``ruleSelector`` / ``serviceMonitorSelector`` need);
+- the ServiceMonitor selects the Services of every component (``mlops.platform/inferenceservice``)
+  in the InferenceService's namespace, scrapes their ``metrics`` port at the runtime's path, and
+  copies the ``mlops.platform/inferenceservice`` and ``mlops.platform/component`` pod labels onto
+  every series: the alert expressions (:mod:`..alerts`) select on them;
+- both report to ``MonitoringReady`` (not gating ``Ready``): True when present or turned off,
+  False ``CRDNotInstalled`` while the Prometheus Operator's CRDs are absent (set by the reconciler).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlops_platform.controllers.inferenceservice import alerts, labels
+from mlops_platform.controllers.inferenceservice.children import base, deployment, service
+from mlops_platform.runtime import kinds, rbac
+
+CONDITION = "MonitoringReady"
+GROUP = "monitoring.coreos.com"
+PROMETHEUS_RULE = kinds.Kind(GROUP, "PrometheusRule", "prometheusrules", ("v1",), optional=True)
+SERVICE_MONITOR = kinds.Kind(GROUP, "ServiceMonitor", "servicemonitors", ("v1",), optional=True)
+SCRAPE_INTERVAL = "30s"
+
+
+def name(target: base.Target) -> str:
+    return target.isvc.name
+
+
+def enabled(target: base.Target, ctx: base.BuildContext) -> bool:
+    on = target.isvc.monitoring.enabled
+    return ctx.monitoring if on is None else on
+
+
+def settings(target: base.Target, ctx: base.BuildContext) -> alerts.AlertSettings:
+    """The operator's alert defaults with this InferenceService's overrides."""
+    o, d = target.isvc.monitoring.alerts, ctx.alerts
+    return dataclasses.replace(
+        d,
+        error_ratio=d.error_ratio if o.error_ratio is None else o.error_ratio,
+        latency_seconds=d.latency_seconds if o.latency_seconds is None else o.latency_seconds,
+        for_=d.for_ if o.for_ is None else o.for_,
+        below_min_for=d.below_min_for if o.below_min_for is None else o.below_min_for,
+    )
+
+
+def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
+    if not enabled(target, ctx):
+        return None
+    isvc = target.isvc
+    groups = alerts.rule_groups(
+        name=isvc.name,
+        namespace=isvc.namespace,
+        framework=isvc.framework,
+        deployment=deployment.name(target),
+        min_replicas=isvc.min_replicas,
+        settings=settings(target, ctx),
+    )
+    return {
+        "apiVersion": PROMETHEUS_RULE.resource().api_version,
+        "kind": PROMETHEUS_RULE.kind,
+        "metadata": _metadata(target, ctx),
+        "spec": {"groups": groups},
+    }
+
+
+def build_monitor(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
+    rt = ctx.runtime(target.isvc)
+    if not enabled(target, ctx) or rt.metrics_path is None or service.METRICS_PORT not in rt.ports:
+        return None
+    isvc = target.isvc
+    return {
+        "apiVersion": SERVICE_MONITOR.resource().api_version,
+        "kind": SERVICE_MONITOR.kind,
+        "metadata": _metadata(target, ctx),
+        "spec": {
+            "selector": {
+                "matchLabels": {**labels.service_selector(isvc), labels.K8S_MANAGED_BY: labels.MANAGER}
+            },
+            "namespaceSelector": {"matchNames": [isvc.namespace]},
+            "endpoints": [
+                {
+                    "port": service.METRICS_PORT,
+                    "path": rt.metrics_path,
+                    "interval": SCRAPE_INTERVAL,
+                    "scheme": "http",
+                }
+            ],
+            "podTargetLabels": [labels.INFERENCESERVICE, labels.COMPONENT],
+        },
+    }
+
+
+def _metadata(target: base.Target, ctx: base.BuildContext) -> base.Obj:
+    return base.metadata(target, ctx, name(target), extra_labels=ctx.monitoring_labels, per_component=False)
+
+
+def _condition(kind: kinds.Kind) -> base.ConditionFn:
+    def condition(
+        target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
+    ) -> base.ChildCondition:
+        if desired is None:
+            if target.isvc.monitoring.enabled is False:
+                why = (
+                    "monitoring is turned off for this InferenceService (spec.extensions.monitoring.enabled)"
+                )
+            elif not enabled(target, ctx):
+                why = "monitoring is turned off by the operator's default (--no-monitoring)"
+            else:
+                why = f"no {kind.kind}: the runtime exports no metrics"
+            return base.ChildCondition(CONDITION, "True", "MonitoringDisabled", why)
+        if live is None:
+            return base.not_found(CONDITION, kind, name(target))
+        return base.ChildCondition(
+            CONDITION, "True", "MonitoringConfigured", f"{kind.kind} {name(target)} applied"
+        )
+
+    return condition
+
+
+RBAC = [
+    rbac.requires(
+        GROUP,
+        plural,
+        ["list", "watch", "create", "patch", "update", "delete"],
+        why=f"the {kind_name}: watched (owns, while its CRD exists), applied, repaired, deleted",
+    )
+    for plural, kind_name in (("prometheusrules", "PrometheusRule"), ("servicemonitors", "ServiceMonitor"))
+]
+RULE = base.Child(
+    "prometheusrule",
+    PROMETHEUS_RULE,
+    CONDITION,
+    name,
+    build_rule,
+    _condition(PROMETHEUS_RULE),
+    serving=False,
+    per_component=False,
+)
+MONITOR = base.Child(
+    "servicemonitor",
+    SERVICE_MONITOR,
+    CONDITION,
+    name,
+    build_monitor,
+    _condition(SERVICE_MONITOR),
+    serving=False,
+    per_component=False,
+)

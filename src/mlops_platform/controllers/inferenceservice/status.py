@@ -1,0 +1,200 @@
+"""The InferenceService status, computed from what the children report (pure).
+
+Decision table of ``Ready`` (first match wins):
+
+1. a child write or a list/watch failed -> ``False/ReconcileFailed`` (and ``Reconciled=False``
+   with the HTTP reason);
+2. ``minReplicas == 0`` -> ``False/ScaledToZero``;
+3. a predictor pod is failing (CrashLoopBackOff, image pull errors, ...) -> ``False/<that reason>``;
+4. a serving child's condition is False -> ``False/<its reason>``;
+5. at least one ready replica and every serving condition True -> ``True/Serving``;
+6. otherwise -> ``False/Waiting``.
+
+Per-slot conditions come from each child; slots sharing a condition type (``MonitoringReady``)
+are merged, the worst status winning (False, then Unknown, then True). A wanted child of an
+optional kind whose CRD is absent reports ``False/CRDNotInstalled`` naming the kind; one whose
+informer is still listing reports ``Unknown/WaitingForCache``. Replicas, the url and the rolled-out
+model come from the predictor component's contributions (:class:`base.Contribution`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from mlops_platform.api import internal
+from mlops_platform.controllers.inferenceservice import conditions, labels
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime import client as kclient
+
+Obj = dict[str, Any]
+POD_FAILURE_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "InvalidImageName",
+        "RunContainerError",
+    }
+)
+_SEVERITY = {"False": 0, "Unknown": 1, "True": 2}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observed:
+    """One slot after its sync: desired (None = not wanted) and live objects."""
+
+    slot: base.Slot
+    desired: Obj | None
+    live: Obj | None
+    #: the kind is optional and its CRD is not installed
+    missing: bool = False
+    #: the kind's informer has not listed yet
+    syncing: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    what: str
+    error: kclient.ApiError
+
+
+def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition:
+    """The condition a slot reports, typed by its slot (``CanaryDeploymentAvailable``...)."""
+    kind = o.slot.child.kind
+    if o.desired is not None and o.missing:
+        cond = base.ChildCondition(
+            "", "False", "CRDNotInstalled", f"{kind.group} {kind.kind} is not installed"
+        )
+    elif o.desired is not None and o.syncing:
+        cond = base.ChildCondition("", "Unknown", "WaitingForCache", f"listing {kind.group} {kind.kind}")
+    else:
+        cond = o.slot.child.condition(o.slot.target, ctx, o.desired, o.live)
+    return dataclasses.replace(cond, type=o.slot.condition_type)
+
+
+def merge_conditions(conds: Iterable[base.ChildCondition]) -> list[base.ChildCondition]:
+    """One condition per type, in first-seen order; the worst status wins, True messages join."""
+    by_type: dict[str, base.ChildCondition] = {}
+    for c in conds:
+        prev = by_type.get(c.type)
+        if prev is None or _SEVERITY[c.status] < _SEVERITY[prev.status]:
+            by_type[c.type] = c
+        elif c.status == prev.status == "True" and c.message and c.message != prev.message:
+            by_type[c.type] = dataclasses.replace(prev, message=f"{prev.message}; {c.message}")
+    return list(by_type.values())
+
+
+def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
+    """The first failing container of the InferenceService's pods: (reason, message)."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in POD_FAILURE_REASONS:
+                msg = f"pod {pod['metadata']['name']} container {cs.get('name')}: {waiting['reason']}"
+                if waiting.get("message"):
+                    msg += f": {waiting['message']}"
+                return str(waiting["reason"]), msg
+    return None
+
+
+def compute(
+    isvc: internal.InferenceService,
+    previous: Obj,
+    observed: list[Observed],
+    failures: list[Failure],
+    pod_failure: tuple[str, str] | None,
+    ctx: base.BuildContext,
+) -> Obj:
+    """The whole ``status`` object (without ``lastReconcileTime``)."""
+    slot_conds = merge_conditions(slot_condition(o, ctx) for o in observed)
+    serving_types = {o.slot.condition_type for o in observed if o.slot.child.serving}
+    serving_conds = [c for c in slot_conds if c.type in serving_types]
+    contrib = _predictor_contributions(observed, ctx)
+    counts = contrib.replicas or base.Replicas(0, 0, 0)
+
+    if failures:
+        f = failures[0]
+        ready = base.ChildCondition(
+            "Ready", "False", "ReconcileFailed", f"{f.what}: {f.error.reason}: {f.error.message}"
+        )
+        reconciled = base.ChildCondition(
+            "Reconciled",
+            "False",
+            f.error.reason or "ApiError",
+            f"{f.what} failed: {f.error.status} {f.error.message}",
+        )
+    else:
+        reconciled = base.ChildCondition(
+            "Reconciled", "True", "ChildrenApplied", f"children match generation {isvc.generation}"
+        )
+        ready = _ready(isvc, serving_conds, pod_failure, counts)
+    wanted = [ready, reconciled, *slot_conds]
+    out: Obj = {
+        "observedGeneration": isvc.generation,
+        "conditions": conditions.merge(previous.get("conditions") or [], wanted, generation=isvc.generation),
+        "replicas": counts.replicas,
+        "readyReplicas": counts.ready,
+        "replicasSummary": f"{counts.ready}/{counts.desired}",
+        "selector": labels.selector_string(isvc),
+    }
+    if ready.status == "True" and contrib.url:
+        out["url"] = contrib.url
+    if isvc.min_replicas > 0:
+        version = contrib.rolled_out_model or previous.get("activeVersion")
+        if version:
+            out["activeVersion"] = version
+    return out
+
+
+def _ready(
+    isvc: internal.InferenceService,
+    serving: list[base.ChildCondition],
+    pod_failure: tuple[str, str] | None,
+    counts: base.Replicas,
+) -> base.ChildCondition:
+    summary = f"{counts.ready}/{counts.desired} replicas ready"
+    failing = next((c for c in serving if c.status == "False"), None)
+    if isvc.min_replicas == 0:
+        return base.ChildCondition(
+            "Ready", "False", "ScaledToZero", "minReplicas is 0: no replica is running"
+        )
+    if pod_failure is not None:
+        return base.ChildCondition("Ready", "False", pod_failure[0], pod_failure[1])
+    if failing is not None:
+        return base.ChildCondition("Ready", "False", failing.reason, failing.message)
+    if counts.ready >= 1 and all(c.status == "True" for c in serving):
+        return base.ChildCondition("Ready", "True", "Serving", summary)
+    return base.ChildCondition("Ready", "False", "Waiting", summary)
+
+
+def _predictor_contributions(observed: list[Observed], ctx: base.BuildContext) -> base.Contribution:
+    replicas: base.Replicas | None = None
+    url = model = None
+    for o in observed:
+        contribute = o.slot.child.contribute
+        if contribute is None or o.slot.target.component.key != labels.PREDICTOR or o.desired is None:
+            continue
+        c = contribute(o.slot.target, ctx, o.live)
+        replicas = c.replicas or replicas
+        url = c.url or url
+        model = c.rolled_out_model or model
+    return base.Contribution(replicas, url, model)
+
+
+def invalid(raw: Obj, message: str) -> Obj:
+    """The status of an object whose spec cannot be used: Ready and Reconciled False/InvalidSpec."""
+    generation = int(raw["metadata"].get("generation") or 0)
+    previous = raw.get("status") or {}
+    wanted = [
+        base.ChildCondition("Ready", "False", "InvalidSpec", message),
+        base.ChildCondition("Reconciled", "False", "InvalidSpec", message),
+    ]
+    return {
+        **{k: v for k, v in previous.items() if k not in ("conditions", "lastReconcileTime", "url")},
+        "observedGeneration": generation,
+        "conditions": conditions.merge(previous.get("conditions") or [], wanted, generation=generation),
+    }

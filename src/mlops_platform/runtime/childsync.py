@@ -1,0 +1,118 @@
+"""Create-or-update of owned children, generically (controller-runtime's ``controllerutil``).
+
+The caller says WHAT it wants (a desired object, built purely); this module makes the cluster
+carry it with as few writes as possible:
+
+- :meth:`ChildSyncer.prepare` adds the controller owner reference and an annotation with a hash of
+  the desired object (so a field we stop setting, invisible to a subset compare, is still seen);
+- :meth:`ChildSyncer.ensure` compares desired with live (:func:`diff.differences`: semantic subset)
+  and, only when they differ, server-side applies the desired object (one field manager, force);
+  where other managers' edits survive the apply (list entries they added, clashing entries), it
+  overwrites exactly those paths with a replace. No difference: no request at all;
+- :meth:`ChildSyncer.remove` deletes a live child that is no longer desired, only if the owner
+  controls it (never an object someone else created under the same name).
+
+API errors propagate (:class:`~mlops_platform.runtime.client.ApiError`); the caller records them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import diff
+
+log = logging.getLogger("mlops_platform.runtime.childsync")
+Obj = dict[str, Any]
+Action = Literal["none", "created", "updated", "deleted"]
+#: adjusts the desired object to the live one after hashing (fields another controller drives)
+Settle = Callable[[Obj, Obj | None], None]
+
+
+def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
+    """The ownerReferences entry pointing at ``owner`` (blocks its deletion until we are gone)."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def controlled_by(obj: Obj, uid: str) -> bool:
+    """Whether ``obj`` has a controller owner reference to ``uid``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one sync did: the action, the paths that differed, and the live object afterwards."""
+
+    action: Action
+    live: Obj | None
+    changes: tuple[str, ...] = ()
+
+
+class ChildSyncer:
+    def __init__(self, client: kclient.Client, *, field_manager: str, hash_annotation: str) -> None:
+        self.client = client
+        self.field_manager = field_manager
+        self.hash_annotation = hash_annotation
+
+    def prepare(self, desired: Obj, owner: Obj) -> Obj:
+        """``desired`` with the controller owner reference and the desired-hash annotation (in place)."""
+        meta = desired.setdefault("metadata", {})
+        meta["ownerReferences"] = [owner_reference(owner)]
+        meta.setdefault("annotations", {})[self.hash_annotation] = diff.desired_hash(desired)
+        return desired
+
+    async def ensure(
+        self, resource: kclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
+    ) -> Outcome:
+        """Make the cluster carry ``desired`` (prepared); no request when ``live`` already does."""
+        if settle is not None:
+            settle(desired, live)
+        changes = ("(absent)",) if live is None else tuple(diff.differences(desired, live))
+        if not changes:
+            return Outcome("none", live)
+        applied = await self._apply_or_overwrite(resource, desired, live)
+        return Outcome("created" if live is None else "updated", applied, changes)
+
+    async def remove(self, resource: kclient.Resource, live: Obj | None, owner_uid: str) -> Outcome:
+        """Delete ``live`` if ``owner_uid`` controls it (a missing object is already removed)."""
+        if live is None or not controlled_by(live, owner_uid):
+            return Outcome("none", None)
+        meta = live["metadata"]
+        try:
+            await self.client.delete(
+                resource, meta["name"], meta.get("namespace"), propagation_policy="Background"
+            )
+        except kclient.ApiError as e:
+            if not e.not_found:
+                raise
+        return Outcome("deleted", None)
+
+    async def _apply_or_overwrite(self, resource: kclient.Resource, desired: Obj, live: Obj | None) -> Obj:
+        try:
+            applied = await self.client.apply(resource, desired, field_manager=self.field_manager, force=True)
+        except kclient.ApiError as e:
+            # an apply that cannot merge with entries another manager added (409/422 on a list
+            # entry): fall through to overwriting the differing paths of the live object
+            if live is None or e.status not in (409, 422):
+                raise
+            applied = live
+        leftover = diff.difference_paths(desired, applied)
+        if leftover:
+            log.info(
+                "overwriting fields other managers hold",
+                extra={"paths": [diff.format_path(p) for p in leftover]},
+            )
+            applied = await self.client.replace(resource, diff.overwrite(applied, desired, leftover))
+        return applied

@@ -1,0 +1,157 @@
+"""Optional kinds followed live: the operator starts on a cluster WITHOUT the Prometheus Operator's
+CRDs, is ready and serving, reports the missing kinds only on the InferenceServices, makes no
+requests for them while they are absent, and picks them up (and loses them) without a restart.
+
+The test removes the two CRDs from the shared test cluster and installs them again at the end
+(the same upstream files ``dev up`` installs), so the other modules see the cluster unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+
+from mlops_platform.api import crd
+from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.controllers.inferenceservice.children import monitoring
+from mlops_platform.devcluster import crds
+from mlops_platform.runtime import apiextensions
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import manager as rmanager
+from mlops_platform.testing import wait
+
+pytestmark = pytest.mark.e2e
+ISVC = crd.RESOURCE
+KINDS = (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR)
+NAMES = [k.crd_name for k in KINDS]
+# the acceptance bounds, independent of the waits' own (longer) timeouts
+READY_WITHIN = 10.0
+CHILDREN_WITHIN = 10.0
+WINDOW = 10.0  # seconds of steady state over which the request rate is measured
+
+
+def _manifests() -> list[dict[str, Any]]:
+    return [m for m in crds.manifests() if m["metadata"]["name"] in NAMES]
+
+
+async def _readyz(port: int) -> int:
+    async with httpx.AsyncClient() as http:
+        return (await http.get(f"http://127.0.0.1:{port}/readyz", timeout=2)).status_code
+
+
+async def _is_ready(port: int) -> bool:
+    return await _readyz(port) == 200
+
+
+def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == type_), {})
+
+
+async def _condition(c: kclient.Client, ns: str, type_: str, status: str, reason: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        obj = await c.get(ISVC, "mon", ns)
+        cond = _cond(obj, type_)
+        return obj if (cond.get("status"), cond.get("reason")) == (status, reason) else None
+
+    return await wait.until(probe, timeout=60, what=f"{type_}={status}/{reason}")
+
+
+async def _exists(c: kclient.Client, res: kclient.Resource, ns: str, name: str) -> bool:
+    try:
+        await c.get(res, name, ns)
+    except kclient.ApiError as e:
+        if e.not_found:
+            return False
+        raise
+    return True
+
+
+@pytest.fixture
+async def without_monitoring_crds(admin_client: kclient.Client) -> AsyncIterator[None]:
+    await crd.install(admin_client)
+    await apiextensions.uninstall(admin_client, NAMES)
+    try:
+        yield
+    finally:
+        await apiextensions.install(admin_client, _manifests(), field_manager=crds.FIELD_MANAGER)
+
+
+async def test_monitoring_crds_absent_then_installed_then_removed_without_a_restart(
+    without_monitoring_crds: None, admin_client: kclient.Client, kube_cluster: Path, namespace: str
+) -> None:
+    async with kclient.Client.from_kubeconfig(str(kube_cluster)) as c:
+        mgr = rmanager.Manager(
+            c,
+            rmanager.Options(
+                namespace=namespace, health_probe_address=("127.0.0.1", 0), metrics_address=None
+            ),
+        )
+        controller.setup(mgr, workers=2)
+        started = time.monotonic()
+        task = asyncio.create_task(mgr.run())
+        try:
+            await wait.until(lambda: mgr.health_port, timeout=10, what="probe server up")
+            port = mgr.health_port
+            assert port is not None
+            await wait.until(lambda: _is_ready(port), timeout=30, what="/readyz 200")
+            ready_after = time.monotonic() - started
+            assert await _readyz(port) == 200
+            print(f"\n/readyz 200 {ready_after:.2f}s after start without the monitoring CRDs")
+            assert ready_after < READY_WITHIN
+
+            spec = {"modelUri": "s3://models/m/1", "framework": "triton", "minReplicas": 1, "maxReplicas": 1}
+            body = {"apiVersion": ISVC.api_version, "kind": "InferenceService", "metadata": {"name": "mon"}}
+            await admin_client.create(ISVC, {**body, "spec": spec}, namespace)
+            obj = await _condition(admin_client, namespace, "MonitoringReady", "False", "CRDNotInstalled")
+            assert (
+                _cond(obj, "MonitoringReady")["message"]
+                == "monitoring.coreos.com PrometheusRule is not installed"
+            )
+            obj = await _condition(admin_client, namespace, "Ready", "True", "Serving")
+            assert _cond(obj, "Reconciled")["status"] == "True"
+
+            # absent kinds cost nothing: no request for them, and (almost) none at all at rest
+            await wait.until(lambda: mgr.controllers[0].queue.len() == 0, what="queue idle")
+            before = dict(c.requests)
+            await asyncio.sleep(WINDOW)  # a measurement window, not a synchronisation
+            during = {k: n - before.get(k, 0) for k, n in c.requests.items() if n - before.get(k, 0)}
+            total = sum(during.values())
+            print(f"requests in {WINDOW:.0f}s with the CRDs absent: {total} {sorted(during)}")
+            assert not [k for k in during if "monitoring.coreos.com" in k[1]]
+            assert total <= 2, during
+            for kind in KINDS:
+                assert not mgr.cache.has_informer(kind.resource())
+
+            manifests = _manifests()  # read from the pinned Go modules: not part of the timing
+            installed = time.monotonic()
+            await apiextensions.install(admin_client, manifests, field_manager=crds.FIELD_MANAGER)
+            for kind in KINDS:
+                res = kind.resource()
+                await wait.until(
+                    lambda res=res: _exists(admin_client, res, namespace, "mon"),
+                    timeout=30,
+                    what=f"{res.kind} created",
+                )
+            children_after = time.monotonic() - installed
+            print(f"PrometheusRule and ServiceMonitor {children_after:.2f}s after applying their CRDs")
+            assert children_after < CHILDREN_WITHIN
+            await _condition(admin_client, namespace, "MonitoringReady", "True", "MonitoringConfigured")
+
+            await apiextensions.uninstall(admin_client, NAMES)
+            obj = await _condition(admin_client, namespace, "MonitoringReady", "False", "CRDNotInstalled")
+            assert _cond(obj, "Ready")["status"] == "True"
+            await wait.until(
+                lambda: not any(mgr.cache.has_informer(k.resource()) for k in KINDS),
+                what="optional informers stopped",
+            )
+            assert await _readyz(port) == 200
+            assert task.done() is False
+        finally:
+            mgr.stop()
+            await asyncio.wait_for(task, 60)

@@ -1,0 +1,541 @@
+"""The InferenceService alert rules, proven with the pinned promtool on synthetic series.
+
+Each alert is shown to fire (labels and rendered annotations) once its condition has held for its
+``for`` duration, not one evaluation earlier, and to stay silent on healthy series. promtool comes
+from ``binaries.promtool()`` (built when missing): when it cannot be had the tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlops_platform.controllers.inferenceservice import alerts
+from mlops_platform.devcluster import binaries
+
+NS, NAME, DEP = "ml", "bert", "bert-predictor"
+FRAMEWORKS = ("triton", "seldon", "torchserve")
+STEPS = 40  # samples per series, one a minute
+DEFAULTS = alerts.AlertSettings()
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    return binaries.promtool()
+
+
+def groups_for(framework: str, min_replicas: int = 2, settings: alerts.AlertSettings = DEFAULTS) -> list[Obj]:
+    return alerts.rule_groups(
+        name=NAME,
+        namespace=NS,
+        framework=framework,
+        deployment=DEP,
+        min_replicas=min_replicas,
+        settings=settings,
+    )
+
+
+def rules_of(groups: list[Obj]) -> dict[str, Obj]:
+    return {r["alert"]: r for g in groups for r in g["rules"]}
+
+
+# -- synthetic series ------------------------------------------------------------------------------
+
+
+def _num(x: float) -> str:
+    return f"{x:.12g}"
+
+
+def series(metric: str, values: str, **labels: str) -> Obj:
+    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{metric}{{{body}}}", "values": values}
+
+
+def counter(per_minute: float) -> str:
+    return f"0+{_num(per_minute)}x{STEPS}"
+
+
+def gauge(value: float) -> str:
+    return f"{_num(value)}x{STEPS}"
+
+
+def target(component: str = "predictor", isvc: str = NAME, namespace: str = NS) -> dict[str, str]:
+    """The labels a scraped model-server series carries (ServiceMonitor podTargetLabels + target)."""
+    return {
+        "namespace": namespace,
+        alerts.ISVC_LABEL: isvc,
+        alerts.COMPONENT_LABEL: component,
+        "pod": f"{isvc}-{component}-7d9f-abcde",
+        "job": f"{isvc}-{component}",
+        "endpoint": "metrics",
+    }
+
+
+MLSERVER_BUCKETS = ("0.1", "0.5", "1.0", "2.5", "5.0", "+Inf")
+
+
+def traffic(
+    framework: str,
+    *,
+    ok: float,
+    failed: float,
+    seconds: float,
+    labels: Mapping[str, str] | None = None,
+    success_series: bool = True,
+    rest: bool = True,
+) -> list[Obj]:
+    """Per-minute request counts and latency as the pinned server exports them (``docs/monitoring.md``)."""
+    t = dict(labels or target())
+    if framework == "triton":
+        m = {**t, "model": "bert", "version": "1"}
+        out = [
+            series("nv_inference_request_failure", counter(failed), **m, reason="BACKEND"),
+            series("nv_inference_request_duration_us", counter(ok * seconds * 1e6), **m),
+            series("nv_inference_count", counter(ok), **m),
+        ]
+        if success_series:
+            out.append(series("nv_inference_request_success", counter(ok), **m))
+        return out
+    if framework == "seldon":
+        m = {**t, "model": "bert", "version": "v1"}
+        total = ok + failed
+        out = [
+            series("model_infer_request_failure_total", counter(failed), **m),
+            series("model_infer_request_duration_sum", counter(total * seconds), **m),
+            series("model_infer_request_duration_count", counter(total), **m),
+        ]
+        if success_series:
+            out.append(series("model_infer_request_success_total", counter(ok), **m))
+        if rest:
+            r = {**t, "method": "POST", "path": "/v2/models/{model_name}/infer", "app_name": "mlserver"}
+            out += [
+                series(
+                    "rest_server_request_duration_seconds_bucket",
+                    counter(total if seconds <= float(le) else 0),
+                    **r,
+                    status_code="200",
+                    le=le,
+                )
+                for le in MLSERVER_BUCKETS
+            ]
+        return out
+    if framework == "torchserve":
+        m = {**t, "model_name": "bert", "model_version": "default", "hostname": "bert-predictor-7d9f-abcde"}
+        host = {**t, "Level": "Host", "Hostname": "bert-predictor-7d9f-abcde"}
+        out = [
+            series("ts_inference_requests_total", counter(ok + failed), **m),
+            series("ts_inference_latency_microseconds", counter(ok * seconds * 1e6), **m),
+            series("Requests5XX", counter(failed), **host),
+        ]
+        if success_series:
+            out.append(series("Requests2XX", counter(ok), **host))
+        return out
+    raise AssertionError(framework)
+
+
+def replicas(available: float, wanted: float, deployment: str = DEP) -> list[Obj]:
+    """kube-state-metrics gauges, scraped from two kube-state-metrics replicas (HA)."""
+    out = []
+    for i in range(2):
+        ksm = {
+            "namespace": NS,
+            "deployment": deployment,
+            "job": "kube-state-metrics",
+            "instance": f"10.0.0.{i + 9}:8080",
+            "pod": f"kube-state-metrics-{i}",
+        }
+        out += [
+            series("kube_deployment_status_replicas_available", gauge(available), **ksm),
+            series("kube_deployment_spec_replicas", gauge(wanted), **ksm),
+        ]
+    return out
+
+
+# -- expectations and the promtool run -------------------------------------------------------------
+
+_VALUE = re.compile(r"\{\{ \$value[^}]*\}\}")
+
+
+def fired(groups: list[Obj], alert: str, value: str) -> Obj:
+    """The firing alert as promtool must report it: the rule's labels (+ the series labels kept
+    by the expression) and its annotations with ``{{ $value ... }}`` rendered as ``value``."""
+    rule = rules_of(groups)[alert]
+    labels = dict(rule["labels"])
+    if alert in (alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS):
+        labels["deployment"] = DEP
+    annotations = {k: _VALUE.sub(value, v) for k, v in rule["annotations"].items()}
+    assert annotations != rule["annotations"] or "{{" not in str(rule["annotations"])
+    return {"exp_labels": labels, "exp_annotations": annotations}
+
+
+def at(time: str, groups: list[Obj], firing: Mapping[str, Obj] | None = None) -> list[Obj]:
+    """Checks at ``time``: the alerts in ``firing`` fire as given, every other alert is silent."""
+    firing = firing or {}
+    unknown = set(firing) - set(rules_of(groups))
+    assert not unknown, f"no such rule: {unknown}"
+    return [
+        {"eval_time": time, "alertname": alert, "exp_alerts": [firing[alert]] if alert in firing else []}
+        for alert in rules_of(groups)
+    ]
+
+
+def run(
+    promtool: Path, tmp_path: Path, groups: list[Obj], input_series: list[Obj], checks: list[Obj]
+) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    check = subprocess.run([str(promtool), "check", "rules", str(rules)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = tmp_path / "test.yaml"
+    doc = {
+        "rule_files": [rules.name],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input_series, "alert_rule_test": checks}],
+    }
+    test.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- request alerts --------------------------------------------------------------------------------
+
+HEALTHY_REPLICAS = replicas(available=2, wanted=2)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_rules_pass_promtool_check(promtool: Path, tmp_path: Path, framework: str) -> None:
+    settings = alerts.AlertSettings(
+        error_ratio=0.5, latency_seconds=0.25, for_="1m", runbook_base_url="https://docs.example/monitoring"
+    )
+    for min_replicas in (0, 1, 3):
+        path = tmp_path / f"rules-{min_replicas}.yaml"
+        path.write_text(yaml.safe_dump({"groups": groups_for(framework, min_replicas, settings)}))
+        out = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "SUCCESS" in out.stdout
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_high_error_ratio_fires_once_held_for_its_for(promtool: Path, tmp_path: Path, framework: str) -> None:
+    groups = groups_for(framework)
+    # 10% of requests fail from minute 0; rate() has two samples at 1m, so it holds from 1m
+    series_ = traffic(framework, ok=90, failed=10, seconds=0.1) + HEALTHY_REPLICAS
+    error = fired(groups, alerts.HIGH_ERROR_RATIO, "10%")
+    checks = [*at("5m", groups), *at("6m", groups, {alerts.HIGH_ERROR_RATIO: error})]
+    run(promtool, tmp_path, groups, series_, [*checks, *at("20m", groups, {alerts.HIGH_ERROR_RATIO: error})])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_error_ratio_is_over_all_components(promtool: Path, tmp_path: Path, framework: str) -> None:
+    groups = groups_for(framework)
+    series_ = [
+        *traffic(framework, ok=90, failed=0, seconds=0.1, labels=target("predictor")),
+        *traffic(framework, ok=0, failed=10, seconds=0.1, labels=target("canary"), success_series=False),
+        *HEALTHY_REPLICAS,
+    ]
+    error = fired(groups, alerts.HIGH_ERROR_RATIO, "10%")
+    run(promtool, tmp_path, groups, series_, at("10m", groups, {alerts.HIGH_ERROR_RATIO: error}))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_all_requests_failing_fires_before_any_success_is_counted(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    # MLServer creates its success series at the first success only: 100% failures must still fire
+    groups = groups_for(framework)
+    series_ = traffic(framework, ok=0, failed=20, seconds=0.1, success_series=False) + HEALTHY_REPLICAS
+    error = fired(groups, alerts.HIGH_ERROR_RATIO, "100%")
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        [*at("5m", groups), *at("6m", groups, {alerts.HIGH_ERROR_RATIO: error})],
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_high_latency_fires_once_held_for_its_for(promtool: Path, tmp_path: Path, framework: str) -> None:
+    groups = groups_for(framework)
+    series_ = traffic(framework, ok=60, failed=0, seconds=2.0) + HEALTHY_REPLICAS
+    # Triton and TorchServe: the mean (2s); MLServer: the REST p95 interpolated in (1, 2.5]
+    value = "2.425s" if framework == "seldon" else "2s"
+    slow = fired(groups, alerts.HIGH_LATENCY, value)
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        [*at("5m", groups), *at("6m", groups, {alerts.HIGH_LATENCY: slow})],
+    )
+
+
+def test_mlserver_latency_fires_on_the_rest_p95_when_the_mean_is_fine(promtool: Path, tmp_path: Path) -> None:
+    groups = groups_for("seldon")
+    fast = traffic("seldon", ok=54, failed=0, seconds=0.05)
+    slow = traffic("seldon", ok=6, failed=0, seconds=2.0, labels=target("predictor") | {"pod": "b"})
+    # mean (54 x 0.05s + 6 x 2s) / 60 = 0.245s; p95: rank 57 of 60, 3 into (1, 2.5] of 6 -> 1.75s
+    high = fired(groups, alerts.HIGH_LATENCY, "1.75s")
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        fast + slow + HEALTHY_REPLICAS,
+        at("10m", groups, {alerts.HIGH_LATENCY: high}),
+    )
+
+
+def test_mlserver_latency_of_grpc_only_traffic_is_the_mean(promtool: Path, tmp_path: Path) -> None:
+    groups = groups_for("seldon")
+    series_ = traffic("seldon", ok=60, failed=0, seconds=2.0, rest=False) + HEALTHY_REPLICAS
+    high = fired(groups, alerts.HIGH_LATENCY, "2s")
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        [*at("5m", groups), *at("6m", groups, {alerts.HIGH_LATENCY: high})],
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_healthy_service_is_silent_and_other_services_do_not_count(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    groups = groups_for(framework)
+    series_ = [
+        *traffic(framework, ok=100, failed=1, seconds=0.2),  # 1% errors, 200 ms
+        # failing and slow, but another InferenceService (same namespace) and another namespace
+        *traffic(framework, ok=1, failed=50, seconds=9.0, labels=target(isvc="other")),
+        *traffic(framework, ok=1, failed=50, seconds=9.0, labels=target(namespace="elsewhere")),
+        *replicas(available=0, wanted=3, deployment="other-predictor"),
+        *HEALTHY_REPLICAS,
+    ]
+    run(promtool, tmp_path, groups, series_, [*at("10m", groups), *at("30m", groups)])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_no_traffic_is_silent(promtool: Path, tmp_path: Path, framework: str) -> None:
+    groups = groups_for(framework)
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        traffic(framework, ok=0, failed=0, seconds=0) + HEALTHY_REPLICAS,
+        at("20m", groups),
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_thresholds_and_for_come_from_the_settings(promtool: Path, tmp_path: Path, framework: str) -> None:
+    settings = alerts.AlertSettings(error_ratio=0.2, latency_seconds=3.0, for_="10m")
+    groups = groups_for(framework, settings=settings)
+    below = traffic(framework, ok=90, failed=10, seconds=2.0) + HEALTHY_REPLICAS  # 10% < 20%, 2s < 3s
+    (tmp_path / "below").mkdir()
+    run(promtool, tmp_path / "below", groups, below, at("30m", groups))
+    worse = traffic(framework, ok=70, failed=30, seconds=0.1) + HEALTHY_REPLICAS  # 30% > 20%
+    error = fired(groups, alerts.HIGH_ERROR_RATIO, "30%")
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        worse,
+        [*at("10m", groups), *at("11m", groups, {alerts.HIGH_ERROR_RATIO: error})],
+    )
+
+
+# -- replica alerts --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_no_ready_replica_fires_once_held_for_its_for(promtool: Path, tmp_path: Path, framework: str) -> None:
+    groups = groups_for(framework, min_replicas=2)
+    none = fired(groups, alerts.NO_READY_REPLICA, "0")
+    checks = [*at("4m", groups), *at("5m", groups, {alerts.NO_READY_REPLICA: none})]
+    # below minReplicas but zero is the no-replica alert only, even after below_min_for
+    checks += at("30m", groups, {alerts.NO_READY_REPLICA: none})
+    run(promtool, tmp_path, groups, replicas(available=0, wanted=2), checks)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_no_ready_replica_is_silent_when_no_replica_is_wanted(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    groups = groups_for(framework, min_replicas=2)
+    run(promtool, tmp_path, groups, replicas(available=0, wanted=0), at("30m", groups))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_below_min_replicas_fires_once_held_for_below_min_for(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    groups = groups_for(framework, min_replicas=3)
+    below = fired(groups, alerts.BELOW_MIN_REPLICAS, "1")
+    checks = [*at("14m", groups), *at("15m", groups, {alerts.BELOW_MIN_REPLICAS: below})]
+    run(promtool, tmp_path, groups, replicas(available=1, wanted=3), checks)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_replica_alerts_silent_at_min_replicas(promtool: Path, tmp_path: Path, framework: str) -> None:
+    groups = groups_for(framework, min_replicas=2)
+    run(promtool, tmp_path, groups, replicas(available=2, wanted=4), at("30m", groups))
+
+
+@pytest.mark.parametrize(
+    ("min_replicas", "expected"),
+    [
+        pytest.param(0, [alerts.HIGH_ERROR_RATIO, alerts.HIGH_LATENCY], id="scale-to-zero"),
+        pytest.param(1, [alerts.NO_READY_REPLICA, alerts.HIGH_ERROR_RATIO, alerts.HIGH_LATENCY], id="one"),
+        pytest.param(2, list(alerts.ALERTS), id="two"),
+    ],
+)
+def test_replica_alerts_depend_on_min_replicas(min_replicas: int, expected: list[str]) -> None:
+    for framework in FRAMEWORKS:
+        assert list(rules_of(groups_for(framework, min_replicas))) == expected
+
+
+def test_group_shape_labels_and_runbook() -> None:
+    settings = alerts.AlertSettings(runbook_base_url="https://docs.example/monitoring.md")
+    [group] = groups_for("triton", settings=settings)
+    assert group["name"] == f"mlops-platform.{NS}.{NAME}"
+    for rule in group["rules"]:
+        assert rule["alert"].startswith("InferenceService")
+        assert rule["labels"]["severity"] in ("critical", "warning")
+        assert rule["labels"]["namespace"] == NS and rule["labels"]["inferenceservice"] == NAME
+        assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
+        assert (
+            rule["annotations"]["runbook_url"]
+            == f"https://docs.example/monitoring.md#{rule['alert'].lower()}"
+        )
+        if rule["alert"] in (alerts.HIGH_ERROR_RATIO, alerts.HIGH_LATENCY):
+            assert f'{alerts.ISVC_LABEL}="{NAME}"' in rule["expr"] and f'namespace="{NS}"' in rule["expr"]
+    assert "runbook_url" not in rules_of(groups_for("triton"))[alerts.HIGH_LATENCY]["annotations"]
+
+
+def test_rule_groups_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="framework: unknown 'onnx'"):
+        groups_for("onnx")
+    with pytest.raises(ValueError, match="min_replicas: must be >= 0"):
+        groups_for("triton", min_replicas=-1)
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+FIELD = "spec.extensions.monitoring.alerts"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param(
+            {"errorRatio": 2}, f"{FIELD}.errorRatio: must be a number in (0, 1], got 2", id="ratio>1"
+        ),
+        pytest.param(
+            {"errorRatio": 0}, f"{FIELD}.errorRatio: must be a number in (0, 1], got 0", id="ratio=0"
+        ),
+        pytest.param(
+            {"errorRatio": "5%"}, f"{FIELD}.errorRatio: must be a number in (0, 1], got '5%'", id="ratio-str"
+        ),
+        pytest.param(
+            {"errorRatio": True}, f"{FIELD}.errorRatio: must be a number in (0, 1], got True", id="ratio-bool"
+        ),
+        pytest.param(
+            {"latencySeconds": 0},
+            f"{FIELD}.latencySeconds: must be a number of seconds > 0, got 0",
+            id="latency=0",
+        ),
+        pytest.param(
+            {"latencySeconds": float("nan")},
+            f"{FIELD}.latencySeconds: must be a number of seconds > 0, got nan",
+            id="latency-nan",
+        ),
+        pytest.param(
+            {"for": "5"},
+            f"{FIELD}.for: must be a Prometheus duration such as 30s, 5m or 1h30m, got '5'",
+            id="for-unit",
+        ),
+        pytest.param({"for": "1m1h"}, f"{FIELD}.for: must be a Prometheus duration", id="for-order"),
+        pytest.param({"for": 300}, f"{FIELD}.for: must be a Prometheus duration", id="for-int"),
+        pytest.param(
+            {"belowMinFor": ""}, f"{FIELD}.belowMinFor: must be a Prometheus duration", id="below-empty"
+        ),
+        pytest.param(
+            {"rateWindow": "1m"}, f"{FIELD}.rateWindow: unknown field (known: belowMinFor, ", id="unknown"
+        ),
+        pytest.param({"error_ratio": 0.1}, f"{FIELD}.error_ratio: unknown field", id="snake-case"),
+        pytest.param(["errorRatio"], f"{FIELD}: must be an object", id="not-a-map"),
+    ],
+)
+def test_settings_from_names_the_field(raw: Any, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        alerts.settings_from(raw, DEFAULTS, field=FIELD)
+
+
+def test_settings_from_overrides_only_what_is_given() -> None:
+    base = alerts.AlertSettings(rate_window="10m", runbook_base_url="https://docs.example/m")
+    assert alerts.settings_from(None, base, field=FIELD) is base
+    assert alerts.settings_from({}, base, field=FIELD) == base
+    got = alerts.settings_from(
+        {"errorRatio": 1, "latencySeconds": 2, "for": "0", "belowMinFor": "1h30m"}, base, field=FIELD
+    )
+    assert got == alerts.AlertSettings(
+        error_ratio=1.0,
+        latency_seconds=2.0,
+        for_="0",
+        below_min_for="1h30m",
+        rate_window="10m",
+        runbook_base_url="https://docs.example/m",
+    )
+    assert isinstance(got.error_ratio, float)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param(
+            {"error_ratio": 1.5}, "AlertSettings.error_ratio: must be a number in (0, 1]", id="ratio"
+        ),
+        pytest.param({"for_": "5 m"}, "AlertSettings.for_: must be a Prometheus duration", id="for"),
+        pytest.param({"rate_window": "0s"}, "AlertSettings.rate_window: must be a duration > 0", id="window"),
+        pytest.param(
+            {"latency_quantile": 1}, "AlertSettings.latency_quantile: must be a number in (0, 1)", id="q"
+        ),
+        pytest.param(
+            {"runbook_base_url": "docs"}, "AlertSettings.runbook_base_url: must be an http(s) URL", id="url"
+        ),
+    ],
+)
+def test_alert_settings_validate_themselves(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        alerts.AlertSettings(**changes)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0", 0),
+        ("30s", 30),
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("1d", 86400),
+        ("2w", 14 * 86400),
+        ("1y", 365 * 86400),
+        ("1s500ms", 1.5),
+        ("250ms", 0.25),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert alerts.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "1m1h", "1.5m", "-1m", "5M", "1h 30m", "1s1s", "5m\n"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="must be a Prometheus duration"):
+        alerts.parse_duration(text)
