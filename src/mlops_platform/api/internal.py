@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: a Prometheus duration (``model.ParseDuration``): units from largest to smallest, each at most once
+DURATION_PATTERN = (
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
 
 
 def _empty() -> Mapping[str, str]:

@@ -321,15 +321,15 @@ def validate(isvc: InferenceService) -> None:
             )
 
 
-#: a Prometheus duration such as 30s, 5m, 1h30m
-DURATION_PATTERN = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
+#: a Prometheus duration such as 30s, 5m, 1h30m (non-empty)
+Duration = Annotated[str, Meta(pattern=internal.DURATION_PATTERN, min_length=1, max_length=32)]
 
 
 class _Alerts(_Base):
     error_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
     latency_seconds: Annotated[float, Meta(gt=0)] | None = None
-    for_: Annotated[str, Meta(pattern=DURATION_PATTERN)] | None = msgspec.field(default=None, name="for")
-    below_min_for: Annotated[str, Meta(pattern=DURATION_PATTERN)] | None = None
+    for_: Duration | None = msgspec.field(default=None, name="for")
+    below_min_for: Duration | None = None
 
 
 class _Monitoring(_Base):

@@ -22,8 +22,9 @@ Contract:
 - Every alert carries the labels ``severity``, ``namespace``, ``inferenceservice`` and
   ``framework`` (replica alerts also ``deployment``) and the annotations ``summary`` and
   ``description`` (``runbook_url`` too when :attr:`AlertSettings.runbook_base_url` is set).
-- :func:`settings_from` reads the user's overrides (camelCase keys) and raises :class:`ValueError`
-  naming the field path; :class:`AlertSettings` validates itself the same way.
+- :class:`AlertSettings` validates itself (``ValueError`` naming the setting); a user's overrides
+  are validated where they are decoded (``v1alpha1``: ``spec.extensions.monitoring.alerts``, with
+  the same duration grammar, :data:`internal.DURATION_PATTERN`) and merged by the monitoring child.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from mlops_platform.api import internal
 
 NO_READY_REPLICA = "InferenceServiceNoReadyReplica"
 BELOW_MIN_REPLICAS = "InferenceServiceBelowMinReplicas"
@@ -44,10 +47,7 @@ ALERTS = (NO_READY_REPLICA, BELOW_MIN_REPLICAS, HIGH_ERROR_RATIO, HIGH_LATENCY)
 ISVC_LABEL = "mlops_platform_inferenceservice"
 COMPONENT_LABEL = "mlops_platform_component"
 
-#: A Prometheus duration (``model.ParseDuration``): units from largest to smallest, each at most once.
-DURATION_PATTERN = (
-    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
-)
+DURATION_PATTERN = internal.DURATION_PATTERN
 _DURATION = re.compile(DURATION_PATTERN)
 _UNIT_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)  # y w d h m s ms
 
@@ -140,37 +140,6 @@ _FIELD_CHECKS: dict[str, Callable[[object], str | None]] = {
     "runbook_base_url": _check_url,
 }
 #: The user-facing keys (camelCase, as in a manifest) and the fields they set.
-USER_KEYS = {
-    "errorRatio": "error_ratio",
-    "latencySeconds": "latency_seconds",
-    "for": "for_",
-    "belowMinFor": "below_min_for",
-}
-
-
-def settings_from(raw: Mapping[str, Any] | None, defaults: AlertSettings, *, field: str) -> AlertSettings:
-    """``defaults`` with the overrides in ``raw`` (keys of :data:`USER_KEYS`; ``None`` = none).
-
-    Raises ``ValueError("<field>.<key>: <why>")``, e.g.
-    ``spec.extensions.monitoring.alerts.errorRatio: must be a number in (0, 1], got 2``.
-    """
-    if raw is None:
-        return defaults
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{field}: must be an object with keys {', '.join(sorted(USER_KEYS))}, got {raw!r}")
-    changes: dict[str, Any] = {}
-    for key, value in raw.items():
-        where = f"{field}.{key}" if field else str(key)
-        attr = USER_KEYS.get(key) if isinstance(key, str) else None
-        if attr is None:
-            raise ValueError(f"{where}: unknown field (known: {', '.join(sorted(USER_KEYS))})")
-        error = _FIELD_CHECKS[attr](value)
-        if error is not None:
-            raise ValueError(f"{where}: {error}")
-        changes[attr] = float(value) if attr in ("error_ratio", "latency_seconds") else value
-    return dataclasses.replace(defaults, **changes)
-
-
 # -- expressions -----------------------------------------------------------------------------------
 
 

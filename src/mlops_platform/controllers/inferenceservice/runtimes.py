@@ -102,7 +102,7 @@ _TS_CONFIG = (
     "mkdir -p /tmp/ts && printf '%s\\n'"
     " 'inference_address=http://0.0.0.0:{port}'"
     " 'management_address=http://127.0.0.1:{management_port}'"
-    " 'metrics_address=http://0.0.0.0:{metrics_port}'"
+    " 'metrics_address=http://0.0.0.0:{metrics_port}' 'metrics_mode=prometheus'"
     " 'grpc_inference_port={grpc_port}' 'grpc_management_port={grpc_management_port}'"
     " > /tmp/ts/config.properties"
     " && exec torchserve --start --foreground --ncs --disable-token-auth"
