@@ -294,7 +294,7 @@ async def test_drift_is_repaired_and_delete_cascades(
 
     async def service_repaired() -> bool:
         svc = await admin_client.get(resources.SERVICE, "drift-predictor", namespace)
-        return [p["port"] for p in svc["spec"]["ports"]] == [8080]
+        return [p["port"] for p in svc["spec"]["ports"]] == [8080, 8082]  # http, metrics
 
     await wait.until(service_repaired, timeout=60, what="edited Service repaired")
     await admin_client.delete(ISVC, "drift", namespace, propagation_policy="Background")

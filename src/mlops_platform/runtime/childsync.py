@@ -10,7 +10,10 @@ carry it with as few writes as possible:
   where other managers' edits survive the apply (list entries they added, clashing entries), it
   overwrites exactly those paths with a replace. No difference: no request at all;
 - :meth:`ChildSyncer.remove` deletes a live child that is no longer desired, only if the owner
-  controls it (never an object someone else created under the same name).
+  controls it (never an object someone else created under the same name);
+- an object of the child's name that another owner controls is never taken over:
+  :meth:`ChildSyncer.ensure` raises :class:`AlreadyOwned` (an object without a controller is
+  adopted, like controller-runtime's ``SetControllerReference``).
 
 API errors propagate (:class:`~mlops_platform.runtime.client.ApiError`); the caller records them.
 """
@@ -51,6 +54,23 @@ def controlled_by(obj: Obj, uid: str) -> bool:
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
 
 
+class AlreadyOwned(kclient.ApiError):
+    """The live object of a child's name is controlled by another owner: it is left alone."""
+
+    def __init__(self, what: str, owner: Obj) -> None:
+        message = (
+            f"{what} is controlled by {owner.get('kind')}/{owner.get('name')} (uid {owner.get('uid')}); "
+            "rename or delete it"
+        )
+        super().__init__(409, "AlreadyOwned", message)
+
+
+def controller_of(obj: Obj) -> Obj | None:
+    """The ownerReferences entry with ``controller: true``, if any."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return next((dict(r) for r in refs if r.get("controller")), None)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
     """What one sync did: the action, the paths that differed, and the live object afterwards."""
@@ -77,6 +97,11 @@ class ChildSyncer:
         self, resource: kclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
     ) -> Outcome:
         """Make the cluster carry ``desired`` (prepared); no request when ``live`` already does."""
+        if live is not None:
+            owner = controller_of(live)
+            ours = desired["metadata"]["ownerReferences"][0]["uid"]
+            if owner is not None and owner.get("uid") != ours:
+                raise AlreadyOwned(f"{resource.kind} {live['metadata'].get('name')}", owner)
         if settle is not None:
             settle(desired, live)
         changes = ("(absent)",) if live is None else tuple(diff.differences(desired, live))

@@ -214,7 +214,7 @@ class Controller:
         )
         self._watches = watches
         self._optional: dict[kinds.Kind, preds.Predicate] = {}
-        self._waiting: set[asyncio.Task[None]] = set()
+        self._waiting: dict[kinds.Kind, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.metrics.max_concurrent.labels(name).set(max_concurrent_reconciles)
         self.metrics.active_workers.labels(name).set(0)
@@ -239,6 +239,9 @@ class Controller:
         predicate = self._optional.get(kind)
         if predicate is None:
             return
+        pending = self._waiting.pop(kind, None)
+        if pending is not None:  # the informer it waited for is gone
+            pending.cancel()
         if new is None:
             self.enqueue_all()
             return
@@ -251,8 +254,10 @@ class Controller:
             self.enqueue_all()
 
         task = asyncio.get_running_loop().create_task(after_sync(), name=f"{self.name}: {kind.kind} sync")
-        self._waiting.add(task)
-        task.add_done_callback(self._waiting.discard)
+        self._waiting[kind] = task
+        task.add_done_callback(
+            lambda t: self._waiting.pop(kind, None) if self._waiting.get(kind) is t else None
+        )
 
     def enqueue_all(self) -> None:
         """Enqueue every cached object of the ``for_`` kind."""
@@ -278,7 +283,7 @@ class Controller:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.queue.shutdown_with_drain(), timeout)
         self.queue.shutdown()
-        tasks = [*self._workers, *self._waiting]
+        tasks = [*self._workers, *self._waiting.values()]
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -79,7 +79,12 @@ async def test_the_namespaced_install_set_passes_a_server_side_dry_run(
     text = manifests.render(namespace=operator_namespace, watch_namespaces=[namespace])
     lines = await dry_run_apply(kubectl, text)
     assert any(line.startswith("role.rbac.authorization.k8s.io/mlops-platform-manager") for line in lines)
-    assert not any(line.startswith("clusterrole") for line in lines)
+    # cluster-wide only the read-only CRD reader (optional kinds), no manager ClusterRole
+    cluster = sorted(line.split()[0] for line in lines if line.startswith("clusterrole"))
+    assert cluster == [
+        "clusterrole.rbac.authorization.k8s.io/mlops-platform-cluster-reader",
+        "clusterrolebinding.rbac.authorization.k8s.io/mlops-platform-cluster-reader",
+    ]
 
 
 def manager_pod(namespace: str) -> Obj:

@@ -58,7 +58,7 @@ def condition(
             CONDITION, "False", "NoClusterIP", f"Service {name(target)} has no cluster IP"
         )
     return base.ChildCondition(
-        CONDITION, "True", "ClusterIPAssigned", f"{cluster_url(target)} ({cluster_ip})"
+        CONDITION, "True", "ClusterIPAssigned", f"{cluster_url(target, ctx.cluster_domain)} ({cluster_ip})"
     )
 
 

@@ -1,0 +1,1302 @@
+"""The InferenceService reconciler on a fake cache and a fake client: writes, deletes and the
+status decision table (``status.py``), with the real builders and no cluster.
+
+A :class:`World` holds a real :class:`~mlops_platform.runtime.cache.Cache` whose informers are
+never started (objects are put into their stores), a :class:`~mlops_platform.testing.fakes.FakeClient`
+and a fake Event recorder. :meth:`World.converge` plays the cluster: it copies what the client
+stored into the cache, with the status the Deployment and HPA controllers would report, until a
+reconcile makes no call at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from mlops_platform import api
+from mlops_platform.api import v1alpha1
+from mlops_platform.controllers.inferenceservice import labels, reconciler
+from mlops_platform.controllers.inferenceservice.children import base, monitoring
+from mlops_platform.runtime import cache as rcache
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import crdwatch, resources
+from mlops_platform.runtime.reconcile import Request, Result, TerminalError
+from mlops_platform.testing import fakes
+
+pytestmark = pytest.mark.unit
+
+Obj = dict[str, Any]
+NS, NAME, UID = "ml", "bert", "uid-bert"
+REQ = Request(NS, NAME)
+ISVC = api.RESOURCE
+DEP, SVC, HPA, NETPOL = resources.DEPLOYMENT, resources.SERVICE, resources.HPA, resources.NETWORK_POLICY
+RULE, MONITOR = monitoring.PROMETHEUS_RULE.resource(), monitoring.SERVICE_MONITOR.resource()
+CHILD_RESOURCES = {r.plural: r for r in (DEP, SVC, HPA, NETPOL, RULE, MONITOR)}
+MODEL_V1, MODEL_V2 = "s3://models/bert/v1", "s3://models/bert/v2"
+URL = f"http://{NAME}-predictor.{NS}.svc.cluster.local:8080"
+OLD = "2020-01-01T00:00:00Z"
+
+
+def isvc(generation: int = 1, **spec: Any) -> Obj:
+    spec.setdefault("modelUri", MODEL_V1)
+    spec.setdefault("framework", "triton")
+    return {
+        "apiVersion": v1alpha1.API_VERSION,
+        "kind": v1alpha1.KIND,
+        "metadata": {
+            "name": NAME,
+            "namespace": NS,
+            "uid": UID,
+            "generation": generation,
+            "resourceVersion": "1",
+        },
+        "spec": spec,
+    }
+
+
+def owner(uid: str = UID, *, controller: bool = True, kind: str = v1alpha1.KIND) -> Obj:
+    return {
+        "apiVersion": v1alpha1.API_VERSION,
+        "kind": kind,
+        "name": NAME,
+        "uid": uid,
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod(reason: str, *, name: str = f"{NAME}-predictor-7d9f-abcde", of: str = NAME) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {labels.INFERENCESERVICE: of}},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "predictor",
+                    "ready": False,
+                    "state": {"waiting": {"reason": reason, "message": "back-off 5m0s restarting"}},
+                }
+            ]
+        },
+    }
+
+
+def healthy(res: kclient.Resource, obj: Obj) -> Obj:
+    """``obj`` with the status its controller reports once it has done its job."""
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if res == DEP:
+        n = int(obj["spec"].get("replicas", 1))
+        obj["status"] = {
+            "observedGeneration": meta.get("generation", 1),
+            "replicas": n,
+            "updatedReplicas": n,
+            "readyReplicas": n,
+            "availableReplicas": n,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+            ],
+        }
+    elif res == HPA:
+        obj["status"] = {
+            "currentReplicas": obj["spec"].get("minReplicas", 1),
+            "desiredReplicas": obj["spec"].get("minReplicas", 1),
+            "conditions": [
+                {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
+                {
+                    "type": "ScalingActive",
+                    "status": "True",
+                    "reason": "ValidMetricFound",
+                    "message": "the HPA was able to successfully calculate a replica count",
+                },
+            ],
+        }
+    return obj
+
+
+def cond(st: Obj, type_: str) -> Obj:
+    found = [c for c in st.get("conditions") or () if c["type"] == type_]
+    assert len(found) == 1, f"{type_} in {st.get('conditions')}"
+    return found[0]
+
+
+def brief(st: Obj, type_: str) -> tuple[str, str]:
+    c = cond(st, type_)
+    return c["status"], c["reason"]
+
+
+class World:
+    """Cache, client, recorder and optional kinds around one reconciler (see the module doc)."""
+
+    def __init__(self, ctx: base.BuildContext | None = None) -> None:
+        self.client = fakes.FakeClient()
+        self.cache = rcache.Cache(self.client)
+        self.cache.informer_for(resources.POD).store.add_indexers(
+            {reconciler.POD_INDEX: reconciler.pod_index}
+        )
+        self.recorder = fakes.FakeRecorder()
+        self.kinds = crdwatch.OptionalKinds(self.cache)
+        for kind in (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR):
+            self.kinds.register(kind)  # as Builder.owns(optional kind) does
+        self.rec = reconciler.InferenceServiceReconciler(
+            self.cache, self.client, self.recorder, self.kinds, ctx or base.BuildContext()
+        )
+
+    # -- setting the scene -------------------------------------------------------------------------
+
+    def install_monitoring(self, *, synced: bool = True) -> None:
+        """The Prometheus Operator's CRDs appear (their informers listed, unless ``synced`` is False)."""
+        for kind in (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR):
+            crd = fakes.crd(kind)
+            fakes.seed(self.cache, resources.CRD, [crd])
+            self.kinds.on_add(crd)
+            fakes.seed(self.cache, kind.resource(), [], synced=synced, optional=True)
+
+    def put(self, res: kclient.Resource, obj: Obj) -> None:
+        """``obj`` exists in the cluster (the client's store and the cache)."""
+        if res != resources.POD:
+            key = (res.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            self.client.objects[key] = copy.deepcopy(obj)
+        fakes.seed(self.cache, res, [obj], optional=res in (RULE, MONITOR))
+
+    def live(self, res: kclient.Resource, name: str) -> Obj:
+        obj = self.cache.get(res, NS, name)
+        assert obj is not None, f"{res.kind} {name} is not cached"
+        return obj
+
+    def edit(self, res: kclient.Resource, name: str, fn: Callable[[Obj], None]) -> None:
+        obj = copy.deepcopy(self.live(res, name))
+        fn(obj)
+        self.put(res, obj)
+
+    def edit_spec(self, generation: int = 2, **spec: Any) -> None:
+        def change(obj: Obj) -> None:
+            obj["metadata"]["generation"] = generation
+            obj["spec"] = isvc(**spec)["spec"]
+
+        self.edit(ISVC, NAME, change)
+
+    def mirror(self, *, simulate: bool = True) -> None:
+        """Copy what the client stores into the cache; children get their controllers' status."""
+        for plural, res in CHILD_RESOURCES.items():
+            if not self.cache.has_informer(res):
+                continue
+            informer = self.cache.informer_for(res)
+            fresh = {k: o for k, o in self.client.objects.items() if k[0] == plural}
+            for k in informer.store.list_keys():
+                if (plural, *k.split("/", 1)) not in fresh:
+                    informer.store.delete_key(k)
+            for key, obj in fresh.items():
+                if simulate:  # the Deployment and HPA controllers write their status
+                    obj = self.client.objects[key] = healthy(res, obj)
+                informer.store.upsert(copy.deepcopy(obj))
+        stored = self.client.stored(ISVC, NS, NAME)
+        cr = self.cache.get(ISVC, NS, NAME)
+        if stored is not None and cr is not None and "status" in stored:
+            cr = copy.deepcopy(cr)
+            cr["status"] = copy.deepcopy(stored["status"])
+            fakes.seed(self.cache, ISVC, [cr])
+
+    async def converge(self) -> None:
+        """Reconcile and play the cluster until a reconcile makes no call; then forget the calls."""
+        for _ in range(5):
+            self.client.reset_calls()
+            await self.rec.reconcile(REQ)
+            if not self.client.calls:
+                break
+            self.mirror()
+        else:
+            raise AssertionError(f"no steady state: {self.client.keys}")
+        self.recorder.events.clear()
+
+    async def reconcile(self) -> Result:
+        self.client.reset_calls()
+        self.recorder.events.clear()
+        return await self.rec.reconcile(REQ)
+
+    # -- reading the outcome ---------------------------------------------------------------------------
+
+    @property
+    def status(self) -> Obj:
+        """The status last written (or the cached one when none was written)."""
+        writes = self.client.status_writes
+        if writes:
+            body = writes[-1].body
+            assert body is not None
+            return dict(body["status"])
+        return dict(self.live(ISVC, NAME).get("status") or {})
+
+    @property
+    def writes(self) -> list[tuple[str, str, str | None]]:
+        return [(c.verb, c.resource, c.name) for c in self.client.writes]
+
+
+async def world_with(
+    spec: dict[str, Any] | None = None, *, mon: str = "installed", ctx: base.BuildContext | None = None
+) -> World:
+    """A world with the CR of ``spec``; ``mon``: the monitoring CRDs installed, syncing or absent."""
+    w = World(ctx)
+    if mon != "absent":
+        w.install_monitoring(synced=mon == "installed")
+    w.put(ISVC, isvc(**(spec or {})))
+    return w
+
+
+# -- first reconcile ---------------------------------------------------------------------------------------
+
+D, S, H, N, R, M = (
+    ("apply", "deployments", f"{NAME}-predictor"),
+    ("apply", "services", f"{NAME}-predictor"),
+    ("apply", "horizontalpodautoscalers", f"{NAME}-predictor"),
+    ("apply", "networkpolicies", NAME),
+    ("apply", "prometheusrules", NAME),
+    ("apply", "servicemonitors", NAME),
+)
+NO_MONITORING = {"monitoring": {"enabled": False}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "mon", "writes", "ready"),
+    [
+        ({}, "absent", [D, S], ("False", "RollingOut")),
+        ({"minReplicas": 1, "maxReplicas": 3}, "absent", [D, S, H], ("False", "RollingOut")),
+        ({}, "installed", [D, S, R, M], ("False", "RollingOut")),
+        ({}, "syncing", [D, S], ("False", "RollingOut")),
+        (
+            {"minReplicas": 2, "maxReplicas": 4, "extensions": {"networkPolicy": {"enabled": True}}},
+            "installed",
+            [D, S, H, N, R, M],
+            ("False", "RollingOut"),
+        ),
+        ({"extensions": NO_MONITORING}, "installed", [D, S], ("False", "RollingOut")),
+        ({"minReplicas": 0, "maxReplicas": 3}, "installed", [D, S, R, M], ("False", "ScaledToZero")),
+        (
+            {"framework": "seldon", "minReplicas": 3, "maxReplicas": 3},
+            "absent",
+            [D, S],
+            ("False", "RollingOut"),
+        ),
+    ],
+    ids=[
+        "fixed-no-crds",
+        "hpa-no-crds",
+        "fixed-with-monitoring",
+        "monitoring-informer-listing",
+        "everything",
+        "monitoring-off-per-object",
+        "scaled-to-zero",
+        "seldon-fixed-3",
+    ],
+)
+async def test_first_reconcile_creates_the_children(
+    spec: dict[str, Any], mon: str, writes: list[tuple[str, str, str]], ready: tuple[str, str]
+) -> None:
+    w = await world_with(spec, mon=mon)
+    assert await w.reconcile() == Result()
+    assert w.writes == writes
+    assert [c.key for c in w.client.status_writes] == [("apply", "inferenceservices", NAME, "status")]
+    for call in w.client.writes:
+        assert call.body is not None
+        meta = call.body["metadata"]
+        assert meta["ownerReferences"] == [owner()], call.key
+        assert meta["annotations"][reconciler.HASH_ANNOTATION], call.key
+        assert call.body["apiVersion"] == CHILD_RESOURCES[call.resource].api_version
+    st = w.status
+    assert brief(st, "Ready") == ready
+    assert brief(st, "Reconciled") == ("True", "ChildrenApplied")
+    assert brief(st, "ServiceReady") == ("True", "ClusterIPAssigned")
+    assert st["observedGeneration"] == 1
+    assert "url" not in st and "activeVersion" not in st
+    assert w.recorder.reasons == ["Created"] * len(writes)
+    assert w.recorder.events[0].note == f"Deployment/{NAME}-predictor created"
+
+
+async def test_converged_service_is_ready_with_every_condition() -> None:
+    w = await world_with(
+        {"minReplicas": 1, "maxReplicas": 3, "extensions": {"networkPolicy": {"enabled": True}}}
+    )
+    await w.converge()
+    st = w.status
+    assert [(c["type"], c["status"], c["reason"]) for c in st["conditions"]] == [
+        ("Ready", "True", "Serving"),
+        ("Reconciled", "True", "ChildrenApplied"),
+        ("DeploymentAvailable", "True", "ReplicasAvailable"),
+        ("ServiceReady", "True", "ClusterIPAssigned"),
+        ("AutoscalerReady", "True", "ScalingActive"),
+        ("NetworkPolicyReady", "True", "PolicyApplied"),
+        ("MonitoringReady", "True", "MonitoringConfigured"),
+    ]
+    assert (
+        cond(st, "MonitoringReady")["message"] == "PrometheusRule bert applied; ServiceMonitor bert applied"
+    )
+    assert all(c["observedGeneration"] == 1 for c in st["conditions"])
+    assert st["url"] == URL
+    assert st["activeVersion"] == MODEL_V1
+    assert (st["replicas"], st["readyReplicas"], st["replicasSummary"]) == (1, 1, "1/1")
+    assert st["selector"] == labels.selector_string(api.decode(isvc()))
+    assert "lastReconcileTime" in w.live(ISVC, NAME)["status"]
+
+
+# -- steady state ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "mon"),
+    [
+        ({}, "installed"),
+        ({}, "absent"),
+        ({}, "syncing"),
+        ({"minReplicas": 2, "maxReplicas": 6}, "installed"),
+        ({"minReplicas": 0, "maxReplicas": 2}, "installed"),
+        ({"extensions": {"networkPolicy": {"enabled": True}}}, "absent"),
+        ({"framework": "torchserve", "resources": {"cpuRequest": "500m", "memoryLimit": "4Gi"}}, "installed"),
+        ({"framework": "triton", "gpuPerReplica": 1, "port": 9000}, "installed"),
+    ],
+    ids=[
+        "fixed",
+        "monitoring-absent",
+        "monitoring-listing",
+        "hpa",
+        "scaled-to-zero",
+        "network-policy",
+        "torchserve-resources",
+        "triton-gpu",
+    ],
+)
+async def test_steady_state_makes_no_call_at_all(spec: dict[str, Any], mon: str) -> None:
+    w = await world_with(spec, mon=mon)
+    await w.converge()
+    before = copy.deepcopy(w.live(ISVC, NAME)["status"])
+    assert await w.reconcile() == Result()
+    assert w.client.calls == []
+    assert w.recorder.events == []
+    assert w.live(ISVC, NAME)["status"] == before
+
+
+async def test_hpa_scaling_the_deployment_is_not_undone_and_only_the_status_follows() -> None:
+    w = await world_with({"minReplicas": 1, "maxReplicas": 5})
+    await w.converge()
+
+    def scaled(obj: Obj) -> None:
+        obj["spec"]["replicas"] = 4
+        obj["status"] |= {"replicas": 4, "updatedReplicas": 4, "readyReplicas": 4, "availableReplicas": 4}
+
+    w.edit(DEP, f"{NAME}-predictor", scaled)
+    await w.reconcile()
+    assert w.writes == []
+    st = w.status
+    assert (st["replicas"], st["readyReplicas"], st["replicasSummary"]) == (4, 4, "4/4")
+    assert brief(st, "Ready") == ("True", "Serving")
+
+
+# -- the Ready decision table ------------------------------------------------------------------------------
+
+Mutation = Callable[[World], None]
+
+
+def dep_status(**changes: Any) -> Mutation:
+    def mutate(w: World) -> None:
+        w.edit(DEP, f"{NAME}-predictor", lambda o: o["status"].update(changes))
+
+    return mutate
+
+
+def dep_condition(type_: str, status: str, reason: str, message: str = "", **counts: Any) -> Mutation:
+    def mutate(w: World) -> None:
+        def change(o: Obj) -> None:
+            conds = [c for c in o["status"]["conditions"] if c["type"] != type_]
+            o["status"]["conditions"] = [
+                *conds,
+                {"type": type_, "status": status, "reason": reason, "message": message},
+            ]
+            o["status"].update(counts)
+
+        w.edit(DEP, f"{NAME}-predictor", change)
+
+    return mutate
+
+
+def add_pod(reason: str, of: str = NAME) -> Mutation:
+    return lambda w: w.put(resources.POD, pod(reason, of=of, name=f"{of}-predictor-7d9f-{reason.lower()}"))
+
+
+def drift_image(w: World) -> None:
+    def change(o: Obj) -> None:
+        o["spec"]["template"]["spec"]["containers"][0]["image"] = "example.com/other:1"
+
+    w.edit(DEP, f"{NAME}-predictor", change)
+
+
+def forbid(verb: str, plural: str) -> Mutation:
+    def mutate(w: World) -> None:
+        w.client.fail(verb, plural)
+
+    return mutate
+
+
+def list_error(res: kclient.Resource, err: Exception) -> Mutation:
+    def mutate(w: World) -> None:
+        w.cache.informer_for(res).last_error = err
+
+    return mutate
+
+
+def deny_events(namespace: str) -> Mutation:
+    def mutate(w: World) -> None:
+        w.recorder.denied[namespace] = fakes.api_error(403, 'events.events.k8s.io is forbidden: User "op"')
+
+    return mutate
+
+
+def service_without_ip(w: World) -> None:
+    w.edit(SVC, f"{NAME}-predictor", lambda o: o["spec"].update(clusterIP="None"))
+
+
+def hpa_inactive(w: World) -> None:
+    def change(o: Obj) -> None:
+        o["status"]["conditions"][1] = {
+            "type": "ScalingActive",
+            "status": "False",
+            "reason": "FailedGetResourceMetric",
+            "message": "no metrics returned from resource metrics API",
+        }
+
+    w.edit(HPA, f"{NAME}-predictor", change)
+
+
+def stale_hpa(w: World) -> None:
+    """An HPA the CR controls that is no longer desired (min == max)."""
+    w.put(
+        HPA,
+        {**healthy(HPA, _hpa_body()), "metadata": {**_hpa_body()["metadata"], "ownerReferences": [owner()]}},
+    )
+
+
+def _hpa_body() -> Obj:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": f"{NAME}-predictor", "namespace": NS, "uid": "uid-hpa", "generation": 1},
+        "spec": {"minReplicas": 1, "maxReplicas": 3, "scaleTargetRef": {"name": f"{NAME}-predictor"}},
+    }
+
+
+FORBIDDEN = fakes.api_error(403, 'pods is forbidden: User "op" cannot list resource "pods"')
+
+# id: (spec, monitoring, mutations, Ready, Reconciled, url?, error, other conditions)
+TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str], bool, Any, Obj]] = {
+    "serving": ({}, "installed", [], ("True", "Serving"), ("True", "ChildrenApplied"), True, None, {}),
+    "serving-old-replicas-while-rolling": (
+        {},
+        "installed",
+        [dep_status(updatedReplicas=0)],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {"DeploymentAvailable": ("True", "RollingOut")},
+    ),
+    "waiting-no-ready-count": (
+        {},
+        "installed",
+        [dep_status(readyReplicas=0)],
+        ("False", "Waiting"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"DeploymentAvailable": ("True", "ReplicasAvailable")},
+    ),
+    "scaled-to-zero": (
+        {"minReplicas": 0, "maxReplicas": 3},
+        "installed",
+        [],
+        ("False", "ScaledToZero"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"DeploymentAvailable": ("True", "ScaledToZero"), "AutoscalerReady": ("True", "NotRequired")},
+    ),
+    "scaled-to-zero-beats-a-crashing-pod": (
+        {"minReplicas": 0},
+        "installed",
+        [add_pod("CrashLoopBackOff")],
+        ("False", "ScaledToZero"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {},
+    ),
+    "crash-loop": (
+        {},
+        "installed",
+        [add_pod("CrashLoopBackOff")],
+        ("False", "CrashLoopBackOff"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"DeploymentAvailable": ("True", "ReplicasAvailable")},
+    ),
+    "image-pull-back-off": (
+        {},
+        "installed",
+        [add_pod("ImagePullBackOff"), dep_status(availableReplicas=0, readyReplicas=0)],
+        ("False", "ImagePullBackOff"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"DeploymentAvailable": ("False", "NoReplicasAvailable")},
+    ),
+    "create-container-config-error": (
+        {},
+        "absent",
+        [add_pod("CreateContainerConfigError")],
+        ("False", "CreateContainerConfigError"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {},
+    ),
+    "a-pod-of-another-service-is-ignored": (
+        {},
+        "installed",
+        [add_pod("CrashLoopBackOff", of="other")],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {},
+    ),
+    "a-pod-failure-beats-a-failing-child": (
+        {},
+        "installed",
+        [add_pod("ErrImagePull"), dep_condition("Progressing", "False", "ProgressDeadlineExceeded")],
+        ("False", "ErrImagePull"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"DeploymentAvailable": ("False", "ProgressDeadlineExceeded")},
+    ),
+    "progress-deadline-exceeded": (
+        {},
+        "installed",
+        [
+            dep_condition(
+                "Progressing",
+                "False",
+                "ProgressDeadlineExceeded",
+                'ReplicaSet "bert-predictor-7d9f" has timed out progressing.',
+                updatedReplicas=0,
+            )
+        ],
+        ("False", "ProgressDeadlineExceeded"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {},
+    ),
+    "replica-failure-failed-create": (
+        {},
+        "installed",
+        [
+            dep_condition(
+                "ReplicaFailure",
+                "True",
+                "FailedCreate",
+                'pods "bert-predictor-x" is forbidden: exceeded quota',
+                availableReplicas=0,
+                readyReplicas=0,
+            )
+        ],
+        ("False", "FailedCreate"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"DeploymentAvailable": ("False", "FailedCreate")},
+    ),
+    "no-replicas-available": (
+        {},
+        "installed",
+        [dep_status(availableReplicas=0, readyReplicas=0)],
+        ("False", "NoReplicasAvailable"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {},
+    ),
+    "service-without-cluster-ip": (
+        {},
+        "installed",
+        [service_without_ip],
+        ("False", "NoClusterIP"),
+        ("True", "ChildrenApplied"),
+        False,
+        None,
+        {"ServiceReady": ("False", "NoClusterIP")},
+    ),
+    "a-failing-autoscaler-does-not-gate-ready": (
+        {"minReplicas": 1, "maxReplicas": 4},
+        "installed",
+        [hpa_inactive],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {"AutoscalerReady": ("False", "FailedGetResourceMetric")},
+    ),
+    "apply-forbidden": (
+        {},
+        "installed",
+        [drift_image, forbid("apply", "deployments")],
+        ("False", "ReconcileFailed"),
+        ("False", "Forbidden"),
+        False,
+        reconciler.ChildApplyError,
+        {},
+    ),
+    "apply-forbidden-beats-scaled-to-zero": (
+        {},
+        "installed",
+        [lambda w: w.edit_spec(minReplicas=0), forbid("apply", "deployments")],
+        ("False", "ReconcileFailed"),
+        ("False", "Forbidden"),
+        False,
+        reconciler.ChildApplyError,
+        {},
+    ),
+    "delete-forbidden": (
+        {},
+        "installed",
+        [stale_hpa, forbid("delete", "horizontalpodautoscalers")],
+        ("False", "ReconcileFailed"),
+        ("False", "Forbidden"),
+        False,
+        reconciler.ChildApplyError,
+        {},
+    ),
+    "list-watch-forbidden": (
+        {},
+        "installed",
+        [list_error(resources.POD, FORBIDDEN)],
+        ("False", "ReconcileFailed"),
+        ("False", "Forbidden"),
+        False,
+        reconciler.ChildApplyError,
+        {},
+    ),
+    "list-watch-of-an-optional-kind-forbidden": (
+        {},
+        "installed",
+        [list_error(RULE, FORBIDDEN)],
+        ("False", "ReconcileFailed"),
+        ("False", "Forbidden"),
+        False,
+        reconciler.ChildApplyError,
+        {},
+    ),
+    "list-watch-connection-error-is-not-a-permission-problem": (
+        {},
+        "installed",
+        [list_error(resources.POD, OSError("connection reset"))],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {},
+    ),
+    "events-denied": (
+        {},
+        "installed",
+        [deny_events(NS)],
+        ("False", "ReconcileFailed"),
+        ("False", "Forbidden"),
+        False,
+        reconciler.ChildApplyError,
+        {},
+    ),
+    "events-denied-elsewhere": (
+        {},
+        "installed",
+        [deny_events("other")],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {},
+    ),
+    "monitoring-crds-absent": (
+        {},
+        "absent",
+        [],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {"MonitoringReady": ("False", "CRDNotInstalled")},
+    ),
+    "monitoring-informer-listing": (
+        {},
+        "syncing",
+        [],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {"MonitoringReady": ("Unknown", "WaitingForCache")},
+    ),
+    "monitoring-off-per-object": (
+        {"extensions": NO_MONITORING},
+        "absent",
+        [],
+        ("True", "Serving"),
+        ("True", "ChildrenApplied"),
+        True,
+        None,
+        {"MonitoringReady": ("True", "MonitoringDisabled")},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "mon", "mutations", "ready", "reconciled", "url", "error", "others"),
+    list(TABLE.values()),
+    ids=list(TABLE),
+)
+async def test_ready_decision_table(
+    spec: Obj,
+    mon: str,
+    mutations: list[Mutation],
+    ready: tuple[str, str],
+    reconciled: tuple[str, str],
+    url: bool,
+    error: type[Exception] | None,
+    others: Obj,
+) -> None:
+    w = await world_with(spec, mon=mon)
+    await w.converge()
+    for mutate in mutations:
+        mutate(w)
+    if error is None:
+        await w.reconcile()
+    else:
+        with pytest.raises(error):
+            await w.reconcile()
+    st = w.status
+    assert brief(st, "Ready") == ready
+    assert brief(st, "Reconciled") == reconciled
+    assert ("url" in st) == url
+    if url:
+        assert st["url"] == URL
+    for type_, want in others.items():
+        assert brief(st, type_) == want
+    if reconciled[0] == "False":
+        assert "failed: 403" in cond(st, "Reconciled")["message"]
+        assert any(e.type == "Warning" for e in w.recorder.events)
+
+
+@pytest.mark.parametrize(
+    ("mutations", "ready_message", "reconciled_message"),
+    [
+        (
+            [add_pod("CrashLoopBackOff")],
+            "pod bert-predictor-7d9f-crashloopbackoff container predictor: CrashLoopBackOff: "
+            "back-off 5m0s restarting",
+            "children match generation 1",
+        ),
+        (
+            [drift_image, forbid("apply", "deployments")],
+            "apply Deployment/bert-predictor: Forbidden: ",
+            "apply Deployment/bert-predictor failed: 403 ",
+        ),
+        (
+            [list_error(resources.POD, FORBIDDEN)],
+            "list/watch pods: Forbidden: pods is forbidden",
+            "list/watch pods failed: 403 pods is forbidden",
+        ),
+        (
+            [deny_events(NS)],
+            "create events.events.k8s.io: Forbidden: ",
+            "create events.events.k8s.io failed: 403 ",
+        ),
+        ([], "1/1 replicas ready", "children match generation 1"),
+    ],
+    ids=["pod-failure", "apply-forbidden", "list-forbidden", "events-denied", "serving"],
+)
+async def test_ready_and_reconciled_messages_name_the_cause(
+    mutations: list[Mutation], ready_message: str, reconciled_message: str
+) -> None:
+    w = await world_with()
+    await w.converge()
+    for mutate in mutations:
+        mutate(w)
+    with contextlib.suppress(reconciler.ChildApplyError):
+        await w.reconcile()
+    assert cond(w.status, "Ready")["message"].startswith(ready_message)
+    assert cond(w.status, "Reconciled")["message"].startswith(reconciled_message)
+
+
+async def test_apply_forbidden_is_recorded_then_raised_and_the_other_children_still_sync() -> None:
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3})
+    w.client.fail("apply", "deployments")
+    with pytest.raises(reconciler.ChildApplyError, match="apply Deployment/bert-predictor"):
+        await w.reconcile()
+    assert w.writes == [D, S, H, R, M]  # the failed apply is attempted, the others still made
+    assert w.recorder.reasons[0] == "ApplyFailed"
+    assert w.recorder.events[0].type == "Warning"
+    assert brief(w.status, "DeploymentAvailable") == ("Unknown", "Pending")
+    assert w.client.status_writes  # recorded on the status before raising
+
+
+# -- monitoring --------------------------------------------------------------------------------------------
+
+
+async def test_monitoring_crds_absent_reports_crd_not_installed_and_ready_stays_true() -> None:
+    w = await world_with(mon="absent")
+    await w.converge()
+    st = w.status
+    c = cond(st, "MonitoringReady")
+    assert (c["status"], c["reason"]) == ("False", "CRDNotInstalled")
+    assert c["message"] == "monitoring.coreos.com PrometheusRule is not installed"
+    assert brief(st, "Ready") == ("True", "Serving")
+    assert not [k for k in w.client.objects if k[0] in ("prometheusrules", "servicemonitors")]
+
+
+async def test_monitoring_crds_appearing_later_creates_the_monitoring_children() -> None:
+    w = await world_with(mon="absent")
+    await w.converge()
+    w.install_monitoring()
+    await w.reconcile()
+    assert w.writes == [R, M]
+    assert w.recorder.reasons == ["Created", "Created"]
+    assert brief(w.status, "MonitoringReady") == ("True", "MonitoringConfigured")
+
+
+@pytest.mark.parametrize(
+    ("ref", "deleted"),
+    [
+        ([owner()], True),
+        ([owner("uid-someone-else")], False),
+        ([owner(controller=False)], False),
+        ([], False),
+    ],
+    ids=["controlled-by-the-cr", "controlled-by-another", "owned-not-controlled", "no-owner"],
+)
+async def test_monitoring_turned_off_per_object_deletes_only_what_the_cr_controls(
+    ref: list[Obj], deleted: bool
+) -> None:
+    w = await world_with()
+    await w.converge()
+    for res in (RULE, MONITOR):
+        w.edit(res, NAME, lambda o: o["metadata"].update(ownerReferences=ref))
+    w.edit_spec(extensions=NO_MONITORING)
+    await w.reconcile()
+    want = [("delete", "prometheusrules", NAME), ("delete", "servicemonitors", NAME)] if deleted else []
+    assert w.writes == want
+    assert w.recorder.reasons == (["Deleted", "Deleted"] if deleted else [])
+    c = cond(w.status, "MonitoringReady")
+    assert (c["status"], c["reason"]) == ("True", "MonitoringDisabled")
+    assert "spec.extensions.monitoring.enabled" in c["message"]
+
+
+@pytest.mark.parametrize(
+    ("res", "name", "spec", "mon"),
+    [
+        (HPA, f"{NAME}-predictor", {}, "installed"),
+        (HPA, f"{NAME}-predictor", {"minReplicas": 0}, "installed"),
+        (NETPOL, NAME, {}, "installed"),
+        (RULE, NAME, {"extensions": NO_MONITORING}, "installed"),
+        (MONITOR, NAME, {"extensions": NO_MONITORING}, "installed"),
+    ],
+    ids=[
+        "hpa-fixed-count",
+        "hpa-scaled-to-zero",
+        "network-policy-off",
+        "prometheusrule-off",
+        "servicemonitor-off",
+    ],
+)
+async def test_a_child_owned_by_someone_else_is_never_deleted(
+    res: kclient.Resource, name: str, spec: Obj, mon: str
+) -> None:
+    w = await world_with(spec, mon=mon)
+    theirs = {
+        "apiVersion": res.api_version,
+        "kind": res.kind,
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": "uid-theirs",
+            "ownerReferences": [owner("uid-other", kind="Other")],
+        },
+        "spec": {},
+    }
+    w.put(res, theirs)
+    await w.reconcile()
+    assert [c for c in w.client.writes if (c.resource, c.name) == (res.plural, name)] == []
+    await w.converge()  # and never later
+    stored = w.client.stored(res, NS, name)
+    assert stored is not None
+    assert stored["metadata"] == theirs["metadata"]
+
+
+# -- autoscaler, network policy ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "writes", "autoscaler"),
+    [
+        ({}, {"minReplicas": 1, "maxReplicas": 3}, [D, H], ("Unknown", "Pending")),
+        (
+            {"minReplicas": 1, "maxReplicas": 3},
+            {},
+            [D, ("delete", "horizontalpodautoscalers", f"{NAME}-predictor")],
+            ("True", "NotRequired"),
+        ),
+        # (the PrometheusRule's below-minimum alert follows minReplicas)
+        (
+            {"minReplicas": 1, "maxReplicas": 3},
+            {"minReplicas": 0, "maxReplicas": 3},
+            [D, ("delete", "horizontalpodautoscalers", f"{NAME}-predictor"), R],
+            ("True", "NotRequired"),
+        ),
+        (
+            {"minReplicas": 1, "maxReplicas": 3},
+            {"minReplicas": 2, "maxReplicas": 5},
+            [H, R],
+            ("True", "ScalingActive"),
+        ),
+        ({}, {"minReplicas": 3, "maxReplicas": 3}, [D, R], ("True", "NotRequired")),
+    ],
+    ids=["fixed-to-hpa", "hpa-to-fixed", "hpa-to-zero", "hpa-bounds-only", "fixed-1-to-fixed-3"],
+)
+async def test_hpa_is_created_and_deleted_as_min_and_max_change(
+    before: Obj, after: Obj, writes: list[tuple[str, str, str]], autoscaler: tuple[str, str]
+) -> None:
+    w = await world_with(before)
+    await w.converge()
+    w.edit_spec(**after)
+    await w.reconcile()
+    assert w.writes == writes
+    st = w.status
+    assert brief(st, "AutoscalerReady") == autoscaler
+    assert brief(st, "Reconciled") == ("True", "ChildrenApplied")
+    assert st["observedGeneration"] == 2
+    deployment = next(c.body for c in w.client.writes if c.resource == "deployments") if D in writes else None
+    if deployment is not None:
+        want_replicas = after.get("minReplicas", 1)
+        assert deployment["spec"]["replicas"] == want_replicas  # the live count (1) or minReplicas
+    hpa_apply = next((c.body for c in w.client.writes if c.key == ("apply", *H[1:], None)), None)
+    if hpa_apply is not None:
+        assert (hpa_apply["spec"]["minReplicas"], hpa_apply["spec"]["maxReplicas"]) == (
+            after["minReplicas"],
+            after["maxReplicas"],
+        )
+
+
+async def test_network_policy_opt_in_creates_it_and_opt_out_deletes_it() -> None:
+    w = await world_with(mon="absent")
+    await w.converge()
+    assert brief(w.status, "NetworkPolicyReady") == ("True", "NotRequested")
+    w.edit_spec(extensions={"networkPolicy": {"enabled": True}})
+    await w.reconcile()
+    assert w.writes == [N]
+    body = w.client.writes[0].body
+    assert body is not None
+    assert body["spec"]["podSelector"] == {"matchLabels": {labels.INFERENCESERVICE: NAME}}
+    w.mirror()
+    await w.reconcile()
+    assert brief(w.status, "NetworkPolicyReady") == ("True", "PolicyApplied")
+    w.edit_spec(generation=3, extensions={"networkPolicy": {"enabled": False}})
+    await w.reconcile()
+    assert w.writes == [("delete", "networkpolicies", NAME)]
+    c = cond(w.status, "NetworkPolicyReady")
+    assert (c["status"], c["reason"]) == ("True", "NotRequested")
+    assert "spec.extensions.networkPolicy.enabled" in c["message"]
+
+
+# -- invalid specs -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"spec": {"extensions": {"monitoring": {"enabled": "yes"}}}}, "spec.extensions.monitoring.enabled"),
+        ({"spec": {"extensions": {"monitoring": {"bogus": 1}}}}, "spec.extensions.monitoring"),
+        (
+            {"spec": {"extensions": {"monitoring": {"alerts": {"errorRatio": 2}}}}},
+            "spec.extensions.monitoring.alerts.errorRatio",
+        ),
+        ({"spec": {"extensions": {"networkPolicy": True}}}, "spec.extensions.networkPolicy"),
+        ({"spec": {"port": 8001}}, "spec.port: port 8001 is the tritonserver grpc port"),
+        ({"spec": {"port": 8002}}, "spec.port: port 8002 is the tritonserver metrics port"),
+        (
+            {"spec": {"framework": "torchserve", "port": 8081}},
+            "spec.port: port 8081 is the torchserve management",
+        ),
+        ({"spec": {"minReplicas": 4, "maxReplicas": 2}}, "spec.minReplicas"),
+        ({"spec": {"colour": "blue"}}, "colour"),
+        ({"apiVersion": "mlops.platform/v9"}, "apiVersion"),
+    ],
+    ids=[
+        "extension-wrong-type",
+        "extension-unknown-field",
+        "extension-out-of-range",
+        "extension-not-an-object",
+        "triton-grpc-port",
+        "triton-metrics-port",
+        "torchserve-internal-port",
+        "min-above-max",
+        "unknown-spec-field",
+        "unserved-api-version",
+    ],
+)
+async def test_invalid_spec_is_reported_naming_the_field_and_not_retried(change: Obj, field: str) -> None:
+    w = World()
+    w.install_monitoring()
+    obj = isvc()
+    obj["spec"].update(change.get("spec", {}))
+    obj.update({k: v for k, v in change.items() if k != "spec"})
+    w.put(ISVC, obj)
+    with pytest.raises(TerminalError, match="invalid spec"):
+        await w.reconcile()
+    assert w.writes == []
+    assert [c.key for c in w.client.calls] == [("apply", "inferenceservices", NAME, "status")]
+    st = w.status
+    for type_ in ("Ready", "Reconciled"):
+        c = cond(st, type_)
+        assert (c["status"], c["reason"]) == ("False", "InvalidSpec")
+        assert field in c["message"], c["message"]
+    assert w.recorder.reasons == ["InvalidSpec"]
+    assert w.recorder.events[0].type == "Warning"
+
+
+async def test_an_invalid_edit_of_a_serving_service_drops_the_url_writes_once_and_touches_no_child() -> None:
+    w = await world_with()
+    await w.converge()
+    w.edit_spec(port=8001)
+    with pytest.raises(TerminalError):
+        await w.reconcile()
+    st = w.status
+    assert "url" not in st
+    assert (st["observedGeneration"], st["activeVersion"], st["replicas"]) == (2, MODEL_V1, 1)
+    assert brief(st, "Ready") == ("False", "InvalidSpec")
+    assert w.writes == []
+    w.mirror()
+    with pytest.raises(TerminalError):
+        await w.reconcile()
+    assert w.client.calls == []  # the same verdict is not written again
+
+
+# -- conflicts: apply falls back to replace ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [409, 422], ids=["conflict-409", "invalid-422"])
+async def test_apply_rejected_with_409_or_422_falls_back_to_replace(code: int) -> None:
+    w = await world_with()
+    await w.converge()
+    drift_image(w)
+    w.client.fail("apply", "deployments", status=code, times=1)
+    await w.reconcile()
+    assert w.writes == [D, ("replace", "deployments", f"{NAME}-predictor")]
+    body = w.client.writes[1].body
+    assert body is not None
+    assert body["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
+        "nvcr.io/nvidia/tritonserver"
+    )
+    assert body["status"]["availableReplicas"] == 1  # the rest of the live object is kept
+    assert (
+        body["metadata"]["resourceVersion"] == w.live(DEP, f"{NAME}-predictor")["metadata"]["resourceVersion"]
+    )
+    assert w.recorder.reasons == ["Updated"]
+    assert "spec.template.spec.containers[0].image" in w.recorder.events[0].note
+    assert brief(w.status, "Reconciled") == ("True", "ChildrenApplied")
+
+
+@pytest.mark.parametrize(
+    ("code", "drift", "reason"),
+    [(400, True, "BadRequest"), (409, False, "Conflict"), (422, False, "Invalid")],
+    ids=["400-no-fallback", "409-on-create", "422-on-create"],
+)
+async def test_apply_errors_without_a_live_object_or_another_code_are_failures(
+    code: int, drift: bool, reason: str
+) -> None:
+    w = await world_with()
+    if drift:
+        await w.converge()
+        drift_image(w)
+    w.client.fail("apply", "deployments", status=code)
+    with pytest.raises(reconciler.ChildApplyError):
+        await w.reconcile()
+    assert ("replace", "deployments", f"{NAME}-predictor") not in w.writes
+    assert brief(w.status, "Reconciled") == ("False", reason)
+
+
+# -- url, activeVersion, transition times ------------------------------------------------------------------
+
+
+ROLLOUT = {
+    "controller-not-observed": ({"observedGeneration": 1}, MODEL_V1),
+    "half-updated": (
+        {
+            "observedGeneration": 2,
+            "replicas": 2,
+            "updatedReplicas": 1,
+            "availableReplicas": 2,
+            "readyReplicas": 2,
+        },
+        MODEL_V1,
+    ),
+    "updated-not-available": (
+        {
+            "observedGeneration": 2,
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "availableReplicas": 0,
+            "readyReplicas": 0,
+        },
+        MODEL_V1,
+    ),
+    "old-pod-terminating": (
+        {
+            "observedGeneration": 2,
+            "replicas": 2,
+            "updatedReplicas": 1,
+            "availableReplicas": 1,
+            "readyReplicas": 1,
+        },
+        MODEL_V1,
+    ),
+    "complete": (
+        {
+            "observedGeneration": 2,
+            "replicas": 1,
+            "updatedReplicas": 1,
+            "availableReplicas": 1,
+            "readyReplicas": 1,
+        },
+        MODEL_V2,
+    ),
+}
+
+
+@pytest.mark.parametrize(("deployment_status", "active"), list(ROLLOUT.values()), ids=list(ROLLOUT))
+async def test_active_version_moves_only_after_a_full_rollout(deployment_status: Obj, active: str) -> None:
+    w = await world_with()
+    await w.converge()
+    assert w.status["activeVersion"] == MODEL_V1
+    w.edit_spec(modelUri=MODEL_V2)
+    await w.reconcile()
+    assert w.writes == [D]
+    assert w.status["activeVersion"] == MODEL_V1  # the new template is not rolled out yet
+    w.mirror(simulate=False)
+    w.edit(DEP, f"{NAME}-predictor", lambda o: o["status"].update(deployment_status))
+    await w.reconcile()
+    assert w.writes == []
+    assert w.status["activeVersion"] == active
+
+
+async def test_scaled_to_zero_has_no_active_version_and_no_url() -> None:
+    w = await world_with()
+    await w.converge()
+    assert "url" in w.status and "activeVersion" in w.status
+    w.edit_spec(minReplicas=0)
+    await w.reconcile()
+    st = w.status
+    assert "activeVersion" not in st and "url" not in st
+    assert brief(st, "Ready") == ("False", "ScaledToZero")
+
+
+async def test_url_follows_the_cluster_domain() -> None:
+    w = await world_with(ctx=base.BuildContext(cluster_domain="k8s.example"))
+    await w.converge()
+    want = f"http://{NAME}-predictor.{NS}.svc.k8s.example:8080"
+    assert w.status["url"] == want
+    message = cond(w.status, "ServiceReady")["message"]
+    # KNOWN BUG (children/service.py condition(): cluster_url(target) without ctx.cluster_domain):
+    # the ServiceReady message names http://...svc.cluster.local:8080 whatever the cluster domain
+    assert message.startswith(want), f"ServiceReady message ignores the cluster domain: {message!r}"
+
+
+async def test_last_transition_time_is_kept_when_a_condition_does_not_flip() -> None:
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3})
+    await w.converge()
+
+    def old_times(o: Obj) -> None:
+        for c in o["status"]["conditions"]:
+            c["lastTransitionTime"] = OLD
+
+    w.edit(ISVC, NAME, old_times)
+    await w.reconcile()
+    assert w.client.calls == []  # only the times differ from what would be written: no write
+    hpa_inactive(w)
+    await w.reconcile()
+    st = w.status
+    assert cond(st, "Ready")["lastTransitionTime"] == OLD  # still True/Serving
+    assert cond(st, "DeploymentAvailable")["lastTransitionTime"] == OLD
+    flipped = cond(st, "AutoscalerReady")
+    assert flipped["status"] == "False"
+    assert flipped["lastTransitionTime"] != OLD
+
+
+# -- nothing to do -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["absent", "deleting"], ids=["absent", "being-deleted"])
+async def test_a_missing_or_deleted_cr_makes_no_call(state: str) -> None:
+    w = World()
+    w.install_monitoring()
+    if state == "deleting":
+        obj = isvc()
+        obj["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+        w.put(ISVC, obj)
+        w.put(
+            DEP,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": f"{NAME}-predictor", "namespace": NS, "ownerReferences": [owner()]},
+                "spec": {},
+            },
+        )
+    w.client.reset_calls()
+    assert await w.rec.reconcile(REQ) == Result()
+    assert w.client.calls == []
+    assert w.recorder.events == []
+
+
+async def test_a_failed_status_write_is_recorded_and_raised() -> None:
+    w = await world_with()
+    w.client.fail("apply", "inferenceservices", subresource="status")
+    with pytest.raises(kclient.ApiError):
+        await w.reconcile()
+    assert w.recorder.reasons[-1] == "StatusUpdateFailed"
+    assert w.writes == [D, S, R, M]
+
+
+async def test_a_wanted_child_controlled_by_another_owner_is_not_taken_over() -> None:
+    w = await world_with()
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{NAME}-predictor",
+            "namespace": NS,
+            "uid": "uid-theirs",
+            "ownerReferences": [owner("uid-other", kind="Other")],
+        },
+        "spec": {"ports": [{"name": "x", "port": 1}]},
+    }
+    w.put(resources.SERVICE, theirs)
+    with pytest.raises(reconciler.ChildApplyError, match="AlreadyOwned"):
+        await w.reconcile()
+    assert ("apply", "services", f"{NAME}-predictor") not in w.writes
+    reconciled = cond(w.status, "Reconciled")
+    assert (reconciled["status"], reconciled["reason"]) == ("False", "AlreadyOwned")
+    assert "controlled by Other/" in reconciled["message"]
+    assert w.client.stored(resources.SERVICE, NS, f"{NAME}-predictor") == theirs
+    assert "ApplyFailed" in w.recorder.reasons
