@@ -1,15 +1,19 @@
-"""Test tiers by directory: tests/unit -> unit, tests/integration -> integration, tests/e2e -> e2e."""
+"""Test tiers by directory (tests/unit -> unit, tests/integration -> integration, tests/e2e -> e2e:
+the one place markers are set) and the project's pytest plugin, loaded here (opt-in, never
+injected into other pytest sessions of an environment where the package is installed)."""
 
 from pathlib import Path
 
 import pytest
 
+pytest_plugins = ("mlops_platform.testing.plugin",)
 _TIERS = ("unit", "integration", "e2e")
+_HERE = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        parts = Path(str(item.path)).parts
-        for tier in _TIERS:
-            if tier in parts and not item.get_closest_marker(tier):
-                item.add_marker(getattr(pytest.mark, tier))
+        tier = Path(str(item.path)).relative_to(_HERE).parts[0]
+        if tier not in _TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/{{{','.join(_TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))

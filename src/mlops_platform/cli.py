@@ -107,20 +107,20 @@ def run(
 
     import yaml
 
-    from mlops_platform.controllers.inferenceservice import alerts, controller, runtimes
+    from mlops_platform.controllers.inferenceservice import alerts, controller, servers
     from mlops_platform.controllers.inferenceservice.children import base
     from mlops_platform.runtime import client as kclient
     from mlops_platform.runtime import logs
     from mlops_platform.runtime import manager as rmanager
 
     logs.setup_logging(level=log_level)
-    table = runtimes.default_table()
+    table = servers.default_table()
     if runtime_config:
         with open(runtime_config) as f:
-            table = runtimes.load_overrides(yaml.safe_load(f) or {})
+            table = servers.load_overrides(yaml.safe_load(f) or {})
     defaults = alerts.AlertSettings()
     settings = base.BuildContext(
-        runtimes=table,
+        servers=table,
         monitoring=monitoring,
         monitoring_labels=monitoring_labels,
         alerts=alerts.AlertSettings(

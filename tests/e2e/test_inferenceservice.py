@@ -19,10 +19,9 @@ from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import rbac, resources
+from mlops_platform.runtime import objects, rbac, resources
 from mlops_platform.testing import identity, plugin, stages, wait
 
-pytestmark = pytest.mark.e2e
 ISVC = crd.RESOURCE
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 PROMETHEUS_RULE = monitoring.PROMETHEUS_RULE.resource()
@@ -109,7 +108,7 @@ async def _get(c: kclient.Client, ns: str, name: str) -> dict[str, Any]:
 
 
 def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((x for x in (obj.get("status") or {}).get("conditions") or () if x["type"] == type_), {})
+    return objects.condition(obj, type_) or {}
 
 
 async def _wait_cond(

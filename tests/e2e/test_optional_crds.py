@@ -21,12 +21,11 @@ from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import crds
-from mlops_platform.runtime import apiextensions
+from mlops_platform.runtime import apiextensions, objects
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
 from mlops_platform.testing import wait
 
-pytestmark = pytest.mark.e2e
 ISVC = crd.RESOURCE
 KINDS = (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR)
 NAMES = [k.crd_name for k in KINDS]
@@ -50,7 +49,7 @@ async def _is_ready(port: int) -> bool:
 
 
 def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == type_), {})
+    return objects.condition(obj, type_) or {}
 
 
 async def _condition(c: kclient.Client, ns: str, type_: str, status: str, reason: str) -> dict[str, Any]:

@@ -27,10 +27,9 @@ from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import objects, resources
 from mlops_platform.testing import identity, wait
 
-pytestmark = pytest.mark.e2e
 ISVC = crd.RESOURCE
 
 # rule removed -> (what must appear in the Reconciled condition message or None, Event reason or None)
@@ -141,9 +140,7 @@ def test_every_generated_rule_has_a_case() -> None:
 
 async def _reconciled(admin: kclient.Client, ns: str) -> dict[str, Any]:
     obj = await admin.get(ISVC, "m", ns)
-    return next(
-        (c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == "Reconciled"), {}
-    )
+    return objects.condition(obj, "Reconciled") or {}
 
 
 async def _event_notes(admin: kclient.Client, ns: str, reason: str) -> list[str]:

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from mlops_platform.devcluster import crds, nodes
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import objects, resources
 from mlops_platform.testing import wait
-
-pytestmark = pytest.mark.integration
 
 
 def _deployment(name: str, replicas: int, requests: dict[str, str] | None = None) -> dict[str, Any]:
@@ -31,10 +27,7 @@ def _deployment(name: str, replicas: int, requests: dict[str, str] | None = None
 
 
 def _pod_ready(pod: dict[str, Any]) -> bool:
-    conds = pod.get("status", {}).get("conditions", [])
-    return pod.get("status", {}).get("phase") == "Running" and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in conds
-    )
+    return pod.get("status", {}).get("phase") == "Running" and objects.condition_is(pod, "Ready")
 
 
 async def test_deployment_pods_become_ready_through_real_controllers(

@@ -23,7 +23,7 @@ import yaml
 from mlops_platform.api import crd
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import objects, resources
 
 NAMESPACE = "mlops-demo"
 EXPECT = "demo.mlops.platform/expect"
@@ -89,10 +89,10 @@ def load_samples() -> list[dict[str, Any]]:
 
 
 def _state(obj: dict[str, Any]) -> str:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return f"Ready={cond['status']}" + ("" if cond["status"] == "True" else f"/{cond.get('reason')}")
-    return "no status yet"
+    cond = objects.condition(obj, "Ready")
+    if cond is None:
+        return "no status yet"
+    return f"Ready={cond['status']}" + ("" if cond["status"] == "True" else f"/{cond.get('reason')}")
 
 
 async def _run(name: str, timeout: float) -> None:

@@ -8,7 +8,7 @@ import yaml
 
 from mlops_platform.devcluster import gomod
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources, wait
+from mlops_platform.runtime import objects, resources, wait
 
 CPU_NODES = 3
 GPU_NODES = 2
@@ -70,8 +70,7 @@ def fake_nodes() -> list[dict[str, Any]]:
 
 
 def is_ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions", [])
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return objects.condition_is(node, "Ready")
 
 
 async def wait_ready(c: kclient.Client, names: list[str], *, timeout: float) -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import re
 from typing import Any
 
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.client import Resource
 
 _KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
@@ -78,10 +79,7 @@ def version_priority(version: str) -> tuple[int, int, int, str]:
 
 def established(crd: dict[str, Any]) -> bool:
     """The CRD is Established (its REST endpoints are served) and not being deleted."""
-    if (crd.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    conditions = (crd.get("status") or {}).get("conditions") or ()
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+    return not objects.deleting(crd) and objects.condition_is(crd, "Established")
 
 
 def served_version(kind: Kind, crd: dict[str, Any] | None) -> str | None:

@@ -1,4 +1,8 @@
-"""pytest plugin (entry point ``mlops_platform``): a shared real cluster and per-test namespaces.
+"""pytest plugin: a shared real cluster and per-test namespaces.
+
+Opt-in (it is not registered as an entry point, so installing the package never adds fixtures
+to other projects' test sessions): load it from a ``conftest.py`` with
+``pytest_plugins = ("mlops_platform.testing.plugin",)``.
 
 - ``kube_cluster`` (session): the kubeconfig of the cluster under test. With
   ``USE_EXISTING_CLUSTER=true`` (the envtest convention) it is ``$KUBECONFIG``; otherwise the local

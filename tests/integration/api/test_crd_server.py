@@ -16,8 +16,6 @@ from mlops_platform.runtime import resources
 from mlops_platform.runtime.client import JSON, ApiError, Client
 from mlops_platform.testing import plugin, wait
 
-pytestmark = pytest.mark.integration
-
 ISVC = crd.RESOURCE
 Kubectl = plugin.Kubectl
 

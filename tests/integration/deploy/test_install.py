@@ -23,8 +23,6 @@ from mlops_platform.runtime.client import ApiError, Client
 from mlops_platform.testing import plugin
 from mlops_platform.testing.plugin import TEST_NAMESPACE_LABEL
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]
 Kubectl = plugin.Kubectl

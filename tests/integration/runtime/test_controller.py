@@ -23,7 +23,6 @@ from mlops_platform.runtime import manager as rmanager
 from mlops_platform.runtime import resources
 from mlops_platform.testing import wait
 
-pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 
 

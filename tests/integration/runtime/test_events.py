@@ -11,8 +11,6 @@ from mlops_platform.runtime.client import JSON, Client
 from mlops_platform.runtime.events import EventRecorder
 from mlops_platform.runtime.resources import CONFIG_MAP, EVENT, NAMESPACE
 
-pytestmark = pytest.mark.integration
-
 CONTROLLER = "mlops.platform/test-controller"
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 

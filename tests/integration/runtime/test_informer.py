@@ -14,8 +14,6 @@ from mlops_platform.runtime import informer as inf
 from mlops_platform.runtime import resources
 from mlops_platform.testing import wait
 
-pytestmark = pytest.mark.integration
-
 
 class Recorder:
     def __init__(self) -> None:

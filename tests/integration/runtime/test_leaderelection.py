@@ -15,8 +15,6 @@ from mlops_platform.runtime.leaderelection import JITTER_FACTOR, LeaderElectionC
 from mlops_platform.runtime.resources import LEASE
 from mlops_platform.testing import wait
 
-pytestmark = pytest.mark.integration
-
 LEASE_NAME = "test-election"
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

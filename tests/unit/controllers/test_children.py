@@ -28,8 +28,6 @@ from mlops_platform.controllers.inferenceservice.children import (
     service,
 )
 
-pytestmark = pytest.mark.unit
-
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 CTX = base.BuildContext()

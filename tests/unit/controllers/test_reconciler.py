@@ -27,8 +27,6 @@ from mlops_platform.runtime import crdwatch, resources
 from mlops_platform.runtime.reconcile import Request, Result, TerminalError
 from mlops_platform.testing import fakes
 
-pytestmark = pytest.mark.unit
-
 Obj = dict[str, Any]
 NS, NAME, UID = "ml", "bert", "uid-bert"
 REQ = Request(NS, NAME)
@@ -656,7 +654,7 @@ TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str
         ("False", "ReconcileFailed"),
         ("False", "Forbidden"),
         False,
-        reconciler.ChildApplyError,
+        reconciler.ReconcileError,
         {},
     ),
     "apply-forbidden-beats-scaled-to-zero": (
@@ -666,7 +664,7 @@ TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str
         ("False", "ReconcileFailed"),
         ("False", "Forbidden"),
         False,
-        reconciler.ChildApplyError,
+        reconciler.ReconcileError,
         {},
     ),
     "delete-forbidden": (
@@ -676,7 +674,7 @@ TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str
         ("False", "ReconcileFailed"),
         ("False", "Forbidden"),
         False,
-        reconciler.ChildApplyError,
+        reconciler.ReconcileError,
         {},
     ),
     "list-watch-forbidden": (
@@ -686,7 +684,7 @@ TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str
         ("False", "ReconcileFailed"),
         ("False", "Forbidden"),
         False,
-        reconciler.ChildApplyError,
+        reconciler.ReconcileError,
         {},
     ),
     "list-watch-of-an-optional-kind-forbidden": (
@@ -696,7 +694,7 @@ TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str
         ("False", "ReconcileFailed"),
         ("False", "Forbidden"),
         False,
-        reconciler.ChildApplyError,
+        reconciler.ReconcileError,
         {},
     ),
     "list-watch-connection-error-is-not-a-permission-problem": (
@@ -716,7 +714,7 @@ TABLE: dict[str, tuple[Obj, str, list[Mutation], tuple[str, str], tuple[str, str
         ("False", "ReconcileFailed"),
         ("False", "Forbidden"),
         False,
-        reconciler.ChildApplyError,
+        reconciler.ReconcileError,
         {},
     ),
     "events-denied-elsewhere": (
@@ -834,7 +832,7 @@ async def test_ready_and_reconciled_messages_name_the_cause(
     await w.converge()
     for mutate in mutations:
         mutate(w)
-    with contextlib.suppress(reconciler.ChildApplyError):
+    with contextlib.suppress(reconciler.ReconcileError):
         await w.reconcile()
     assert cond(w.status, "Ready")["message"].startswith(ready_message)
     assert cond(w.status, "Reconciled")["message"].startswith(reconciled_message)
@@ -843,7 +841,7 @@ async def test_ready_and_reconciled_messages_name_the_cause(
 async def test_apply_forbidden_is_recorded_then_raised_and_the_other_children_still_sync() -> None:
     w = await world_with({"minReplicas": 1, "maxReplicas": 3})
     w.client.fail("apply", "deployments")
-    with pytest.raises(reconciler.ChildApplyError, match="apply Deployment/bert-predictor"):
+    with pytest.raises(reconciler.ReconcileError, match="apply Deployment/bert-predictor"):
         await w.reconcile()
     assert w.writes == [D, S, H, R, M]  # the failed apply is attempted, the others still made
     assert w.recorder.reasons[0] == "ApplyFailed"
@@ -1130,7 +1128,7 @@ async def test_apply_errors_without_a_live_object_or_another_code_are_failures(
         await w.converge()
         drift_image(w)
     w.client.fail("apply", "deployments", status=code)
-    with pytest.raises(reconciler.ChildApplyError):
+    with pytest.raises(reconciler.ReconcileError):
         await w.reconcile()
     assert ("replace", "deployments", f"{NAME}-predictor") not in w.writes
     assert brief(w.status, "Reconciled") == ("False", reason)
@@ -1292,7 +1290,7 @@ async def test_a_wanted_child_controlled_by_another_owner_is_not_taken_over() ->
         "spec": {"ports": [{"name": "x", "port": 1}]},
     }
     w.put(resources.SERVICE, theirs)
-    with pytest.raises(reconciler.ChildApplyError, match="AlreadyOwned"):
+    with pytest.raises(reconciler.ReconcileError, match="AlreadyOwned"):
         await w.reconcile()
     assert ("apply", "services", f"{NAME}-predictor") not in w.writes
     reconciled = cond(w.status, "Reconciled")

@@ -11,8 +11,6 @@ from mlops_platform.runtime import childsync, diff, resources
 from mlops_platform.runtime import client as kclient
 from mlops_platform.testing import fakes
 
-pytestmark = pytest.mark.unit
-
 Obj = dict[str, Any]
 HASH = "example.com/desired-hash"
 CM = resources.CONFIG_MAP

@@ -11,8 +11,6 @@ import pytest
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import controller, informer, reconcile, resources, store
 
-pytestmark = pytest.mark.unit
-
 
 def _client(handler: Any) -> kclient.Client:
     return kclient.Client(

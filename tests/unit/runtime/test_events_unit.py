@@ -12,8 +12,6 @@ from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.events import EventRecorder, truncate_note
 
-pytestmark = pytest.mark.unit
-
 
 class FakeSink:
     """Stores Events by (namespace, name); ``failures`` are raised by the next calls."""

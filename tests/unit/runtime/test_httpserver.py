@@ -9,8 +9,6 @@ import pytest
 
 from mlops_platform.runtime import httpserver
 
-pytestmark = pytest.mark.unit
-
 
 async def _ok(method: str, path: str, body: bytes) -> httpserver.Response:
     return 200, "text/plain", f"{method} {len(body)}\n".encode()

@@ -16,8 +16,6 @@ from mlops_platform.runtime.client import Resource
 from mlops_platform.runtime.reconcile import Request, Result
 from mlops_platform.testing import fakes
 
-pytestmark = pytest.mark.unit
-
 Obj = dict[str, Any]
 RULE = kinds.Kind("monitoring.coreos.com", "PrometheusRule", "prometheusrules", ("v1",), optional=True)
 ROUTE = kinds.Kind("gateway.networking.k8s.io", "HTTPRoute", "httproutes", ("v1", "v1beta1"), optional=True)

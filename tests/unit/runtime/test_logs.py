@@ -13,8 +13,6 @@ import pytest
 
 from mlops_platform.runtime.logs import current_context, log_context, setup_logging
 
-pytestmark = pytest.mark.unit
-
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 

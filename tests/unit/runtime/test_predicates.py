@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from mlops_platform.runtime import predicates
-
-pytestmark = pytest.mark.unit
 
 
 def _obj(

@@ -13,8 +13,6 @@ from mlops_platform.runtime.ratelimiter import (
     default_controller_rate_limiter,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_exponential_backoff_sequence_doubles_from_base() -> None:
     limiter: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(0.005, 1000.0)

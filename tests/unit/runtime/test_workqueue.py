@@ -18,8 +18,6 @@ from mlops_platform.runtime.ratelimiter import ItemExponentialFailureRateLimiter
 from mlops_platform.runtime.workqueue import Queue, ShutDown
 from mlops_platform.runtime.workqueue_metrics import DURATION_BUCKETS, WorkqueueMetricsProvider
 
-pytestmark = pytest.mark.unit
-
 
 async def _yield_to_tasks(times: int = 3) -> None:
     for _ in range(times):

@@ -17,15 +17,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.delaying_queue import DelayingQueue
 from mlops_platform.runtime.workqueue import Queue, ShutDown
-
-pytestmark = pytest.mark.unit
 
 MAX_WORKERS = 4
 ITEMS = st.sampled_from(["a", "b", "c"])

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, runtimes
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import controller as rcontroller
 from mlops_platform.runtime import manager as rmanager
@@ -27,18 +26,15 @@ def _pod_to_service(pod: dict[str, Any]) -> list[Request]:
 def setup(
     mgr: rmanager.Manager,
     *,
-    runtime_table: runtimes.RuntimeTable | None = None,
     workers: int = 4,
     settings: base.BuildContext | None = None,
 ) -> reconciler.InferenceServiceReconciler:
     """Register the controller. The cache holds only what it needs: pods and children it labelled.
 
     Children of optional kinds (their CRDs may be absent) are watched while their CRDs exist.
-    ``settings`` are the operator-wide defaults; ``runtime_table`` replaces its runtime table.
+    ``settings`` are the operator-wide defaults (the model-server table among them).
     """
     ctx = settings or base.BuildContext()
-    if runtime_table is not None:
-        ctx = dataclasses.replace(ctx, runtimes=runtime_table)
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE)
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:

@@ -53,8 +53,9 @@ def pod_index(pod: Obj) -> list[str]:
     return [f"{meta.get('namespace')}/{name}"] if name else []
 
 
-class ChildApplyError(Exception):
-    """One or more children could not be written; retried with backoff."""
+class ReconcileError(Exception):
+    """The reconcile could not complete (a child write, a list/watch or an Event write failed); the
+    failures are on the status first, then this is raised so the controller retries with backoff."""
 
 
 class Recorder(Protocol):
@@ -136,13 +137,13 @@ class InferenceServiceReconciler:
             },
         )
         if run.failures:
-            raise ChildApplyError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
+            raise ReconcileError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
         return Result()
 
     def _validate_runtime(self, isvc: internal.InferenceService) -> None:
         """What only the runtime table can tell: spec.port must not be a port the server binds itself
         (e.g. Triton's gRPC 8001), or the pods could never start."""
-        conflict = self.ctx.runtime(isvc).port_conflict(isvc.port)
+        conflict = self.ctx.server(isvc).port_conflict(isvc.port)
         if conflict:
             raise api.ValidationError(f"spec.port: {conflict}")
 

@@ -38,7 +38,11 @@ from typing import Any
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import alerts, conditions, labels
-from mlops_platform.controllers.inferenceservice.runtimes import RuntimeSpec, RuntimeTable, default_table
+from mlops_platform.controllers.inferenceservice.servers import (
+    ServingRuntime,
+    ServingRuntimeTable,
+    default_table,
+)
 from mlops_platform.runtime import kinds
 
 Obj = dict[str, Any]
@@ -55,7 +59,7 @@ def _no_labels() -> Mapping[str, str]:
 class BuildContext:
     """What builders need besides the CR: the runtime table and operator-wide settings."""
 
-    runtimes: RuntimeTable = dataclasses.field(default_factory=default_table)
+    servers: ServingRuntimeTable = dataclasses.field(default_factory=default_table)
     cluster_domain: str = "cluster.local"
     #: PrometheusRule + ServiceMonitor where the Prometheus Operator's CRDs exist (per-CR override)
     monitoring: bool = True
@@ -73,10 +77,10 @@ class BuildContext:
     #: when set, egress of the predictor pods is limited to these CIDRs plus DNS; empty: unrestricted
     egress_cidrs: tuple[str, ...] = ()
 
-    def runtime(self, isvc: internal.InferenceService) -> RuntimeSpec:
+    def server(self, isvc: internal.InferenceService) -> ServingRuntime:
         """The runtime of the CR's framework (``KeyError`` naming it if the table lacks it)."""
         try:
-            return self.runtimes[isvc.framework]
+            return self.servers[isvc.framework]
         except KeyError:
             raise KeyError(f"no runtime for framework {isvc.framework!r}") from None
 
@@ -207,7 +211,7 @@ def metadata(
 ) -> Obj:
     """``metadata`` of a child: name, namespace, the common labels and optional annotations.
     A child of the whole InferenceService (``per_component=False``) carries no component label."""
-    common = labels.child_labels(target, ctx.runtime(target.isvc).server)
+    common = labels.child_labels(target, ctx.server(target.isvc).server)
     if not per_component:
         common.pop(labels.COMPONENT)
         common[labels.K8S_COMPONENT] = labels.SERVICE_COMPONENT
@@ -219,14 +223,6 @@ def metadata(
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
-
-
-def find_condition(obj: Obj | None, type_: str) -> Obj | None:
-    """The ``status.conditions`` entry of ``type_`` in a live object."""
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
 
 
 def not_found(type_: str, kind: kinds.Kind, name: str) -> ChildCondition:

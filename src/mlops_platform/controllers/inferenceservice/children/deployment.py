@@ -20,9 +20,9 @@ Contract of :func:`build` (pure):
 from __future__ import annotations
 
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import labels, runtimes
+from mlops_platform.controllers.inferenceservice import labels, servers
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import kinds, rbac, resources
+from mlops_platform.runtime import kinds, objects, rbac, resources
 
 CONDITION = "DeploymentAvailable"
 CONTAINER = "predictor"
@@ -40,7 +40,7 @@ def replicas(isvc: internal.InferenceService) -> int | None:
 
 def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
     isvc = target.isvc
-    rt = ctx.runtime(isvc)
+    rt = ctx.server(isvc)
     spec: base.Obj = {}
     count = replicas(isvc)
     if count is not None:
@@ -67,7 +67,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
     }
 
 
-def _pod_annotations(target: base.Target, rt: runtimes.RuntimeSpec) -> dict[str, str]:
+def _pod_annotations(target: base.Target, rt: servers.ServingRuntime) -> dict[str, str]:
     out = {
         labels.MODEL_URI_ANNOTATION: target.component.model_uri,
         "kubectl.kubernetes.io/default-container": CONTAINER,
@@ -79,7 +79,7 @@ def _pod_annotations(target: base.Target, rt: runtimes.RuntimeSpec) -> dict[str,
     return out
 
 
-def _pod_spec(target: base.Target, rt: runtimes.RuntimeSpec) -> base.Obj:
+def _pod_spec(target: base.Target, rt: servers.ServingRuntime) -> base.Obj:
     security: base.Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
     if rt.run_as_non_root:
         security["runAsNonRoot"] = True
@@ -98,19 +98,19 @@ def _pod_spec(target: base.Target, rt: runtimes.RuntimeSpec) -> base.Obj:
     return pod
 
 
-def _container(target: base.Target, rt: runtimes.RuntimeSpec) -> base.Obj:
+def _container(target: base.Target, rt: servers.ServingRuntime) -> base.Obj:
     isvc = target.isvc
     port = isvc.port
     values = rt.placeholders(port)
     env = [{"name": "MODEL_URI", "value": target.component.model_uri}]
-    env += [{"name": k, "value": runtimes.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
+    env += [{"name": k, "value": servers.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     ports += [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in rt.ports.items()]
     container: base.Obj = {"name": CONTAINER, "image": rt.image_for(isvc.resources.gpus)}
     if rt.command:
-        container["command"] = [runtimes.render(c, values) for c in rt.command]
+        container["command"] = [servers.render(c, values) for c in rt.command]
     container |= {
-        "args": [runtimes.render(a, values) for a in rt.args],
+        "args": [servers.render(a, values) for a in rt.args],
         "env": env,
         "ports": ports,
         "readinessProbe": _probe(rt.readiness_probe),
@@ -129,7 +129,7 @@ def _container(target: base.Target, rt: runtimes.RuntimeSpec) -> base.Obj:
     return container
 
 
-def _probe(p: runtimes.Probe) -> base.Obj:
+def _probe(p: servers.Probe) -> base.Obj:
     return {
         "httpGet": {"path": p.path, "port": "http"},
         "periodSeconds": p.period_seconds,
@@ -138,7 +138,7 @@ def _probe(p: runtimes.Probe) -> base.Obj:
     }
 
 
-def _resources(isvc: internal.InferenceService, rt: runtimes.RuntimeSpec) -> base.Obj:
+def _resources(isvc: internal.InferenceService, rt: servers.ServingRuntime) -> base.Obj:
     requests = dict(isvc.resources.requests)
     limits = dict(isvc.resources.limits)
     for key, value in rt.default_requests.items():
@@ -172,11 +172,11 @@ def condition(
     if int(st.get("observedGeneration") or 0) < generation:
         msg = f"waiting for the Deployment controller to observe generation {generation}"
         return base.ChildCondition(CONDITION, serving, "RollingOut", msg)
-    progressing = base.find_condition(live, "Progressing") or {}
+    progressing = objects.condition(live, "Progressing") or {}
     if progressing.get("reason") == "ProgressDeadlineExceeded":
         msg = progressing.get("message") or "the rollout made no progress within progressDeadlineSeconds"
         return base.ChildCondition(CONDITION, "False", "ProgressDeadlineExceeded", msg)
-    failure = base.find_condition(live, "ReplicaFailure")  # e.g. quota or pod security refusals
+    failure = objects.condition(live, "ReplicaFailure")  # e.g. quota or pod security refusals
     if failure is not None and failure.get("status") == "True":
         reason = failure.get("reason") or "ReplicaFailure"
         return base.ChildCondition(CONDITION, "False", reason, failure.get("message", ""))
@@ -192,7 +192,7 @@ def condition(
         return base.ChildCondition(CONDITION, serving, "RollingOut", rolling)
     summary = f"{ready}/{want} replicas available"
     if ready == 0:
-        why = (base.find_condition(live, "Available") or {}).get("message")
+        why = (objects.condition(live, "Available") or {}).get("message")
         return base.ChildCondition(
             CONDITION, "False", "NoReplicasAvailable", f"{summary}: {why}" if why else summary
         )

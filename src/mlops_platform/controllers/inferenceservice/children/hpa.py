@@ -13,7 +13,7 @@ True with reason ``NotRequired`` when no HPA is wanted.
 from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice.children import base, deployment
-from mlops_platform.runtime import kinds, rbac, resources
+from mlops_platform.runtime import kinds, objects, rbac, resources
 
 CONDITION = "AutoscalerReady"
 KIND = kinds.Kind.of(resources.HPA)
@@ -25,7 +25,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
     isvc = target.isvc
     if base.replica_owner(isvc) is not base.ReplicaOwner.HPA:
         return None
-    utilization = ctx.runtime(isvc).target_cpu_utilization
+    utilization = ctx.server(isvc).target_cpu_utilization
     return {
         "apiVersion": resources.HPA.api_version,
         "kind": resources.HPA.kind,
@@ -63,8 +63,8 @@ def condition(
         return base.ChildCondition(CONDITION, "True", "NotRequired", why)
     if live is None:
         return base.not_found(CONDITION, KIND, name(target))
-    able = base.find_condition(live, "AbleToScale")
-    active = base.find_condition(live, "ScalingActive")
+    able = objects.condition(live, "AbleToScale")
+    active = objects.condition(live, "ScalingActive")
     for cond, fallback in ((able, "NotAbleToScale"), (active, "ScalingInactive")):
         if cond is not None and cond.get("status") == "False":
             return base.ChildCondition(
@@ -74,7 +74,7 @@ def condition(
         msg = "the HorizontalPodAutoscaler controller has not evaluated it yet"
         return base.ChildCondition(CONDITION, "Unknown", "Pending", msg)
     message = str(active.get("message") or "")
-    limited = base.find_condition(live, "ScalingLimited")
+    limited = objects.condition(live, "ScalingLimited")
     if limited is not None and limited.get("status") == "True" and limited.get("message"):
         message = f"{message}; {limited['message']}" if message else str(limited["message"])
     return base.ChildCondition(CONDITION, "True", "ScalingActive", message)

@@ -72,7 +72,7 @@ def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
 
 
 def build_monitor(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
-    rt = ctx.runtime(target.isvc)
+    rt = ctx.server(target.isvc)
     if not enabled(target, ctx) or rt.metrics_path is None or service.METRICS_PORT not in rt.ports:
         return None
     isvc = target.isvc

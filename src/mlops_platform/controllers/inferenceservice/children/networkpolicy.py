@@ -36,7 +36,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
     if not enabled(target, ctx):
         return None
     isvc = target.isvc
-    rt = ctx.runtime(isvc)
+    rt = ctx.server(isvc)
     serving = ["http", *(n for n in rt.ports if n != service.METRICS_PORT)]
     peers: list[base.Obj] = [{"podSelector": {}}]
     if ctx.ingress_namespace_labels:

@@ -30,7 +30,7 @@ def cluster_url(target: base.Target, cluster_domain: str = "cluster.local") -> s
 def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
     isvc = target.isvc
     ports: list[base.Obj] = [{"name": "http", "port": isvc.port, "targetPort": "http", "protocol": "TCP"}]
-    rt = ctx.runtime(isvc)
+    rt = ctx.server(isvc)
     metrics = rt.ports.get(METRICS_PORT)
     if metrics is not None and rt.metrics_path:
         # the ServiceMonitor scrapes this named port; by name, so a runtime override follows

@@ -7,14 +7,12 @@ import re
 
 import pytest
 
-from mlops_platform.controllers.inferenceservice import runtimes
-from mlops_platform.controllers.inferenceservice.runtimes import RuntimeConfigError, load_overrides
-
-pytestmark = pytest.mark.unit
+from mlops_platform.controllers.inferenceservice import servers
+from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeError, load_overrides
 
 
 def test_default_table_covers_every_framework_with_pinned_images() -> None:
-    table = runtimes.default_table()
+    table = servers.default_table()
     assert set(table) == {"triton", "seldon", "torchserve"}
     for spec in table.values():
         for image in filter(None, (spec.image, spec.gpu_image)):
@@ -30,7 +28,7 @@ def test_default_table_covers_every_framework_with_pinned_images() -> None:
 
 
 def test_default_probes_are_the_servers_health_endpoints() -> None:
-    table = runtimes.default_table()
+    table = servers.default_table()
     for framework in ("triton", "seldon"):
         spec = table[framework]
         assert (spec.readiness_probe.path, spec.liveness_probe.path) == (
@@ -45,14 +43,14 @@ def test_default_probes_are_the_servers_health_endpoints() -> None:
 
 
 def test_templates_render_for_the_port() -> None:
-    table = runtimes.default_table()
+    table = servers.default_table()
     ts = table["torchserve"]
-    script = runtimes.render(ts.args[0], ts.placeholders(8085))
+    script = servers.render(ts.args[0], ts.placeholders(8085))
     assert "inference_address=http://0.0.0.0:8085" in script
     assert "management_address=http://127.0.0.1:8081" in script
     assert "exec torchserve --start --foreground" in script
     mls = table["seldon"]
-    assert runtimes.render(mls.env["MLSERVER_HTTP_PORT"], mls.placeholders(9000)) == "9000"
+    assert servers.render(mls.env["MLSERVER_HTTP_PORT"], mls.placeholders(9000)) == "9000"
 
 
 @pytest.mark.parametrize(
@@ -60,16 +58,16 @@ def test_templates_render_for_the_port() -> None:
     [("triton", 8001, True), ("triton", 8000, False), ("torchserve", 8081, True), ("seldon", 8082, True)],
 )
 def test_port_conflicts(framework: str, port: int, conflict: bool) -> None:
-    message = runtimes.default_table()[framework].port_conflict(port)
+    message = servers.default_table()[framework].port_conflict(port)
     assert (message is not None) == conflict
     if message:
         assert str(port) in message
 
 
 def test_no_data_or_empty_document_keeps_the_defaults() -> None:
-    assert load_overrides({}) == runtimes.default_table()
-    assert load_overrides({"runtimes.yaml": ""}) == runtimes.default_table()
-    assert load_overrides({"runtimes.yaml": "triton:\n"}) == runtimes.default_table()
+    assert load_overrides({}) == servers.default_table()
+    assert load_overrides({"runtimes.yaml": ""}) == servers.default_table()
+    assert load_overrides({"runtimes.yaml": "triton:\n"}) == servers.default_table()
 
 
 def test_overrides_merge_field_by_field() -> None:
@@ -87,7 +85,7 @@ torchserve:
   ports: {metrics: 9082}
 """
     }
-    base = runtimes.default_table()
+    base = servers.default_table()
     table = load_overrides(data)
     triton = table["triton"]
     assert triton.image == "registry.example.com/mirror/tritonserver:25.06-py3"
@@ -100,7 +98,7 @@ torchserve:
     ts = table["torchserve"]
     assert ts.run_as_user == 1001
     assert dict(ts.ports) == {"grpc": 7070, "metrics": 9082}
-    assert "metrics_address=http://0.0.0.0:9082" in runtimes.render(ts.args[0], ts.placeholders(8080))
+    assert "metrics_address=http://0.0.0.0:9082" in servers.render(ts.args[0], ts.placeholders(8080))
     assert table["seldon"] == base["seldon"]
     assert base["triton"].image.startswith("nvcr.io/")  # the base is never mutated
 
@@ -204,6 +202,6 @@ def test_overrides_apply_over_a_given_base() -> None:
     ],
 )
 def test_override_errors_name_the_key(data: dict[str, object], error: str) -> None:
-    with pytest.raises(RuntimeConfigError) as info:
+    with pytest.raises(ServingRuntimeError) as info:
         load_overrides(data)
     assert str(info.value).startswith(error) or error in str(info.value), str(info.value)

@@ -2,12 +2,12 @@
 
 Contract:
 - :func:`default_table` gives real upstream images pinned to a release tag, each server's own
-  command line, ports and health endpoints (sources and caveats: ``docs/runtimes.md``).
+  command line, ports and health endpoints (sources and caveats: ``docs/serving-runtimes.md``).
 - Command, args and env values are templates: ``{port}`` (``spec.port``), ``{model_dir}`` and
   ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
   ``{{``/``}}`` are literal braces.
 - :func:`load_overrides` merges a ConfigMap's ``data`` (key ``runtimes.yaml``) over a table; it is
-  pure and raises :class:`RuntimeConfigError` naming the offending key. A bad ConfigMap never
+  pure and raises :class:`ServingRuntimeError` naming the offending key. A bad ConfigMap never
   yields a half-merged table.
 """
 
@@ -32,7 +32,7 @@ _PORT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,13}[a-z0-9])?$")  # IANA_SVC_NAME, 
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
-class RuntimeConfigError(ValueError):
+class ServingRuntimeError(ValueError):
     """An invalid runtime override; the message names the key (``runtimes.yaml: triton.image``)."""
 
 
@@ -51,7 +51,7 @@ def _frozen(**items: str) -> Mapping[str, str]:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RuntimeSpec:
+class ServingRuntime:
     """How one framework is served. ``ports`` are exposed container ports besides ``http``;
     ``internal_ports`` are bound by the server but not exposed (both are reserved: ``spec.port``
     must not use them). ``default_requests`` fill in a resource the spec leaves unset."""
@@ -95,7 +95,7 @@ class RuntimeSpec:
         return None
 
 
-RuntimeTable = Mapping[str, RuntimeSpec]
+ServingRuntimeTable = Mapping[str, ServingRuntime]
 # liveness fails after 3 x 10 s; startup allows 60 x 10 s = 10 min for model loading before it
 _STARTUP_FAILURES = 60
 _TS_CONFIG = (
@@ -110,11 +110,11 @@ _TS_CONFIG = (
 )
 
 
-def default_table() -> RuntimeTable:
-    """The built-in table (a fresh read-only mapping). Sources: ``docs/runtimes.md``."""
+def default_table() -> ServingRuntimeTable:
+    """The built-in table (a fresh read-only mapping). Sources: ``docs/serving-runtimes.md``."""
     ready_v2, live_v2 = Probe("/v2/health/ready"), Probe("/v2/health/live")
     startup_v2 = Probe("/v2/health/live", failure_threshold=_STARTUP_FAILURES)
-    triton = RuntimeSpec(
+    triton = ServingRuntime(
         server="tritonserver",
         image="nvcr.io/nvidia/tritonserver:25.06-py3",
         args=(
@@ -130,7 +130,7 @@ def default_table() -> RuntimeTable:
         startup_probe=startup_v2,
         run_as_user=1000,  # the image runs as root by default; it ships triton-server, uid 1000
     )
-    mlserver = RuntimeSpec(
+    mlserver = ServingRuntime(
         server="mlserver",
         image="docker.io/seldonio/mlserver:1.7.1",
         args=("mlserver", "start", "{model_dir}"),
@@ -146,7 +146,7 @@ def default_table() -> RuntimeTable:
         startup_probe=startup_v2,
         run_as_user=1000,  # the image declares USER 1000
     )
-    torchserve = RuntimeSpec(
+    torchserve = ServingRuntime(
         server="torchserve",
         image="docker.io/pytorch/torchserve:0.12.0-cpu",
         gpu_image="docker.io/pytorch/torchserve:0.12.0-gpu",
@@ -205,41 +205,41 @@ class _Override(_Struct):
     progress_deadline_seconds: Positive | None = None
 
 
-def load_overrides(data: Mapping[str, Any], base: RuntimeTable | None = None) -> RuntimeTable:
+def load_overrides(data: Mapping[str, Any], base: ServingRuntimeTable | None = None) -> ServingRuntimeTable:
     """``base`` (default: :func:`default_table`) with a ConfigMap's ``data`` merged over it.
 
     ``data[runtimes.yaml]`` maps a framework to the fields it overrides (camelCase, as in a
     Kubernetes manifest); probes merge field by field, maps (env, ports) key by key, lists
-    (command, args) are replaced. Raises :class:`RuntimeConfigError` naming the bad key.
+    (command, args) are replaced. Raises :class:`ServingRuntimeError` naming the bad key.
     """
     table = dict(base if base is not None else default_table())
     for key in data:
         if key != CONFIG_KEY:
-            raise RuntimeConfigError(f"{key}: unknown key (expected {CONFIG_KEY})")
+            raise ServingRuntimeError(f"{key}: unknown key (expected {CONFIG_KEY})")
     text = data.get(CONFIG_KEY)
     if text is None:
         return MappingProxyType(table)
     if not isinstance(text, str):
-        raise RuntimeConfigError(f"{CONFIG_KEY}: expected YAML text, got {type(text).__name__}")
+        raise ServingRuntimeError(f"{CONFIG_KEY}: expected YAML text, got {type(text).__name__}")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise RuntimeConfigError(f"{CONFIG_KEY}: invalid YAML: {e}") from None
+        raise ServingRuntimeError(f"{CONFIG_KEY}: invalid YAML: {e}") from None
     if doc is None:
         return MappingProxyType(table)
     if not isinstance(doc, dict):
-        raise RuntimeConfigError(f"{CONFIG_KEY}: expected a map of framework to overrides")
+        raise ServingRuntimeError(f"{CONFIG_KEY}: expected a map of framework to overrides")
     for framework, raw in doc.items():
         where = f"{CONFIG_KEY}: {framework}"
         if framework not in table:
-            raise RuntimeConfigError(
+            raise ServingRuntimeError(
                 f"{where}: unknown framework (expected one of {', '.join(sorted(table))})"
             )
         _check_maps(raw, where)
         try:
             override = msgspec.convert(raw if raw is not None else {}, _Override, strict=True)
         except msgspec.ValidationError as e:
-            raise RuntimeConfigError(_explain(e, where)) from None
+            raise ServingRuntimeError(_explain(e, where)) from None
         table[framework] = _validate(_merge(table[framework], override), where)
     return MappingProxyType(table)
 
@@ -264,7 +264,7 @@ def _check_maps(raw: Any, where: str) -> None:
         for k, v in value.items() if isinstance(value, dict) else ():
             if not isinstance(v, types) or isinstance(v, bool):
                 want = " or ".join(t.__name__ for t in types)
-                raise RuntimeConfigError(f"{where}.{field}.{k}: expected {want}, got {v!r} (quote strings)")
+                raise ServingRuntimeError(f"{where}.{field}.{k}: expected {want}, got {v!r} (quote strings)")
 
 
 _NESTED = frozenset(
@@ -272,7 +272,7 @@ _NESTED = frozenset(
 )
 
 
-def _merge(spec: RuntimeSpec, o: _Override) -> RuntimeSpec:
+def _merge(spec: ServingRuntime, o: _Override) -> ServingRuntime:
     changes: dict[str, Any] = {
         f.name: getattr(o, f.name)
         for f in msgspec.structs.fields(o)
@@ -295,30 +295,30 @@ def _merge(spec: RuntimeSpec, o: _Override) -> RuntimeSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def _validate(spec: RuntimeSpec, where: str) -> RuntimeSpec:
+def _validate(spec: ServingRuntime, where: str) -> ServingRuntime:
     for field, image in (("image", spec.image), ("gpuImage", spec.gpu_image)):
         if image is not None and not _pinned(image):
-            raise RuntimeConfigError(
+            raise ServingRuntimeError(
                 f"{where}.{field}: {image!r} is not pinned (use a version tag or @sha256:)"
             )
     for name, number in spec.ports.items():
         if not _PORT_NAME.match(name) or name == "http":
-            raise RuntimeConfigError(
+            raise ServingRuntimeError(
                 f"{where}.ports.{name}: not a valid port name (IANA service name, not http)"
             )
         if not 1 <= number <= 65535:
-            raise RuntimeConfigError(f"{where}.ports.{name}: {number} is not a port number (1-65535)")
+            raise ServingRuntimeError(f"{where}.ports.{name}: {number} is not a port number (1-65535)")
         users = [n for n, p in {**spec.ports, **spec.internal_ports}.items() if p == number]
         if len(users) > 1:
-            raise RuntimeConfigError(
+            raise ServingRuntimeError(
                 f"{where}.ports.{name}: port {number} is used twice ({', '.join(users)})"
             )
     for name, quantity in spec.default_requests.items():
         if not quantity_.is_quantity(quantity):
-            raise RuntimeConfigError(f"{where}.defaultRequests.{name}: {quantity!r} is not a quantity")
+            raise ServingRuntimeError(f"{where}.defaultRequests.{name}: {quantity!r} is not a quantity")
     for name in spec.env:
         if not _ENV_NAME.match(name):
-            raise RuntimeConfigError(f"{where}.env.{name}: not a valid environment variable name")
+            raise ServingRuntimeError(f"{where}.env.{name}: not a valid environment variable name")
     known = spec.placeholders(8080)
     templates = [(f"command[{i}]", t) for i, t in enumerate(spec.command)]
     templates += [(f"args[{i}]", t) for i, t in enumerate(spec.args)]
@@ -326,11 +326,11 @@ def _validate(spec: RuntimeSpec, where: str) -> RuntimeSpec:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
         except ValueError as e:
-            raise RuntimeConfigError(f"{where}.{field}: {e}") from None
+            raise ServingRuntimeError(f"{where}.{field}: {e}") from None
         unknown = [f for f in fields if f not in known]
         if unknown:
             choices = ", ".join("{" + k + "}" for k in sorted(known))
-            raise RuntimeConfigError(
+            raise ServingRuntimeError(
                 f"{where}.{field}: unknown placeholder {{{unknown[0]}}} (known: {choices})"
             )
     return spec
