@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from mlops_platform import __version__
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
+    from mlops_platform.controllers.inferenceservice.children.base import BuildContext
 
 
 @click.group()
@@ -55,8 +60,16 @@ def main() -> None:
     show_default=True,
     help="namespace whose pods may scrape the metrics port (NetworkPolicy)",
 )
-@click.option("--alert-error-ratio", type=click.FloatRange(0, 1, min_open=True), default=None)
-@click.option("--alert-latency-seconds", type=click.FloatRange(0, min_open=True), default=None)
+@click.option(
+    "--alert-error-ratio",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="default error-ratio alert threshold (0.05)",
+)
+@click.option(
+    "--alert-latency-seconds",
+    type=click.FloatRange(0, min_open=True),
+    help="default latency alert threshold in seconds (1.0)",
+)
 @click.option(
     "--network-policy/--no-network-policy",
     default=False,
@@ -103,35 +116,21 @@ def run(
     log_level: str,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
-    import asyncio
-
-    import yaml
-
-    from mlops_platform.controllers.inferenceservice import alerts, controller, servers
-    from mlops_platform.controllers.inferenceservice.children import base
+    from mlops_platform.controllers.inferenceservice import controller
     from mlops_platform.runtime import client as kclient
     from mlops_platform.runtime import logs
     from mlops_platform.runtime import manager as rmanager
 
     logs.setup_logging(level=log_level)
-    table = servers.default_table()
-    if runtime_config:
-        with open(runtime_config) as f:
-            table = servers.load_overrides(yaml.safe_load(f) or {})
-    defaults = alerts.AlertSettings()
-    settings = base.BuildContext(
-        servers=table,
+    settings = _settings(
+        runtime_config,
         monitoring=monitoring,
         monitoring_labels=monitoring_labels,
-        alerts=alerts.AlertSettings(
-            error_ratio=defaults.error_ratio if alert_error_ratio is None else alert_error_ratio,
-            latency_seconds=defaults.latency_seconds
-            if alert_latency_seconds is None
-            else alert_latency_seconds,
-        ),
-        network_policy=network_policy,
-        ingress_namespace_labels=ingress_namespace_labels or None,
         monitoring_namespace=monitoring_namespace,
+        error_ratio=alert_error_ratio,
+        latency_seconds=alert_latency_seconds,
+        network_policy=network_policy,
+        ingress_namespace_labels=ingress_namespace_labels,
         egress_cidrs=egress_cidrs,
     )
 
@@ -153,6 +152,44 @@ def run(
             await mgr.run_until_signal()
 
     asyncio.run(main_async())
+
+
+def _settings(
+    runtime_config: str | None,
+    *,
+    monitoring: bool,
+    monitoring_labels: dict[str, str],
+    monitoring_namespace: str,
+    error_ratio: float | None,
+    latency_seconds: float | None,
+    network_policy: bool,
+    ingress_namespace_labels: dict[str, str],
+    egress_cidrs: tuple[str, ...],
+) -> BuildContext:
+    """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
+    import yaml
+
+    from mlops_platform.controllers.inferenceservice import alerts, servers
+    from mlops_platform.controllers.inferenceservice.children import base
+
+    table = servers.default_table()
+    if runtime_config:
+        with open(runtime_config) as f:
+            table = servers.load_overrides(yaml.safe_load(f) or {})
+    defaults = alerts.AlertSettings()
+    return base.BuildContext(
+        servers=table,
+        monitoring=monitoring,
+        monitoring_labels=monitoring_labels,
+        alerts=alerts.AlertSettings(
+            error_ratio=defaults.error_ratio if error_ratio is None else error_ratio,
+            latency_seconds=defaults.latency_seconds if latency_seconds is None else latency_seconds,
+        ),
+        network_policy=network_policy,
+        ingress_namespace_labels=ingress_namespace_labels or None,
+        monitoring_namespace=monitoring_namespace,
+        egress_cidrs=egress_cidrs,
+    )
 
 
 def _labels(param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:

@@ -27,7 +27,7 @@ import yaml
 
 from mlops_platform.devcluster import binaries, crds, nodes
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
+from mlops_platform.runtime import objects, resources
 
 DEFAULT_NAME = "mlops-dev"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -210,7 +210,7 @@ async def _populate(name: str, install_crds: bool, wait: float, started: float) 
             _log("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)", started)
             await crds.install(c)
         _log("waiting for the nodes to be Ready", started)
-        await nodes.wait_ready(c, [n["metadata"]["name"] for n in nodes.fake_nodes()], timeout=wait)
+        await nodes.wait_ready(c, [objects.name(n) for n in nodes.fake_nodes()], timeout=wait)
 
 
 async def _apply(c: kclient.Client, obj: dict[str, Any]) -> None:

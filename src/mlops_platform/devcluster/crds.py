@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from mlops_platform.devcluster import gomod
-from mlops_platform.runtime import apiextensions
+from mlops_platform.runtime import apiextensions, objects
 from mlops_platform.runtime import client as kclient
 
 FIELD_MANAGER = "mlops-platform-dev"
@@ -49,7 +49,7 @@ def manifests() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for module, rel, names in SOURCES:
         docs = [d for d in yaml.safe_load_all((gomod.module_dir("crds", module) / rel).read_text()) if d]
-        by_name = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "CustomResourceDefinition"}
+        by_name = {objects.name(d): d for d in docs if d.get("kind") == "CustomResourceDefinition"}
         for name in names:
             if name not in by_name:
                 raise LookupError(f"{module}/{rel} has no CRD {name}")

@@ -115,7 +115,7 @@ async def _run(name: str, timeout: float) -> None:
             _log(f"applied {s['metadata']['name']} (expect {s['metadata']['annotations'][EXPECT]})")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        pending = {s["metadata"]["name"]: s["metadata"]["annotations"][EXPECT] for s in samples}
+        pending = {objects.name(s): objects.annotations(s)[EXPECT] for s in samples}
         last = ""
         while pending:
             states = {n: _state(await c.get(isvc, n, NAMESPACE)) for n in pending}

@@ -79,7 +79,7 @@ async def wait_ready(c: kclient.Client, names: list[str], *, timeout: float) -> 
 
     async def all_ready() -> bool:
         listing = await c.list(resources.NODE, label_selector="type=kwok")
-        ready = {n["metadata"]["name"] for n in listing.get("items", []) if is_ready(n)}
+        ready = {objects.name(n) for n in listing.get("items", []) if is_ready(n)}
         pending.clear()
         pending.update(set(names) - ready)
         return not pending

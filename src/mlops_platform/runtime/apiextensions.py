@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources, wait
+from mlops_platform.runtime import objects, resources, wait
 from mlops_platform.runtime.kinds import established
 
 
@@ -15,7 +15,7 @@ async def install(
     """Apply every CRD (idempotent), wait until each is Established, refresh discovery; return them."""
     for manifest in manifests:
         await c.apply(resources.CRD, manifest, field_manager=field_manager)
-    live = [await _established(c, m["metadata"]["name"], timeout) for m in manifests]
+    live = [await _established(c, objects.name(m), timeout) for m in manifests]
     c.forget_discovery()
     return live
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import diff
+from mlops_platform.runtime import diff, objects
 
 log = logging.getLogger("mlops_platform.runtime.childsync")
 Obj = dict[str, Any]
@@ -37,12 +37,11 @@ Settle = Callable[[Obj, Obj | None], None]
 
 def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
     """The ownerReferences entry pointing at ``owner`` (blocks its deletion until we are gone)."""
-    meta = owner["metadata"]
     return {
         "apiVersion": owner["apiVersion"],
         "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
+        "name": objects.name(owner),
+        "uid": objects.uid(owner),
         "controller": controller,
         "blockOwnerDeletion": True,
     }
@@ -50,8 +49,7 @@ def owner_reference(owner: Obj, *, controller: bool = True) -> Obj:
 
 def controlled_by(obj: Obj, uid: str) -> bool:
     """Whether ``obj`` has a controller owner reference to ``uid``."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+    return any(r.get("uid") == uid and r.get("controller") for r in objects.owner_references(obj))
 
 
 class AlreadyOwned(kclient.ApiError):
@@ -67,8 +65,7 @@ class AlreadyOwned(kclient.ApiError):
 
 def controller_of(obj: Obj) -> Obj | None:
     """The ownerReferences entry with ``controller: true``, if any."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
-    return next((dict(r) for r in refs if r.get("controller")), None)
+    return next((dict(r) for r in objects.owner_references(obj) if r.get("controller")), None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,7 +98,7 @@ class ChildSyncer:
             owner = controller_of(live)
             ours = desired["metadata"]["ownerReferences"][0]["uid"]
             if owner is not None and owner.get("uid") != ours:
-                raise AlreadyOwned(f"{resource.kind} {live['metadata'].get('name')}", owner)
+                raise AlreadyOwned(f"{resource.kind} {objects.name(live)}", owner)
         if settle is not None:
             settle(desired, live)
         changes = ("(absent)",) if live is None else tuple(diff.differences(desired, live))
@@ -114,10 +111,9 @@ class ChildSyncer:
         """Delete ``live`` if ``owner_uid`` controls it (a missing object is already removed)."""
         if live is None or not controlled_by(live, owner_uid):
             return Outcome("none", None)
-        meta = live["metadata"]
         try:
             await self.client.delete(
-                resource, meta["name"], meta.get("namespace"), propagation_policy="Background"
+                resource, objects.name(live), objects.namespace(live), propagation_policy="Background"
             )
         except kclient.ApiError as e:
             if not e.not_found:

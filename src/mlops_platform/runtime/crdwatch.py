@@ -26,7 +26,7 @@ from typing import Any
 
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import kinds, rbac, resources
+from mlops_platform.runtime import kinds, objects, rbac, resources
 
 log = logging.getLogger("mlops_platform.runtime.crdwatch")
 Obj = dict[str, Any]
@@ -97,7 +97,7 @@ class OptionalKinds:
         self._observe(obj, deleted=True)
 
     def _observe(self, crd: Obj, *, deleted: bool) -> None:
-        kind = self._by_crd.get((crd.get("metadata") or {}).get("name", ""))
+        kind = self._by_crd.get(objects.name(crd))
         if kind is None:
             return
         version = None if deleted else kinds.served_version(kind, crd)

@@ -93,7 +93,7 @@ def served_version(kind: Kind, crd: dict[str, Any] | None) -> str | None:
 
 def slim_crd(crd: dict[str, Any]) -> dict[str, Any]:
     """An informer transform: keep what version resolution reads, drop the (large) schemas."""
-    meta = crd.get("metadata") or {}
+    meta = objects.meta(crd)
     spec = crd.get("spec") or {}
     return {
         "apiVersion": crd.get("apiVersion"),

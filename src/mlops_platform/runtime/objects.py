@@ -3,7 +3,8 @@ The cache and the client hand out plain ``dict`` objects (no model decoding on t
 helpers are the one way to read their common parts, so a missing ``metadata`` or ``status`` never
 raises and every module reads them the same way:
 - :func:`meta`, :func:`name`, :func:`namespace`, :func:`uid`, :func:`labels`, :func:`annotations`,
-  :func:`generation`, :func:`deleting` (the store's ``namespace/name`` key is ``store.key_of``);
+  :func:`generation`, :func:`owner_references`, :func:`deleting` (the store's key of an object
+  is ``store.key_of``);
 - :func:`condition` / :func:`condition_is` (``status.conditions`` entry by type, e.g. a
   Deployment's ``Progressing`` or a CRD's ``Established``).
 """
@@ -43,6 +44,10 @@ def labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
     return meta(obj).get("annotations") or {}
+
+
+def owner_references(obj: Mapping[str, Any]) -> list[Obj]:
+    return list(meta(obj).get("ownerReferences") or ())
 
 
 def deleting(obj: Mapping[str, Any]) -> bool:

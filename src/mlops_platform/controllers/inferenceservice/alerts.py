@@ -37,6 +37,8 @@ from typing import Any
 
 from mlops_platform.api import internal
 
+Obj = dict[str, Any]
+
 NO_READY_REPLICA = "InferenceServiceNoReadyReplica"
 BELOW_MIN_REPLICAS = "InferenceServiceBelowMinReplicas"
 HIGH_ERROR_RATIO = "InferenceServiceHighErrorRatio"
@@ -279,74 +281,92 @@ def rule_groups(
         raise ValueError(f"framework: unknown {framework!r} (expected one of {', '.join(sorted(SERVERS))})")
     if min_replicas < 0:
         raise ValueError(f"min_replicas: must be >= 0, got {min_replicas}")
-    who = f"InferenceService {namespace}/{name}"
-    static = {"namespace": namespace, "inferenceservice": name, "framework": framework}
+    ctx = _RuleContext(
+        who=f"InferenceService {namespace}/{name}",
+        labels={"namespace": namespace, "inferenceservice": name, "framework": framework},
+        settings=settings,
+    )
+    rules = _replica_rules(ctx, namespace, deployment, min_replicas)
+    query = _Query(_selector(namespace=namespace, **{ISVC_LABEL: name})[1:-1], settings.rate_window)
+    rules += _request_rules(ctx, server, query)
+    return [{"name": group_name(namespace, name), "rules": rules}]
 
-    def rule(
-        alert: str, expr: str, for_: str, severity: str, summary: str, description: str
-    ) -> dict[str, Any]:
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RuleContext:
+    who: str
+    labels: Mapping[str, str]
+    settings: AlertSettings
+
+    def rule(self, alert: str, expr: str, for_: str, severity: str, summary: str, description: str) -> Obj:
         annotations = {"summary": summary, "description": description}
-        if settings.runbook_base_url:
-            annotations["runbook_url"] = f"{settings.runbook_base_url}#{alert.lower()}"
+        if self.settings.runbook_base_url:
+            annotations["runbook_url"] = f"{self.settings.runbook_base_url}#{alert.lower()}"
         return {
             "alert": alert,
             "expr": expr,
             "for": for_,
-            "labels": {"severity": severity, **static},
+            "labels": {"severity": severity, **self.labels},
             "annotations": annotations,
         }
 
-    rules: list[dict[str, Any]] = []
+
+def _replica_rules(ctx: _RuleContext, namespace: str, deployment: str, min_replicas: int) -> list[Obj]:
+    """No ready replica (minReplicas > 0) and fewer than minReplicas (minReplicas > 1)."""
     ksm = _selector(namespace=namespace, deployment=deployment)
     # max by: one series per Deployment even when several kube-state-metrics replicas are scraped
     available = f"max by (namespace, deployment) (kube_deployment_status_replicas_available{ksm})"
     wanted = f"max by (namespace, deployment) (kube_deployment_spec_replicas{ksm})"
+    s = ctx.settings
+    rules: list[Obj] = []
     if min_replicas > 0:
         rules.append(
-            rule(
+            ctx.rule(
                 NO_READY_REPLICA,
                 f"({available} == 0) and on (namespace, deployment) ({wanted} > 0)",
-                settings.for_,
+                s.for_,
                 "critical",
-                f"{who} has no ready replica",
-                f"Deployment {deployment} has had no available replica for {settings.for_} "
+                f"{ctx.who} has no ready replica",
+                f"Deployment {deployment} has had no available replica for {s.for_} "
                 f"(minReplicas {min_replicas}): the model is not being served.",
             )
         )
     if min_replicas > 1:
         rules.append(
-            rule(
+            ctx.rule(
                 BELOW_MIN_REPLICAS,
                 f"({available} < {min_replicas}) > 0",
-                settings.below_min_for,
+                s.below_min_for,
                 "warning",
-                f"{who} has fewer ready replicas than minReplicas",
+                f"{ctx.who} has fewer ready replicas than minReplicas",
                 f"Deployment {deployment} has had {{{{ $value }}}} available replica(s), fewer than "
-                f"minReplicas {min_replicas}, for {settings.below_min_for}.",
+                f"minReplicas {min_replicas}, for {s.below_min_for}.",
             )
         )
-    q = _Query(_selector(namespace=namespace, **{ISVC_LABEL: name})[1:-1], settings.rate_window)
-    percent = f"{settings.error_ratio * 100:g}%"
-    rules.append(
-        rule(
+    return rules
+
+
+def _request_rules(ctx: _RuleContext, server: _Server, q: _Query) -> list[Obj]:
+    """Error ratio and latency, from the model server's own metrics."""
+    s = ctx.settings
+    percent = f"{s.error_ratio * 100:g}%"
+    return [
+        ctx.rule(
             HIGH_ERROR_RATIO,
-            f"{server.errors(q)} > {_num(settings.error_ratio)}",
-            settings.for_,
+            f"{server.errors(q)} > {_num(s.error_ratio)}",
+            s.for_,
             "critical",
-            f"{who} fails too many inference requests",
+            f"{ctx.who} fails too many inference requests",
             f"{{{{ $value | humanizePercentage }}}} of the inference requests to {server.software} failed "
-            f"over {settings.rate_window} (threshold {percent}, for {settings.for_}).",
-        )
-    )
-    rules.append(
-        rule(
+            f"over {s.rate_window} (threshold {percent}, for {s.for_}).",
+        ),
+        ctx.rule(
             HIGH_LATENCY,
-            server.latency(q, settings.latency_seconds, settings.latency_quantile),
-            settings.for_,
+            server.latency(q, s.latency_seconds, s.latency_quantile),
+            s.for_,
             "warning",
-            f"{who} answers inference requests slowly",
+            f"{ctx.who} answers inference requests slowly",
             f"{server.software} request latency is {{{{ $value | humanizeDuration }}}} over "
-            f"{settings.rate_window} (threshold {settings.latency_seconds:g}s, for {settings.for_}).",
-        )
-    )
-    return [{"name": group_name(namespace, name), "rules": rules}]
+            f"{s.rate_window} (threshold {s.latency_seconds:g}s, for {s.for_}).",
+        ),
+    ]

@@ -33,7 +33,7 @@ from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import children, conditions, labels, status
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import childsync, crdwatch, events, resources
+from mlops_platform.runtime import childsync, crdwatch, events, objects, resources
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime.reconcile import Request, Result, TerminalError
 
@@ -48,9 +48,8 @@ POD_INDEX = "inferenceservice"
 
 def pod_index(pod: Obj) -> list[str]:
     """Index pods by ``namespace/<InferenceService name>`` (from the label every component carries)."""
-    meta = pod["metadata"]
-    name = (meta.get("labels") or {}).get(labels.INFERENCESERVICE)
-    return [f"{meta.get('namespace')}/{name}"] if name else []
+    name = objects.labels(pod).get(labels.INFERENCESERVICE)
+    return [f"{objects.namespace(pod)}/{name}"] if name else []
 
 
 class ReconcileError(Exception):
@@ -96,7 +95,7 @@ class InferenceServiceReconciler:
 
     async def reconcile(self, request: Request) -> Result:
         raw = self.cache.get(ISVC, request.namespace, request.name)
-        if raw is None or raw["metadata"].get("deletionTimestamp"):
+        if raw is None or objects.deleting(raw):
             return Result()  # gone: the garbage collector removes the children
         started = time.perf_counter()
         try:
@@ -218,7 +217,7 @@ class InferenceServiceReconciler:
         body = {
             "apiVersion": raw.get("apiVersion", ISVC.api_version),
             "kind": raw.get("kind", ISVC.kind),
-            "metadata": {"name": raw["metadata"]["name"], "namespace": raw["metadata"]["namespace"]},
+            "metadata": {"name": objects.name(raw), "namespace": objects.namespace(raw)},
             "status": {**new, "lastReconcileTime": conditions.now_rfc3339()},
         }
         await self.client.apply(ISVC, body, field_manager=FIELD_MANAGER, force=True, subresource="status")

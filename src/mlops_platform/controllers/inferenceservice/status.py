@@ -27,6 +27,7 @@ from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import conditions, labels
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import objects
 
 Obj = dict[str, Any]
 POD_FAILURE_REASONS = frozenset(
@@ -187,7 +188,7 @@ def _predictor_contributions(observed: list[Observed], ctx: base.BuildContext) -
 
 def invalid(raw: Obj, message: str) -> Obj:
     """The status of an object whose spec cannot be used: Ready and Reconciled False/InvalidSpec."""
-    generation = int(raw["metadata"].get("generation") or 0)
+    generation = objects.generation(raw)
     previous = raw.get("status") or {}
     wanted = [
         base.ChildCondition("Ready", "False", "InvalidSpec", message),

@@ -168,7 +168,7 @@ def condition(
     want, updated = int(spec.get("replicas", 1)), int(st.get("updatedReplicas") or 0)
     ready = int(st.get("availableReplicas") or 0)
     serving: base.Status = "True" if ready > 0 else "False"
-    generation = int((live.get("metadata") or {}).get("generation") or 0)
+    generation = objects.generation(live)
     if int(st.get("observedGeneration") or 0) < generation:
         msg = f"waiting for the Deployment controller to observe generation {generation}"
         return base.ChildCondition(CONDITION, serving, "RollingOut", msg)
@@ -242,7 +242,7 @@ def rolled_out_model(deployment: base.Obj) -> str | None:
     spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
     want = int(spec.get("replicas") or 0)
     complete = (
-        int(st.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation") or 0)
+        int(st.get("observedGeneration") or 0) >= objects.generation(deployment)
         and want > 0
         and int(st.get("updatedReplicas") or 0) == want
         and int(st.get("replicas") or 0) == want
