@@ -138,7 +138,12 @@ def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
     for args in (
         ["get", "nodes", "-L", "mlops.platform/pool"],
         ["get", "isvc", "-n", NAMESPACE, "-o", "wide"],
-        ["get", "deployments,services,hpa,pods", "-n", NAMESPACE, "-o", "wide"],
+        [
+            "get",
+            "deployments,services,hpa,networkpolicies,prometheusrules,servicemonitors,pods",
+            "-n",
+            NAMESPACE,
+        ],
     ):
         print(f"\n$ kubectl {' '.join(args)}", flush=True)
         cluster.kubectl(name, args)
