@@ -1,24 +1,30 @@
-"""Helpers shared by the benchmark scripts in this folder (``runtime_rss.py``, ``operator_footprint.py``).
+"""Helpers shared by the benchmarks in this package (``runtime_rss``, ``operator_footprint``).
 
-``bench/`` is not a package: the scripts import this module as a sibling (``from _common import ...``),
-which works because Python puts a script's own directory first on ``sys.path`` when it is run as
-``.venv/bin/python bench/<script>.py``.
+``bench`` is a package: run a benchmark as ``.venv/bin/python -m bench.<script>`` from the repository
+root (``.venv/bin/python bench/<script>.py`` works too: each script then puts the repository root on
+``sys.path`` itself). The child programs the benchmarks start (``bench.import_child``,
+``bench.cache_child``) are modules of it as well.
 
-Only what the scripts do exactly alike lives here. The project (``mlops_platform``) is imported inside
-the functions that need it, never at module level, as the scripts themselves do.
+Only what the benchmarks do exactly alike lives here, among it the one reader of ``/proc``
+(:func:`read_proc`, :func:`read_machine`, :func:`pids_naming`). The project (``mlops_platform``) is
+imported inside the functions that need it, never at module level, as the scripts themselves do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import os
+import platform
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.client import JSON, Client
@@ -52,6 +58,92 @@ def write_json(path: str | Path, data: object) -> None:
     """Write ``data`` to ``path`` as indented JSON with a final newline, and log that it was written."""
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
     log(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# /proc (the one place that reads it) and the machine
+# ---------------------------------------------------------------------------------------------------
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcReading:
+    """One reading of a process from ``/proc/<pid>/stat`` and ``/proc/<pid>/status``."""
+
+    rss: int  # VmRSS bytes (0 when the process has no address space: a zombie, a kernel thread)
+    hwm: int  # VmHWM bytes (the peak of VmRSS), 0 likewise
+    cpu_seconds: float  # utime + stime
+    threads: int
+
+
+def read_proc(pid: int | str = "self") -> ProcReading:
+    """Memory, CPU time and threads of ``pid`` (``"self"``: the calling process).
+
+    Raises ``OSError`` when the process is gone or not ours to read.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
+    rest = stat[stat.rindex(")") + 2 :].split()
+    status: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                status[key] = int(value.split()[0]) * 1024
+    return ProcReading(
+        rss=status.get("VmRSS", 0),
+        hwm=status.get("VmHWM", 0),
+        cpu_seconds=(int(rest[11]) + int(rest[12])) / CLK_TCK,
+        threads=int(rest[17]),
+    )
+
+
+def pids_naming(text: str) -> list[int]:
+    """The processes whose command line contains ``text`` (those we may read)."""
+    pids: list[int] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    pids.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
+
+
+@dataclass(frozen=True)
+class MachineReading:
+    """One reading of the whole machine from ``/proc/stat`` and ``/proc/loadavg``."""
+
+    busy_seconds: float  # all CPUs, all processes (non-idle, non-iowait jiffies)
+    loadavg_1m: float
+
+
+def read_machine() -> MachineReading:
+    with open("/proc/stat") as f:
+        cpu = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal ...
+    busy = sum(cpu[:8]) - cpu[3] - cpu[4]
+    with open("/proc/loadavg") as f:
+        load = float(f.read().split()[0])
+    return MachineReading(busy_seconds=busy / CLK_TCK, loadavg_1m=load)
+
+
+def machine_info() -> dict[str, Any]:
+    """Where a measurement ran, for its JSON."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "executable": sys.executable,
+        "clock_ticks_per_second": CLK_TCK,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -33,25 +33,30 @@ per-process accounting and can come out slightly negative.
 The local dev cluster's Service range is 10.96.0.0/16 (``devcluster.cluster.SERVICE_CIDR``); a cluster
 created before that change had kube-apiserver's default /24, which fits only 253 Services.
 
-Examples::
+The run is collect (the phases, as a ``Footprint``) -> summarise (the figures) -> render (the tables).
 
-    .venv/bin/python bench/operator_footprint.py --json /tmp/operator-footprint.json
-    .venv/bin/python bench/operator_footprint.py --count 250 --keep-cluster
+Examples (``.venv/bin/python bench/operator_footprint.py ...`` works the same)::
+
+    .venv/bin/python -m bench.operator_footprint --json /tmp/operator-footprint.json
+    .venv/bin/python -m bench.operator_footprint --count 250 --keep-cluster
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a script (`python bench/operator_footprint.py`): import `bench` as a package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import asyncio
 import contextlib
-import datetime
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -59,21 +64,26 @@ import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from _common import (
+from bench._common import (
     delete_namespace,
     dev_cluster_down,
     dev_cluster_up,
     log,
+    machine_info,
     markdown_table,
     mib,
+    pids_naming,
+    read_machine,
+    read_proc,
     wait_while_terminating,
     write_json,
 )
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+if TYPE_CHECKING:
+    from mlops_platform.runtime.client import Client
+
 FRAMEWORKS = ("triton", "seldon", "torchserve")
 PORTS = {"triton": 8000, "seldon": 9000, "torchserve": 8080}
 MAX_REPLICAS = (1, 1, 2, 3)
@@ -86,7 +96,7 @@ RequestKey = tuple[str, str, str]  # (verb, resource, code)
 
 
 # ---------------------------------------------------------------------------------------------------
-# /proc readings
+# readings of the operator process and the machine (from /proc, through bench._common)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -105,60 +115,33 @@ class ProcSample:
     loadavg_1m: float
 
 
-def _stat_cpu(pid: int | str) -> tuple[float, int]:
-    """(utime + stime in seconds, threads) from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
-    rest = stat[stat.rindex(")") + 2 :].split()
-    return (int(rest[11]) + int(rest[12])) / CLK_TCK, int(rest[17])
-
-
 def control_plane_cpu(cluster_dir: str | None) -> float:
     """CPU seconds of every process whose command line names ``cluster_dir`` (the dev cluster's
     etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok-controller)."""
     if not cluster_dir:
         return 0.0
     total = 0.0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                if cluster_dir.encode() not in f.read():
-                    continue
-            total += _stat_cpu(entry.name)[0]
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
+    for pid in pids_naming(cluster_dir):
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+            total += read_proc(pid).cpu_seconds
     return total
 
 
-def read_proc(pid: int, cluster_dir: str | None) -> ProcSample:
+def sample_proc(pid: int, cluster_dir: str | None) -> ProcSample:
     t = time.monotonic()
-    cpu_seconds, threads = _stat_cpu(pid)
-    status: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                key, value = line.split(":", 1)
-                status[key] = int(value.split()[0]) * 1024
-    with open("/proc/stat") as f:
-        cpu = [int(x) for x in f.readline().split()[1:]]
-    # user nice system idle iowait irq softirq steal ...
-    busy = sum(cpu[:8]) - cpu[3] - cpu[4]
-    with open("/proc/loadavg") as f:
-        load = float(f.read().split()[0])
+    operator = read_proc(pid)
+    machine = read_machine()
     own = os.times()
     return ProcSample(
         t=t,
-        cpu_seconds=cpu_seconds,
-        rss=status["VmRSS"],
-        hwm=status["VmHWM"],
-        threads=threads,
-        machine_busy_seconds=busy / CLK_TCK,
+        cpu_seconds=operator.cpu_seconds,
+        rss=operator.rss,
+        hwm=operator.hwm,
+        threads=operator.threads,
+        machine_busy_seconds=machine.busy_seconds,
         control_plane_seconds=control_plane_cpu(cluster_dir),
         bench_seconds=own.user + own.system,
-        loadavg_1m=load,
+        loadavg_1m=machine.loadavg_1m,
     )
 
 
@@ -327,14 +310,24 @@ def inference_service(namespace: str, i: int) -> dict[str, Any]:
     }
 
 
-def is_ready(obj: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or ()
-    )
+def not_ready_summary(items: Sequence[Mapping[str, Any]]) -> str:
+    """The Ready reasons of the objects that are not Ready, with one example message each."""
+    from mlops_platform.runtime import objects
+
+    reasons: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for o in items:
+        if objects.condition_is(o, "Ready"):
+            continue
+        cond = objects.condition(o, "Ready")
+        reason = str(cond.get("reason")) if cond else "(no Ready condition)"
+        reasons[reason] += 1
+        if cond:
+            example.setdefault(reason, f"{o['metadata']['name']}: {cond.get('message', '')}")
+    return "; ".join(f"{n} {r} (e.g. {example.get(r, '-')})" for r, n in reasons.most_common())
 
 
-async def ensure_namespace(client: Any, namespace: str) -> None:
+async def ensure_namespace(client: Client, namespace: str) -> None:
     """Create ``namespace``; it must not exist yet (one left ``Terminating`` is waited for)."""
     from mlops_platform.runtime import resources
 
@@ -345,7 +338,7 @@ async def ensure_namespace(client: Any, namespace: str) -> None:
     )
 
 
-async def create_all(client: Any, namespace: str, count: int, concurrency: int) -> float:
+async def create_all(client: Client, namespace: str, count: int, concurrency: int) -> float:
     """Create the InferenceServices, ``concurrency`` in flight; the seconds it took."""
     from mlops_platform.api import crd
 
@@ -363,15 +356,16 @@ async def create_all(client: Any, namespace: str, count: int, concurrency: int) 
 
 
 async def wait_all_ready(
-    client: Any, namespace: str, count: int, timeout: float, poll: float, t0: float
+    client: Client, namespace: str, count: int, timeout: float, poll: float, t0: float
 ) -> float:
     """Poll (LIST) until ``count`` InferenceServices report Ready=True; seconds since ``t0``."""
     from mlops_platform.api import crd
+    from mlops_platform.runtime import objects
 
     last = -1
     while True:
         items = (await client.list(crd.RESOURCE, namespace, label_selector="bench=footprint"))["items"]
-        ready = sum(1 for o in items if is_ready(o))
+        ready = sum(1 for o in items if objects.condition_is(o, "Ready"))
         elapsed = time.monotonic() - t0
         if ready != last:
             log(f"  {ready}/{count} Ready=True after {elapsed:.1f} s")
@@ -384,21 +378,6 @@ async def wait_all_ready(
                 f"the others: {not_ready_summary(items)}"
             )
         await asyncio.sleep(poll)
-
-
-def not_ready_summary(items: Sequence[Mapping[str, Any]]) -> str:
-    """The Ready reasons of the objects that are not Ready, with one example message each."""
-    reasons: Counter[str] = Counter()
-    example: dict[str, str] = {}
-    for o in items:
-        if is_ready(o):
-            continue
-        conds = [c for c in (o.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"]
-        reason = str(conds[0].get("reason")) if conds else "(no Ready condition)"
-        reasons[reason] += 1
-        if conds:
-            example.setdefault(reason, f"{o['metadata']['name']}: {conds[0].get('message', '')}")
-    return "; ".join(f"{n} {r} (e.g. {example.get(r, '-')})" for r, n in reasons.most_common())
 
 
 async def wait_quiet(op: Operator, quiet: float, poll: float, timeout: float) -> tuple[float, Scrape]:
@@ -419,12 +398,14 @@ async def wait_quiet(op: Operator, quiet: float, poll: float, timeout: float) ->
 
 
 # ---------------------------------------------------------------------------------------------------
-# the run
+# the run: collect
 # ---------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Phase:
+    """The operator's CPU, memory and requests between two readings."""
+
     name: str
     seconds: float
     cpu_seconds: float
@@ -443,14 +424,17 @@ class Phase:
     def writes(self) -> int:
         return writes(self.requests)
 
+    @property
+    def others_busy_seconds(self) -> float:
+        """The machine's busy CPU less the operator, the control plane and this benchmark (approx.)."""
+        return self.machine_busy_seconds - self.cpu_seconds - self.control_plane_seconds - self.bench_seconds
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["requests"] = requests_json(self.requests)
         d["requests_by_verb"] = dict(by_verb(self.requests))
         d["writes"] = self.writes
-        d["others_busy_seconds"] = (
-            self.machine_busy_seconds - self.cpu_seconds - self.control_plane_seconds - self.bench_seconds
-        )
+        d["others_busy_seconds"] = self.others_busy_seconds
         return d
 
 
@@ -474,247 +458,378 @@ def phase(
     )
 
 
-async def measure(
-    args: argparse.Namespace, kubeconfig: str, cluster_dir: str, log_dir: Path
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Startup:
+    """From exec until the operator's caches synced."""
+
+    metrics_after_seconds: float
+    synced_after_seconds: float
+    cpu_seconds: float
+    rss: int
+    hwm: int
+    threads: int
+    wall_seconds: float
+    requests: dict[RequestKey, int]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["requests"] = requests_json(self.requests)
+        return d
+
+
+@dataclass(frozen=True)
+class Phases:
+    """What the operator did while it ran: startup, then the phases empty, create, settle, steady."""
+
+    startup: Startup
+    phases: tuple[Phase, ...]
+    create_requests_seconds: float
+    all_ready_seconds: float
+    settle_seconds_until_last_request: float
+    final_requests: dict[RequestKey, int]
+    final_reconciles: dict[str, int]
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.name == name)
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    exit_code: int | None  # None: killed (SIGKILL) after it ignored SIGTERM
+    shutdown_seconds: float
+    log_levels: dict[str, int]
+    log_path: str
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Everything one run measured."""
+
+    control_plane_dir: str
+    operator_command: list[str]
+    run: Phases
+    shutdown: Shutdown
+    #: seconds until the namespace was gone (None: still there after --delete-timeout); absent if kept
+    namespace_deleted_seconds: float | None
+    namespace_kept: bool
+
+    def to_json(self) -> dict[str, Any]:
+        run = self.run
+        d: dict[str, Any] = {
+            "control_plane_dir": self.control_plane_dir,
+            "operator_command": self.operator_command,
+            "startup": run.startup.to_json(),
+            "create_requests_seconds": run.create_requests_seconds,
+            "all_ready_seconds": run.all_ready_seconds,
+            "settle_seconds_until_last_request": run.settle_seconds_until_last_request,
+            "final_requests": requests_json(run.final_requests),
+            "final_reconciles": run.final_reconciles,
+            **asdict(self.shutdown),
+            "phases": [p.to_json() for p in run.phases],
+        }
+        if not self.namespace_kept:
+            d["namespace_deleted_seconds"] = self.namespace_deleted_seconds
+        return d
+
+
+async def reading(op: Operator, cluster_dir: str) -> tuple[ProcSample, Scrape]:
+    return sample_proc(op.pid, cluster_dir), await scrape(op.metrics_url)
+
+
+async def startup(
+    op: Operator, args: argparse.Namespace, cluster_dir: str
+) -> tuple[Startup, ProcSample, Scrape]:
+    """Wait until the operator started; its startup figures and the reading that ends the startup."""
+    t_start = time.monotonic()
+    metrics_after, synced_after = await wait_started(op, args.startup_timeout, min(args.poll_interval, 0.05))
+    p0, s0 = await reading(op, cluster_dir)
+    log(f"startup: {p0.cpu_seconds:.2f} CPU s, VmRSS {mib(p0.rss)} MiB, VmHWM {mib(p0.hwm)} MiB")
+    started = Startup(
+        metrics_after_seconds=metrics_after,
+        synced_after_seconds=synced_after,
+        cpu_seconds=p0.cpu_seconds,
+        rss=p0.rss,
+        hwm=p0.hwm,
+        threads=p0.threads,
+        wall_seconds=p0.t - t_start,
+        requests=dict(s0.requests),
+    )
+    return started, p0, s0
+
+
+async def run_phases(args: argparse.Namespace, client: Client, op: Operator, cluster_dir: str) -> Phases:
+    """Startup, then the phases empty, create, settle and steady (see the module's docstring)."""
+    poll: float = args.poll_interval
+    started, p0, s0 = await startup(op, args, cluster_dir)
+
+    log(f"empty: {args.empty_seconds:.0f} s with no InferenceService")
+    await asyncio.sleep(args.empty_seconds)
+    p1, s1 = await reading(op, cluster_dir)
+
+    log(f"create: {args.count} InferenceServices, {args.concurrency} in flight")
+    t0 = time.monotonic()
+    create_seconds = await create_all(client, args.namespace, args.count, args.concurrency)
+    log(f"  created in {create_seconds:.1f} s")
+    ready_after = await wait_all_ready(client, args.namespace, args.count, args.ready_timeout, poll, t0)
+    p2, s2 = await reading(op, cluster_dir)
+
+    log(f"settle: until no request for {args.quiet_seconds:.0f} s")
+    settle_seconds, s3 = await wait_quiet(op, args.quiet_seconds, poll, args.settle_timeout)
+    p3 = sample_proc(op.pid, cluster_dir)
+
+    log(f"steady: {args.idle_seconds:.0f} s with nothing changing")
+    await asyncio.sleep(args.idle_seconds)
+    p4, s4 = await reading(op, cluster_dir)
+    steady = phase("steady", p3, p4, s3, s4)
+    log(f"  steady: {p4.cpu_seconds - p3.cpu_seconds:.2f} CPU s, {steady.writes} writes")
+    return Phases(
+        startup=started,
+        phases=(
+            phase("empty", p0, p1, s0, s1),
+            phase("create", p1, p2, s1, s2, seconds=ready_after),
+            phase("settle", p2, p3, s2, s3),
+            steady,
+        ),
+        create_requests_seconds=create_seconds,
+        all_ready_seconds=ready_after,
+        settle_seconds_until_last_request=settle_seconds,
+        final_requests=dict(s4.requests),
+        final_reconciles=dict(s4.reconciles),
+    )
+
+
+def shut_down(op: Operator) -> Shutdown:
+    log("stopping the operator (SIGTERM)")
+    code, seconds = stop_operator(op)
+    log(f"  exit code {code} after {seconds:.2f} s")
+    return Shutdown(code, seconds, op.log_levels(), str(op.log_path))
+
+
+async def measure(args: argparse.Namespace, kubeconfig: str, cluster_dir: str, log_dir: Path) -> Footprint:
+    """Install the CRD, create the namespace, start the operator and run the phases; clean up."""
     from mlops_platform.api import crd
     from mlops_platform.runtime import client as kclient
 
-    poll: float = args.poll_interval
-    result: dict[str, Any] = {"control_plane_dir": cluster_dir}
+    deleted: float | None = None
     async with kclient.Client.from_kubeconfig(kubeconfig) as client:
         log("installing the InferenceService CRD")
         await crd.install(client)
         await ensure_namespace(client, args.namespace)
-
         op = start_operator(kubeconfig, log_dir)
-        result["operator_command"] = op.command
-        phases: list[Phase] = []
         try:
-            t_start = time.monotonic()
-            metrics_after, synced_after = await wait_started(op, args.startup_timeout, min(poll, 0.05))
-            p0, s0 = read_proc(op.pid, cluster_dir), await scrape(op.metrics_url)
-            result["startup"] = {
-                "metrics_after_seconds": metrics_after,
-                "synced_after_seconds": synced_after,
-                "cpu_seconds": p0.cpu_seconds,
-                "rss": p0.rss,
-                "hwm": p0.hwm,
-                "threads": p0.threads,
-                "wall_seconds": p0.t - t_start,
-                "requests": requests_json(s0.requests),
-            }
-            log(f"startup: {p0.cpu_seconds:.2f} CPU s, VmRSS {mib(p0.rss)} MiB, VmHWM {mib(p0.hwm)} MiB")
-
-            log(f"empty: {args.empty_seconds:.0f} s with no InferenceService")
-            await asyncio.sleep(args.empty_seconds)
-            p1, s1 = read_proc(op.pid, cluster_dir), await scrape(op.metrics_url)
-            phases.append(phase("empty", p0, p1, s0, s1))
-
-            log(f"create: {args.count} InferenceServices, {args.concurrency} in flight")
-            t0 = time.monotonic()
-            create_seconds = await create_all(client, args.namespace, args.count, args.concurrency)
-            log(f"  created in {create_seconds:.1f} s")
-            ready_after = await wait_all_ready(
-                client, args.namespace, args.count, args.ready_timeout, poll, t0
-            )
-            p2, s2 = read_proc(op.pid, cluster_dir), await scrape(op.metrics_url)
-            phases.append(phase("create", p1, p2, s1, s2, seconds=ready_after))
-            result["create_requests_seconds"] = create_seconds
-            result["all_ready_seconds"] = ready_after
-
-            log(f"settle: until no request for {args.quiet_seconds:.0f} s")
-            settle_seconds, s3 = await wait_quiet(op, args.quiet_seconds, poll, args.settle_timeout)
-            p3 = read_proc(op.pid, cluster_dir)
-            phases.append(phase("settle", p2, p3, s2, s3))
-            result["settle_seconds_until_last_request"] = settle_seconds
-
-            log(f"steady: {args.idle_seconds:.0f} s with nothing changing")
-            await asyncio.sleep(args.idle_seconds)
-            p4, s4 = read_proc(op.pid, cluster_dir), await scrape(op.metrics_url)
-            phases.append(phase("steady", p3, p4, s3, s4))
-            log(f"  steady: {p4.cpu_seconds - p3.cpu_seconds:.2f} CPU s, {phases[-1].writes} writes")
-            result["final_requests"] = requests_json(s4.requests)
-            result["final_reconciles"] = dict(s4.reconciles)
+            run = await run_phases(args, client, op, cluster_dir)
         finally:
-            log("stopping the operator (SIGTERM)")
-            code, shutdown = stop_operator(op)
-            log(f"  exit code {code} after {shutdown:.2f} s")
-            result["exit_code"] = code
-            result["shutdown_seconds"] = shutdown
-            result["log_levels"] = op.log_levels()
-            result["log_path"] = str(op.log_path)
-            result["phases"] = [p.to_json() for p in phases]
+            stopped = shut_down(op)
             if not args.keep_objects:
-                result["namespace_deleted_seconds"] = await delete_namespace(
-                    client, args.namespace, args.delete_timeout, poll
+                deleted = await delete_namespace(
+                    client, args.namespace, args.delete_timeout, args.poll_interval
                 )
-    return result
-
-
-def machine_info() -> dict[str, Any]:
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "clock_ticks_per_second": CLK_TCK,
-    }
+    return Footprint(cluster_dir, op.command, run, stopped, deleted, args.keep_objects)
 
 
 # ---------------------------------------------------------------------------------------------------
-# report
+# summarise
 # ---------------------------------------------------------------------------------------------------
 
 
-def report(r: dict[str, Any]) -> str:
-    n: int = r["count"]
-    st = r["startup"]
-    ph = {p["name"]: p for p in r["phases"]}
-    empty, create, settle, steady = ph["empty"], ph["create"], ph["settle"], ph["steady"]
-    out: list[str] = []
+@dataclass(frozen=True)
+class VerbCount:
+    verb: str
+    create: int  # create -> all Ready
+    settle: int
+    per_object: float  # (create + settle) / N
 
-    def cpu_pct(p: Mapping[str, Any]) -> str:
-        return f"{100 * p['cpu_seconds'] / p['seconds']:.1f}" if p["seconds"] else "-"
 
+@dataclass(frozen=True)
+class Summary:
+    """The figures of the report; counts per InferenceService divide by ``n``."""
+
+    n: int
+    quiet_seconds: float
+    startup: Startup
+    empty: Phase
+    create: Phase
+    settle: Phase
+    steady: Phase
+    rss_growth: int  # VmRSS steady - empty (bytes)
+    rss_growth_per_object: float
+    hwm_growth_per_object: float
+    create_cpu_ms_per_object: float  # create -> all Ready
+    create_settle_cpu_ms_per_object: float  # create -> last request
+    reconciles_per_object: float  # create + settle
+    all_ready_seconds: float
+    create_requests_seconds: float
+    verbs: tuple[VerbCount, ...]  # create + settle, by verb, then "**all**"
+    #: create + settle, by ("verb resource", code): (requests, per InferenceService)
+    by_resource: tuple[tuple[str, str, int, float], ...]
+    steady_requests: tuple[tuple[RequestKey, int], ...]  # sorted
+    steady_reconciles: int
+    empty_requests: int
+    startup_by_verb: dict[str, int]
+    shutdown: Shutdown
+
+
+def verb_counts(
+    create: Mapping[RequestKey, int], settle: Mapping[RequestKey, int], n: int
+) -> list[VerbCount]:
+    cv, sv = by_verb(create), by_verb(settle)
+    rows = [VerbCount(v, cv[v], sv[v], (cv[v] + sv[v]) / n) for v in sorted(set(cv | sv))]
+    c, s = sum(cv.values()), sum(sv.values())
+    return [*rows, VerbCount("**all**", c, s, (c + s) / n)]
+
+
+def resource_counts(
+    create: Mapping[RequestKey, int], settle: Mapping[RequestKey, int], n: int
+) -> list[tuple[str, str, int, float]]:
+    res: Counter[tuple[str, str]] = Counter()
+    for requests in (create, settle):
+        for (verb, resource, code), k in requests.items():
+            res[(f"{verb} {resource}", code)] += k
+    return [(vr, c, k, k / n) for (vr, c), k in sorted(res.items())]
+
+
+def summarise(fp: Footprint, count: int, quiet_seconds: float) -> Summary:
+    n, run = count, fp.run
+    empty, create, settle, steady = (run.phase(p) for p in ("empty", "create", "settle", "steady"))
+    return Summary(
+        n=n,
+        quiet_seconds=quiet_seconds,
+        startup=run.startup,
+        empty=empty,
+        create=create,
+        settle=settle,
+        steady=steady,
+        rss_growth=steady.rss_after - empty.rss_after,
+        rss_growth_per_object=(steady.rss_after - empty.rss_after) / n,
+        hwm_growth_per_object=(steady.hwm_after - empty.hwm_after) / n,
+        create_cpu_ms_per_object=1000 * create.cpu_seconds / n,
+        create_settle_cpu_ms_per_object=1000 * (create.cpu_seconds + settle.cpu_seconds) / n,
+        reconciles_per_object=(sum(create.reconciles.values()) + sum(settle.reconciles.values())) / n,
+        all_ready_seconds=run.all_ready_seconds,
+        create_requests_seconds=run.create_requests_seconds,
+        verbs=tuple(verb_counts(create.requests, settle.requests, n)),
+        by_resource=tuple(resource_counts(create.requests, settle.requests, n)),
+        steady_requests=tuple(sorted(steady.requests.items())),
+        steady_reconciles=sum(steady.reconciles.values()),
+        empty_requests=sum(empty.requests.values()),
+        startup_by_verb=dict(by_verb(dict(sorted(run.startup.requests.items())))),
+        shutdown=fp.shutdown,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# render
+# ---------------------------------------------------------------------------------------------------
+
+PHASE_HEADER = (
+    "phase",
+    "wall s",
+    "operator CPU s",
+    "operator CPU %",
+    "machine busy CPU s",
+    "of which the cluster's control plane",
+    "this benchmark",
+    "rest of the machine (approx.)",
+    "VmRSS after MiB",
+    "VmHWM after MiB",
+    "API writes",
+)
+
+
+def phase_rows(s: Summary) -> list[list[str]]:
+    st = s.startup
     rows = [
-        [
-            "startup (exec → caches synced)",
-            f"{st['wall_seconds']:.2f}",
-            f"{st['cpu_seconds']:.2f}",
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            mib(st["rss"]),
-            mib(st["hwm"]),
-            "-",
-        ]
+        ["startup (exec → caches synced)", f"{st.wall_seconds:.2f}", f"{st.cpu_seconds:.2f}"]
+        + ["-"] * 5
+        + [mib(st.rss), mib(st.hwm), "-"]
     ]
     for label, p in (
-        (f"empty (no InferenceService, {empty['seconds']:.0f} s)", empty),
-        (f"create {n} → all Ready=True", create),
-        (f"settle (last Ready → {args_quiet(r)} s without a request)", settle),
-        (f"steady ({n} objects, nothing changing, {steady['seconds']:.0f} s)", steady),
+        (f"empty (no InferenceService, {s.empty.seconds:.0f} s)", s.empty),
+        (f"create {s.n} → all Ready=True", s.create),
+        (f"settle (last Ready → {s.quiet_seconds:g} s without a request)", s.settle),
+        (f"steady ({s.n} objects, nothing changing, {s.steady.seconds:.0f} s)", s.steady),
     ):
         rows.append(
             [
                 label,
-                f"{p['seconds']:.2f}",
-                f"{p['cpu_seconds']:.2f}",
-                cpu_pct(p),
-                f"{p['machine_busy_seconds']:.2f}",
-                f"{p['control_plane_seconds']:.2f}",
-                f"{p['bench_seconds']:.2f}",
-                f"{p['others_busy_seconds']:.2f}",
-                mib(p["rss_after"]),
-                mib(p["hwm_after"]),
-                str(p["writes"]),
+                f"{p.seconds:.2f}",
+                f"{p.cpu_seconds:.2f}",
+                f"{100 * p.cpu_seconds / p.seconds:.1f}" if p.seconds else "-",
+                f"{p.machine_busy_seconds:.2f}",
+                f"{p.control_plane_seconds:.2f}",
+                f"{p.bench_seconds:.2f}",
+                f"{p.others_busy_seconds:.2f}",
+                mib(p.rss_after),
+                mib(p.hwm_after),
+                str(p.writes),
             ]
         )
-    out.append(f"### Operator with {n} InferenceServices\n\n")
-    out.append(
-        markdown_table(
-            [
-                "phase",
-                "wall s",
-                "operator CPU s",
-                "operator CPU %",
-                "machine busy CPU s",
-                "of which the cluster's control plane",
-                "this benchmark",
-                "rest of the machine (approx.)",
-                "VmRSS after MiB",
-                "VmHWM after MiB",
-                "API writes",
-            ],
-            rows,
-        )
-    )
+    return rows
 
-    idle_rss = empty["rss_after"]
-    loaded_rss = steady["rss_after"]
-    create_cpu = create["cpu_seconds"] + settle["cpu_seconds"]
-    out.append("\n\n")
-    out.append(
-        markdown_table(
-            ["per InferenceService", "value"],
-            [
-                [
-                    "VmRSS growth (steady - empty) / N",
-                    f"{(loaded_rss - idle_rss) / n:.0f} bytes ({mib(loaded_rss - idle_rss)} MiB in all)",
-                ],
-                [
-                    "VmHWM growth (steady - empty) / N",
-                    f"{(steady['hwm_after'] - empty['hwm_after']) / n:.0f} bytes",
-                ],
-                ["operator CPU, create → all Ready, / N", f"{1000 * create['cpu_seconds'] / n:.1f} ms"],
-                [
-                    "operator CPU, create → last request (incl. settle), / N",
-                    f"{1000 * create_cpu / n:.1f} ms",
-                ],
-                [
-                    "reconciles (create + settle) / N",
-                    f"{(sum(create['reconciles'].values()) + sum(settle['reconciles'].values())) / n:.2f}",
-                ],
-                [
-                    "all Ready=True after",
-                    f"{r['all_ready_seconds']:.1f} s (creates sent in {r['create_requests_seconds']:.1f} s)",
-                ],
-            ],
-        )
-    )
 
-    verbs = sorted(set(by_verb(_keys(create)) | by_verb(_keys(settle))))
-    cv, sv = by_verb(_keys(create)), by_verb(_keys(settle))
-    rows = [[v, str(cv[v]), str(sv[v]), f"{(cv[v] + sv[v]) / n:.2f}"] for v in verbs]
-    rows.append(
+def per_object_rows(s: Summary) -> list[list[str]]:
+    return [
         [
-            "**all**",
-            str(sum(cv.values())),
-            str(sum(sv.values())),
-            f"{(sum(cv.values()) + sum(sv.values())) / n:.2f}",
-        ]
-    )
-    out.append("\n\nOperator API requests while the objects were created (from its /metrics):\n\n")
-    out.append(markdown_table(["verb", "create → all Ready", "settle", "per InferenceService"], rows))
+            "VmRSS growth (steady - empty) / N",
+            f"{s.rss_growth_per_object:.0f} bytes ({mib(s.rss_growth)} MiB in all)",
+        ],
+        ["VmHWM growth (steady - empty) / N", f"{s.hwm_growth_per_object:.0f} bytes"],
+        ["operator CPU, create → all Ready, / N", f"{s.create_cpu_ms_per_object:.1f} ms"],
+        [
+            "operator CPU, create → last request (incl. settle), / N",
+            f"{s.create_settle_cpu_ms_per_object:.1f} ms",
+        ],
+        ["reconciles (create + settle) / N", f"{s.reconciles_per_object:.2f}"],
+        [
+            "all Ready=True after",
+            f"{s.all_ready_seconds:.1f} s (creates sent in {s.create_requests_seconds:.1f} s)",
+        ],
+    ]
 
-    res: Counter[tuple[str, str]] = Counter()
-    for (verb, resource, code), k in {**_keys(create)}.items():
-        res[(f"{verb} {resource}", code)] += k
-    for (verb, resource, code), k in _keys(settle).items():
-        res[(f"{verb} {resource}", code)] += k
+
+def render_requests(s: Summary) -> str:
+    out = ["\n\nOperator API requests while the objects were created (from its /metrics):\n\n"]
+    out.append(
+        markdown_table(
+            ["verb", "create → all Ready", "settle", "per InferenceService"],
+            [[v.verb, str(v.create), str(v.settle), f"{v.per_object:.2f}"] for v in s.verbs],
+        )
+    )
     out.append("\n\nBy verb, resource and code (create + settle):\n\n")
     out.append(
         markdown_table(
             ["verb resource", "code", "requests", "per InferenceService"],
-            [[vr, c, str(k), f"{k / n:.2f}"] for (vr, c), k in sorted(res.items())],
+            [[vr, c, str(k), f"{per:.2f}"] for vr, c, k, per in s.by_resource],
         )
     )
+    return "".join(out)
 
-    sreq = _keys(steady)
-    out.append(
-        f"\n\nSteady state ({steady['seconds']:.0f} s): {sum(sreq.values())} requests, "
-        f"{steady['writes']} writes"
-        + (f" ({', '.join(f'{v} {r} {c}: {k}' for (v, r, c), k in sorted(sreq.items()))})" if sreq else "")
-        + f"; {sum(steady['reconciles'].values())} reconciles. Empty phase: "
-        f"{sum(_keys(empty).values())} requests, {empty['writes']} writes."
+
+def render_notes(s: Summary) -> str:
+    sreq = s.steady_requests
+    return (
+        f"\n\nSteady state ({s.steady.seconds:.0f} s): {sum(k for _, k in sreq)} requests, "
+        f"{s.steady.writes} writes"
+        + (f" ({', '.join(f'{v} {r} {c}: {k}' for (v, r, c), k in sreq)})" if sreq else "")
+        + f"; {s.steady_reconciles} reconciles. Empty phase: "
+        f"{s.empty_requests} requests, {s.empty.writes} writes."
+        f"\n\nStartup requests: {s.startup_by_verb}. "
+        f"Shutdown: SIGTERM → exit code {s.shutdown.exit_code} after {s.shutdown.shutdown_seconds:.2f} s. "
+        f"Operator log lines by level: {s.shutdown.log_levels}."
     )
-    out.append(
-        f"\n\nStartup requests: {dict(by_verb(_keys(st)))}. "
-        f"Shutdown: SIGTERM → exit code {r['exit_code']} after {r['shutdown_seconds']:.2f} s. "
-        f"Operator log lines by level: {r['log_levels']}."
+
+
+def render(s: Summary) -> str:
+    """The report: Markdown tables and notes, with a final newline."""
+    return (
+        f"### Operator with {s.n} InferenceServices\n\n"
+        + markdown_table(PHASE_HEADER, phase_rows(s))
+        + "\n\n"
+        + markdown_table(["per InferenceService", "value"], per_object_rows(s))
+        + render_requests(s)
+        + render_notes(s)
+        + "\n"
     )
-    return "".join(out) + "\n"
-
-
-def args_quiet(r: Mapping[str, Any]) -> str:
-    return f"{r['args']['quiet_seconds']:g}"
-
-
-def _keys(p: Mapping[str, Any]) -> Counter[RequestKey]:
-    return Counter({(x["verb"], x["resource"], x["code"]): x["count"] for x in p["requests"]})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -764,11 +879,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # the dev cluster's kubeconfig sits in its directory, which every control-plane process names
         cluster_dir = str(Path(kubeconfig).resolve().parent) + os.sep
-        result.update(asyncio.run(measure(args, kubeconfig, cluster_dir, log_dir)))
+        footprint = asyncio.run(measure(args, kubeconfig, cluster_dir, log_dir))
     finally:
         if started_cluster and not args.keep_cluster:
             dev_cluster_down(args.cluster_name)
-    print(report(result), flush=True)
+    result.update(footprint.to_json())
+    print(render(summarise(footprint, args.count, args.quiet_seconds)), flush=True)
     if args.json:
         write_json(args.json, result)
     return 0

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Memory of the controller runtime: import-time RSS, and RSS of an informer cache of N ConfigMaps.
 
-Every figure comes from a FRESH child process (``sys.executable -I -c CODE``) so that nothing the
-benchmark itself imported or allocated is counted. Progress goes to stderr; the results are printed
-as Markdown tables on stdout and, with ``--json FILE``, written as JSON with every single run.
+Every figure comes from a FRESH child process (``bench/import_child.py``, ``bench.cache_child``) so that
+nothing the benchmark itself imported or allocated is counted. Progress goes to stderr; the results
+are printed as Markdown tables on stdout and, with ``--json FILE``, written as JSON with every single
+run.
 
 Modes:
 
@@ -25,162 +26,61 @@ Modes:
     post-import baseline, bytes per object, the peak (VmHWM), the RSS after ``malloc_trim(0)``, the
     deep ``sys.getsizeof`` of the cached objects and the sync time. Median of ``--repeat`` runs.
 
-Examples::
+Each mode is collect (the children's runs) -> summarise (the medians and differences) -> render (the
+tables).
 
-    .venv/bin/python bench/runtime_rss.py import --json /tmp/rss-import.json
-    .venv/bin/python bench/runtime_rss.py cache --json /tmp/rss-cache.json
-    .venv/bin/python bench/runtime_rss.py cache --kubeconfig ~/.kube/config --count 2000 --keep-objects
+Examples (``.venv/bin/python bench/runtime_rss.py ...`` works the same)::
+
+    .venv/bin/python -m bench.runtime_rss import --json /tmp/rss-import.json
+    .venv/bin/python -m bench.runtime_rss cache --json /tmp/rss-cache.json
+    .venv/bin/python -m bench.runtime_rss cache --kubeconfig ~/.kube/config --count 2000 --keep-objects
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a script (`python bench/runtime_rss.py`): import `bench` as a package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import asyncio
-import datetime
+import contextlib
 import json
 import os
-import platform
+import signal
 import statistics
 import subprocess
-import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-from _common import (
+from bench._common import (
     MIB,
     delete_namespace,
     dev_cluster_down,
     dev_cluster_up,
     log,
+    machine_info,
     markdown_table,
     mib,
+    read_proc,
     wait_while_terminating,
     write_json,
 )
+from bench.cache_child import CacheRun
+
+if TYPE_CHECKING:
+    from mlops_platform.runtime.client import Client
 
 KIB = 1024
-
-# ---------------------------------------------------------------------------------------------------
-# child programs (run with `python -I -c CODE args...`; they import nothing they do not measure)
-# ---------------------------------------------------------------------------------------------------
-
-# `{stmt}` is replaced by the import statement under test. Only `resource` and `time` (both tiny C
-# modules, loaded for every target, the bare interpreter included) are imported besides it; the
-# result is printed with plain string formatting so no `json` import pollutes the figure.
-IMPORT_CHILD = """\
-import resource, sys, time
-_t0 = time.perf_counter()
-{stmt}
-_secs = time.perf_counter() - _t0
-_maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-_status = {{}}
-with open('/proc/self/status') as _f:
-    for _line in _f:
-        if _line.startswith(('VmRSS:', 'VmHWM:')):
-            _k, _v = _line.split(':', 1)
-            _status[_k] = int(_v.split()[0])
-print('RESULT', _maxrss, _status['VmRSS'], _status['VmHWM'], len(sys.modules), repr(_secs))
-"""
-
-# argv: kubeconfig namespace label_selector variant(stripped|kept|stripped-per-page) page_size
-CACHE_CHILD = """\
-import asyncio, ctypes, gc, resource, sys, time
-
-def _status():
-    out = {}
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(('VmRSS:', 'VmHWM:')):
-                k, v = line.split(':', 1)
-                out[k] = int(v.split()[0]) * 1024
-    return out
-
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import informer as inf
-from mlops_platform.runtime import resources
-
-kubeconfig, namespace, selector, variant, page_size = sys.argv[1:6]
-
-
-def _deep_size(root):
-    # bytes of every distinct object reachable from root (dict/list/str/int/float/bool/None)
-    seen = set()
-    total = 0
-    stack = [root]
-    while stack:
-        o = stack.pop()
-        if id(o) in seen:
-            continue
-        seen.add(id(o))
-        total += sys.getsizeof(o)
-        if isinstance(o, dict):
-            stack.extend(o.keys())
-            stack.extend(o.values())
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            stack.extend(o)
-    return total
-
-
-async def main():
-    client = kclient.Client.from_kubeconfig(kubeconfig)
-    # warm-up: TLS handshake, connection pool, first response buffers are not the cache's cost
-    await client.list(resources.CONFIG_MAP, namespace, label_selector=selector, limit=1)
-    gc.collect()
-    base = _status()
-    if variant == 'stripped-per-page':
-        # bench-only diagnostic, NOT the runtime's behaviour: strip every LIST page as it arrives,
-        # before the informer accumulates all pages (the runtime transforms after the whole LIST)
-        _list = client.list
-
-        async def _list_stripped(*a, **kw):
-            page = await _list(*a, **kw)
-            for o in page.get('items') or ():
-                inf.strip_managed_fields(o)
-            return page
-
-        client.list = _list_stripped
-    informer = inf.Informer(
-        client,
-        resources.CONFIG_MAP,
-        namespace=namespace,
-        label_selector=selector,
-        transform=None if variant == 'kept' else inf.strip_managed_fields,
-        page_size=int(page_size),
-    )
-    t0 = time.perf_counter()
-    informer.start()
-    await informer.wait_for_sync(900)
-    sync_seconds = time.perf_counter() - t0
-    gc.collect()
-    after = _status()
-    try:
-        ctypes.CDLL('libc.so.6').malloc_trim(0)
-        trimmed = _status()['VmRSS']
-    except OSError:
-        trimmed = -1
-    objects = informer.store.list()
-    with_mf = sum(1 for o in objects if o.get('metadata', {}).get('managedFields'))
-    deep = _deep_size(informer.store._items)
-    await informer.stop()
-    await client.close()
-    import json
-    print('RESULT ' + json.dumps({
-        'baseline_rss': base['VmRSS'],
-        'rss': after['VmRSS'],
-        'hwm': after['VmHWM'],
-        'rss_after_malloc_trim': trimmed,
-        'ru_maxrss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        'objects': len(objects),
-        'objects_with_managed_fields': with_mf,
-        'deep_size': deep,
-        'sync_seconds': sync_seconds,
-    }))
-
-asyncio.run(main())
-"""
+#: the repository root: the cache child runs there as `python -m bench.cache_child`
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: the import child runs by path (see its docstring: `-m` would load modules that then count)
+IMPORT_CHILD = Path(__file__).resolve().with_name("import_child.py")
 
 RUNTIME_MODULES = (
     "manager",
@@ -232,23 +132,12 @@ IMPORT_TARGETS: tuple[ImportTarget, ...] = (
 COMPARE_PACKAGES = ("kopf", "kubernetes_asyncio")
 
 
-def machine_info() -> dict[str, Any]:
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "executable": sys.executable,
-    }
-
-
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def fresh_python(python: str, code: str, *argv: str) -> list[str]:
-    """The command line of a fresh ``python -I -c code argv...`` whose ru_maxrss is its own.
+def fresh_python(python: str, *args: str) -> list[str]:
+    """The command line of a fresh ``python args...`` whose ru_maxrss is its own.
 
     Linux carries a process's peak RSS across ``exec`` (``signal->maxrss`` keeps the old address
     space's high-water mark), and this benchmark's own process (20+ MiB, far more in cache mode) is
@@ -258,16 +147,18 @@ def fresh_python(python: str, code: str, *argv: str) -> list[str]:
     with a zeroed ``maxrss`` and the shell's small address space) and then execs Python. ``VmRSS`` and
     ``VmHWM`` are per address space and unaffected either way.
     """
-    return ["/bin/sh", "-c", '"$0" "$@"; exit $?', python, "-I", "-c", code, *argv]
+    return ["/bin/sh", "-c", '"$0" "$@"; exit $?', python, *args]
 
 
 # ---------------------------------------------------------------------------------------------------
-# import mode
+# import mode: collect
 # ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class ImportRun:
+    """What one import child measured."""
+
     ru_maxrss: int  # bytes
     vmrss: int  # bytes
     vmhwm: int  # bytes
@@ -275,27 +166,57 @@ class ImportRun:
     seconds: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class ImportResult:
+    """The runs of one target; ``error`` when a run failed (the runs before it are kept)."""
+
     target: ImportTarget
     python: str
-    runs: list[ImportRun] = field(default_factory=list)
+    runs: tuple[ImportRun, ...] = ()
     error: str | None = None
 
-    def med(self, attr: str) -> float:
-        return median([float(getattr(r, attr)) for r in self.runs])
+
+@dataclass(frozen=True)
+class ImportMeasurement:
+    results: tuple[ImportResult, ...]
+    #: per comparison package: how its throwaway venv was prepared, or why it was not measured
+    compare_status: Mapping[str, str]
 
 
-def run_import_child(python: str, stmt: str) -> ImportRun:
-    code = IMPORT_CHILD.format(stmt=stmt)
-    proc = subprocess.run(
-        fresh_python(python, code), capture_output=True, text=True, check=False, cwd="/", timeout=300
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed")
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    _, maxrss, vmrss, vmhwm, modules, secs = line.split()
-    return ImportRun(int(maxrss) * KIB, int(vmrss) * KIB, int(vmhwm) * KIB, int(modules), float(secs))
+def run_import_child(python: str, stmt: str, timeout: float = 300.0) -> ImportRun:
+    """Run ``stmt`` in a fresh ``import_child``; read its VmRSS/VmHWM while it waits for its stdin."""
+    cmd = fresh_python(python, "-I", str(IMPORT_CHILD), stmt)
+    with subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        start_new_session=True,  # its own process group: /bin/sh and the interpreter it forked
+    ) as proc:
+        assert proc.stdout is not None
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            line = proc.stdout.readline()
+            status = read_proc(int(line.split()[1])) if line.startswith("RESULT ") else None
+            _, stderr = proc.communicate()  # closes its stdin: the child exits
+        finally:
+            timer.cancel()
+    if timed_out.is_set():
+        raise subprocess.TimeoutExpired(cmd, timeout)
+    if proc.returncode != 0 or status is None:
+        raise RuntimeError(stderr.strip().splitlines()[-1] if stderr.strip() else "failed")
+    _, _pid, maxrss, modules, secs = line.split()
+    return ImportRun(int(maxrss) * KIB, status.rss, status.hwm, int(modules), float(secs))
 
 
 def prepare_compare_venv(path: Path, pkg: str) -> tuple[str | None, str]:
@@ -330,48 +251,104 @@ def prepare_compare_venv(path: Path, pkg: str) -> tuple[str | None, str]:
     return str(python), f"installed {version} into the throwaway venv {path}"
 
 
-def import_mode(args: argparse.Namespace) -> dict[str, Any]:
+def compare_pythons(args: argparse.Namespace) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The interpreter of each venv (``None``: not measured) and the status of each comparison package."""
     pythons: dict[str, str | None] = {"project": sys.executable}
-    compare_status: dict[str, str] = {}
+    status: dict[str, str] = {}
     for pkg in COMPARE_PACKAGES:
         if args.no_compare:
-            pythons[pkg], compare_status[pkg] = None, "not measured: --no-compare"
+            pythons[pkg], status[pkg] = None, "not measured: --no-compare"
         else:
-            pythons[pkg], compare_status[pkg] = prepare_compare_venv(Path(args.compare_venvs) / pkg, pkg)
+            pythons[pkg], status[pkg] = prepare_compare_venv(Path(args.compare_venvs) / pkg, pkg)
+    return pythons, status
 
+
+def measure_target(target: ImportTarget, python: str, repeat: int) -> ImportResult:
+    """``repeat`` fresh children of ``python`` running ``target``; stops at the first that fails."""
+    runs: list[ImportRun] = []
+    for i in range(repeat):
+        try:
+            run = run_import_child(python, target.stmt)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            return ImportResult(target, python, tuple(runs), f"import failed: {e}")
+        runs.append(run)
+        log(f"{target.label}: run {i + 1}/{repeat}: VmRSS {mib(run.vmrss)} MiB")
+    return ImportResult(target, python, tuple(runs))
+
+
+def collect_imports(args: argparse.Namespace) -> ImportMeasurement:
+    pythons, compare_status = compare_pythons(args)
     results: list[ImportResult] = []
     for target in IMPORT_TARGETS:
         python = pythons[target.venv]
-        res = ImportResult(target, python or "")
-        results.append(res)
         if python is None:
-            res.error = compare_status[target.venv]
-            continue
-        for i in range(args.repeat):
-            try:
-                run = run_import_child(python, target.stmt)
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                res.error = f"import failed: {e}"
-                break
-            res.runs.append(run)
-            log(f"{target.label}: run {i + 1}/{args.repeat}: VmRSS {mib(run.vmrss)} MiB")
+            results.append(ImportResult(target, "", error=compare_status[target.venv]))
+        else:
+            results.append(measure_target(target, python, args.repeat))
+    return ImportMeasurement(tuple(results), compare_status)
 
-    baselines = {r.target.venv: r for r in results if r.target.stmt == "pass"}
-    rows: list[list[str]] = []
-    for res in results:
-        if res.error or not res.runs:
-            rows.append([res.target.label, "—", "—", "—", "—", "—", res.error or "no run"])
-            continue
+
+# ---------------------------------------------------------------------------------------------------
+# import mode: summarise, render
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportMedians:
+    ru_maxrss: float
+    vmrss: float
+    vmhwm: float
+    modules: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ImportFigures:
+    result: ImportResult
+    median: ImportMedians | None  # None: no run
+    #: median VmRSS over the bare interpreter of the same venv (NaN when that has no run)
+    delta_vmrss: float
+
+
+def import_medians(runs: Sequence[ImportRun]) -> ImportMedians | None:
+    if not runs:
+        return None
+    return ImportMedians(
+        *(
+            median([float(getattr(r, k)) for r in runs])
+            for k in ("ru_maxrss", "vmrss", "vmhwm", "modules", "seconds")
+        )
+    )
+
+
+def summarise_imports(measurement: ImportMeasurement) -> list[ImportFigures]:
+    medians = [import_medians(r.runs) for r in measurement.results]
+    baselines = {
+        r.target.venv: m for r, m in zip(measurement.results, medians, strict=True) if r.target.stmt == "pass"
+    }
+    figures: list[ImportFigures] = []
+    for res, med in zip(measurement.results, medians, strict=True):
         base = baselines[res.target.venv]
-        delta = res.med("vmrss") - base.med("vmrss") if base.runs else float("nan")
+        delta = med.vmrss - base.vmrss if med and base else float("nan")
+        figures.append(ImportFigures(res, med, delta))
+    return figures
+
+
+def render_imports(figures: Sequence[ImportFigures], compare_status: Mapping[str, str], repeat: int) -> None:
+    rows: list[list[str]] = []
+    for f in figures:
+        if f.result.error or f.median is None:
+            rows.append([f.result.target.label, "—", "—", "—", "—", "—", f.result.error or "no run"])
+            continue
+        m = f.median
         rows.append(
             [
-                res.target.label,
-                mib(res.med("ru_maxrss")),
-                mib(res.med("vmrss")),
-                f"{delta / MIB:+.1f}",
-                str(int(res.med("modules"))),
-                f"{res.med('seconds') * 1000:.0f}",
+                f.result.target.label,
+                mib(m.ru_maxrss),
+                mib(m.vmrss),
+                f"{f.delta_vmrss / MIB:+.1f}",
+                str(int(m.modules)),
+                f"{m.seconds * 1000:.0f}",
                 "",
             ]
         )
@@ -384,37 +361,39 @@ def import_mode(args: argparse.Namespace) -> dict[str, Any]:
         "import ms",
         "note",
     ]
-    print(f"## Import-time RSS (median of {args.repeat} fresh processes each)\n")
+    print(f"## Import-time RSS (median of {repeat} fresh processes each)\n")
     print(markdown_table(header, rows))
     print()
     for pkg, st in compare_status.items():
         print(f"- {pkg}: {st}")
+
+
+def import_mode(args: argparse.Namespace) -> dict[str, Any]:
+    measurement = collect_imports(args)
+    figures = summarise_imports(measurement)
+    render_imports(figures, measurement.compare_status, args.repeat)
     return {
         "mode": "import",
         "machine": machine_info(),
         "repeat": args.repeat,
         "compare_venvs": args.compare_venvs,
-        "compare_packages": compare_status,
+        "compare_packages": dict(measurement.compare_status),
         "results": [
             {
-                "label": r.target.label,
-                "stmt": r.target.stmt,
-                "python": r.python,
-                "error": r.error,
-                "median": (
-                    {k: r.med(k) for k in ("ru_maxrss", "vmrss", "vmhwm", "modules", "seconds")}
-                    if r.runs
-                    else None
-                ),
-                "runs": [vars(run) for run in r.runs],
+                "label": f.result.target.label,
+                "stmt": f.result.target.stmt,
+                "python": f.result.python,
+                "error": f.result.error,
+                "median": asdict(f.median) if f.median else None,
+                "runs": [asdict(run) for run in f.result.runs],
             }
-            for r in results
+            for f in figures
         ],
     }
 
 
 # ---------------------------------------------------------------------------------------------------
-# cache mode
+# cache mode: collect
 # ---------------------------------------------------------------------------------------------------
 
 VARIANT_LABELS = {
@@ -454,12 +433,89 @@ def config_map(namespace: str, i: int) -> dict[str, Any]:
     }
 
 
-async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrency: int) -> dict[str, Any]:
+SELECTOR = f"{LABEL_KEY}={LABEL_VALUE}"
+
+
+@dataclass(frozen=True)
+class CacheSetup:
+    """The benchmark's ConfigMaps: how many existed and were created, and their size as compact JSON."""
+
+    existing_before: int
+    created: int
+    create_seconds: float
+    create_rate_per_s: float | None
+    sample_json_bytes_with_managed_fields: float
+    sample_json_bytes_without_managed_fields: float
+    sample_data_json_bytes: float
+
+
+@dataclass(frozen=True)
+class CacheMeasurement:
+    kubeconfig: str
+    started_cluster: bool
+    setup: CacheSetup
+    runs: Mapping[str, Sequence[CacheRun]]  # by variant
+
+
+async def existing_names(client: Client, namespace: str) -> set[str]:
+    """The names of the benchmark's ConfigMaps in ``namespace`` (LIST in pages of 500)."""
+    from mlops_platform.runtime import resources
+
+    existing: set[str] = set()
+    cont: str | None = None
+    while True:
+        page = await client.list(
+            resources.CONFIG_MAP, namespace, label_selector=SELECTOR, limit=500, continue_=cont
+        )
+        existing.update(o["metadata"]["name"] for o in page.get("items") or ())
+        cont = (page.get("metadata") or {}).get("continue") or None
+        if not cont:
+            return existing
+
+
+async def apply_config_maps(client: Client, namespace: str, wanted: Sequence[int], concurrency: int) -> float:
+    """Server-side-apply the ConfigMaps ``wanted``, ``concurrency`` in flight; the seconds it took."""
+    from mlops_platform.runtime import resources
+
+    sem = asyncio.Semaphore(concurrency)
+    done = 0
+    t0 = time.perf_counter()
+
+    async def apply_one(i: int) -> None:
+        nonlocal done
+        async with sem:
+            await client.apply(resources.CONFIG_MAP, config_map(namespace, i), field_manager=FIELD_MANAGER)
+        done += 1
+        if done % 1000 == 0 or done == len(wanted):
+            rate = done / (time.perf_counter() - t0)
+            log(f"  applied {done}/{len(wanted)} ({rate:.0f}/s)")
+
+    async with asyncio.TaskGroup() as tg:
+        for i in wanted:
+            tg.create_task(apply_one(i))
+    return time.perf_counter() - t0 if wanted else 0.0
+
+
+async def json_sizes(client: Client, namespace: str) -> tuple[float, float, float]:
+    """Median compact-JSON bytes of one object with and without managedFields, and of its data."""
+    from mlops_platform.runtime import resources
+
+    sample = (await client.list(resources.CONFIG_MAP, namespace, label_selector=SELECTOR, limit=500))["items"]
+    enc = json.dumps
+    full = [len(enc(o, separators=(",", ":"))) for o in sample]
+    stripped = []
+    for o in sample:
+        o["metadata"].pop("managedFields", None)
+        stripped.append(len(enc(o, separators=(",", ":"))))
+    data_bytes = [len(enc(config_map(namespace, i)["data"], separators=(",", ":"))) for i in range(500)]
+    return median(full), median(stripped), median(data_bytes)
+
+
+async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrency: int) -> CacheSetup:
     """Create the namespace and the ConfigMaps that are missing (server-side apply); return stats."""
     from mlops_platform.runtime import client as kclient
     from mlops_platform.runtime import resources
 
-    selector = f"{LABEL_KEY}={LABEL_VALUE}"
     async with kclient.Client.from_kubeconfig(kubeconfig) as client:
         # a namespace left Terminating by an earlier cleanup must be gone before we can re-create it
         await wait_while_terminating(client, namespace)
@@ -468,60 +524,21 @@ async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrenc
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
             field_manager=FIELD_MANAGER,
         )
-
-        existing: set[str] = set()
-        cont: str | None = None
-        while True:
-            page = await client.list(
-                resources.CONFIG_MAP, namespace, label_selector=selector, limit=500, continue_=cont
-            )
-            existing.update(o["metadata"]["name"] for o in page.get("items") or ())
-            cont = (page.get("metadata") or {}).get("continue") or None
-            if not cont:
-                break
+        existing = await existing_names(client, namespace)
         wanted = [i for i in range(count) if f"bench-{i:05d}" not in existing]
         log(f"{len(existing)} ConfigMaps already in {namespace}; creating {len(wanted)} (server-side apply)")
-
-        sem = asyncio.Semaphore(concurrency)
-        done = 0
-        t0 = time.perf_counter()
-
-        async def apply_one(i: int) -> None:
-            nonlocal done
-            async with sem:
-                await client.apply(
-                    resources.CONFIG_MAP, config_map(namespace, i), field_manager=FIELD_MANAGER
-                )
-            done += 1
-            if done % 1000 == 0 or done == len(wanted):
-                rate = done / (time.perf_counter() - t0)
-                log(f"  applied {done}/{len(wanted)} ({rate:.0f}/s)")
-
-        async with asyncio.TaskGroup() as tg:
-            for i in wanted:
-                tg.create_task(apply_one(i))
-        create_seconds = time.perf_counter() - t0 if wanted else 0.0
-
+        create_seconds = await apply_config_maps(client, namespace, wanted, concurrency)
         # what one object costs on the wire, with and without managedFields
-        sample = (await client.list(resources.CONFIG_MAP, namespace, label_selector=selector, limit=500))[
-            "items"
-        ]
-        enc = json.dumps
-        full = [len(enc(o, separators=(",", ":"))) for o in sample]
-        stripped = []
-        for o in sample:
-            o["metadata"].pop("managedFields", None)
-            stripped.append(len(enc(o, separators=(",", ":"))))
-        data_bytes = [len(enc(config_map(namespace, i)["data"], separators=(",", ":"))) for i in range(500)]
-        return {
-            "existing_before": len(existing),
-            "created": len(wanted),
-            "create_seconds": create_seconds,
-            "create_rate_per_s": len(wanted) / create_seconds if create_seconds else None,
-            "sample_json_bytes_with_managed_fields": median(full),
-            "sample_json_bytes_without_managed_fields": median(stripped),
-            "sample_data_json_bytes": median(data_bytes),
-        }
+        with_mf, without_mf, data = await json_sizes(client, namespace)
+    return CacheSetup(
+        existing_before=len(existing),
+        created=len(wanted),
+        create_seconds=create_seconds,
+        create_rate_per_s=len(wanted) / create_seconds if create_seconds else None,
+        sample_json_bytes_with_managed_fields=with_mf,
+        sample_json_bytes_without_managed_fields=without_mf,
+        sample_data_json_bytes=data,
+    )
 
 
 async def delete_bench_namespace(kubeconfig: str, namespace: str, wait: float = 600.0) -> None:
@@ -532,31 +549,38 @@ async def delete_bench_namespace(kubeconfig: str, namespace: str, wait: float = 
         await delete_namespace(client, namespace, wait, 2, digits=0)
 
 
-def run_cache_child(kubeconfig: str, namespace: str, variant: str, page_size: int) -> dict[str, Any]:
-    selector = f"{LABEL_KEY}={LABEL_VALUE}"
-    proc = subprocess.run(
-        fresh_python(sys.executable, CACHE_CHILD, kubeconfig, namespace, selector, variant, str(page_size)),
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd="/",
-        timeout=1200,
-    )
+def run_cache_child(kubeconfig: str, namespace: str, variant: str, page_size: int) -> CacheRun:
+    """One fresh ``python -m bench.cache_child`` (from the repository root, else isolated like ``-I``)."""
+    cmd = fresh_python(
+        sys.executable, "-E", "-s", "-m", "bench.cache_child",
+        str(Path(kubeconfig).absolute()), namespace, SELECTOR, variant, str(page_size),
+    )  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO_ROOT, timeout=1200)
     if proc.returncode != 0:
         raise RuntimeError(f"cache child ({variant}) failed:\n{proc.stderr[-3000:]}")
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    result: dict[str, Any] = json.loads(line[len("RESULT ") :])
-    return result
+    return CacheRun(**json.loads(line[len("RESULT ") :]))
 
 
-def _median_of(runs: list[dict[str, Any]]) -> Callable[[str], float]:
-    def med(key: str) -> float:
-        return median([float(r[key]) for r in runs])
+def measure_variants(args: argparse.Namespace, kubeconfig: str) -> dict[str, list[CacheRun]]:
+    """``--repeat`` children of each variant, interleaved so a drift of the machine spreads over all."""
+    runs: dict[str, list[CacheRun]] = {v: [] for v in args.variants}
+    for i in range(args.repeat):
+        for variant in args.variants:
+            r = run_cache_child(kubeconfig, args.namespace, variant, args.page_size)
+            runs[variant].append(r)
+            log(
+                f"{variant}: run {i + 1}/{args.repeat}: {r.objects} objects, "
+                f"VmRSS {mib(r.rss)} MiB (baseline {mib(r.baseline_rss)}), "
+                f"peak {mib(r.hwm)} MiB, "
+                f"sync {r.sync_seconds:.2f} s"
+            )
+            if r.objects < args.count:
+                log(f"WARNING: only {r.objects} of {args.count} objects cached")
+    return runs
 
-    return med
 
-
-def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
+def collect_cache(args: argparse.Namespace) -> CacheMeasurement:
     started_cluster = False
     kubeconfig: str = args.kubeconfig or ""
     if not kubeconfig:
@@ -565,101 +589,125 @@ def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
     teardown = started_cluster and not args.keep_cluster
     try:
         setup = asyncio.run(ensure_objects(kubeconfig, args.namespace, args.count, args.concurrency))
-        runs: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variants}
-        # interleave the variants so a drift of the machine (other load) spreads over both
-        for i in range(args.repeat):
-            for variant in args.variants:
-                r = run_cache_child(kubeconfig, args.namespace, variant, args.page_size)
-                runs[variant].append(r)
-                log(
-                    f"{variant}: run {i + 1}/{args.repeat}: {r['objects']} objects, "
-                    f"VmRSS {mib(r['rss'])} MiB (baseline {mib(r['baseline_rss'])}), "
-                    f"peak {mib(r['hwm'])} MiB, "
-                    f"sync {r['sync_seconds']:.2f} s"
-                )
-                if r["objects"] < args.count:
-                    log(f"WARNING: only {r['objects']} of {args.count} objects cached")
+        runs = measure_variants(args, kubeconfig)
     finally:
         if teardown:
             dev_cluster_down(args.cluster_name)
         elif not args.keep_objects:
             asyncio.run(delete_bench_namespace(kubeconfig, args.namespace))
+    return CacheMeasurement(kubeconfig, started_cluster, setup, runs)
 
-    summary: dict[str, dict[str, float]] = {}
-    rows: list[list[str]] = []
-    for variant, rs in runs.items():
-        med = _median_of(rs)
-        deltas = [r["rss"] - r["baseline_rss"] for r in rs]
-        per_obj = [d / r["objects"] for d, r in zip(deltas, rs, strict=True)]
-        trimmed = [r["rss_after_malloc_trim"] - r["baseline_rss"] for r in rs]
-        s = {
-            "objects": med("objects"),
-            "objects_with_managed_fields": med("objects_with_managed_fields"),
-            "baseline_rss": med("baseline_rss"),
-            "rss": med("rss"),
-            "delta_rss": median(deltas),
-            "bytes_per_object": median(per_obj),
-            "delta_rss_after_malloc_trim": median(trimmed),
-            "hwm": med("hwm"),
-            "deep_size": med("deep_size"),
-            "sync_seconds": med("sync_seconds"),
-            "delta_rss_min": float(min(deltas)),
-            "delta_rss_max": float(max(deltas)),
-        }
-        summary[variant] = s
-        label = VARIANT_LABELS[variant]
-        rows.append(
-            [
-                label,
-                f"{int(s['objects'])} ({int(s['objects_with_managed_fields'])} with mF)",
-                mib(s["baseline_rss"]),
-                mib(s["rss"]),
-                f"{mib(s['delta_rss'])} ({mib(s['delta_rss_min'])}..{mib(s['delta_rss_max'])})",
-                f"{s['bytes_per_object']:.0f}",
-                mib(s["delta_rss_after_malloc_trim"]),
-                mib(s["hwm"]),
-                f"{s['deep_size'] / s['objects']:.0f}" if s["objects"] else "—",
-                f"{s['sync_seconds']:.2f}",
-            ]
-        )
-    header = [
-        "variant",
-        "objects cached",
-        "post-import baseline VmRSS MiB",
-        "VmRSS after sync + gc MiB",
-        "Δ RSS MiB (min..max)",
-        "Δ bytes / object",
-        "Δ after malloc_trim MiB",
-        "peak VmHWM MiB",
-        "Python objects bytes / object",
-        "sync s",
+
+# ---------------------------------------------------------------------------------------------------
+# cache mode: summarise, render
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """Medians over one variant's runs (Δ: over each run's own post-import baseline)."""
+
+    objects: float
+    objects_with_managed_fields: float
+    baseline_rss: float
+    rss: float
+    delta_rss: float
+    bytes_per_object: float
+    delta_rss_after_malloc_trim: float
+    hwm: float
+    deep_size: float
+    sync_seconds: float
+    delta_rss_min: float
+    delta_rss_max: float
+
+
+def summarise_variant(runs: Sequence[CacheRun]) -> VariantSummary:
+    def med(get: Callable[[CacheRun], float]) -> float:
+        return median([float(get(r)) for r in runs])
+
+    deltas = [r.rss - r.baseline_rss for r in runs]
+    return VariantSummary(
+        objects=med(lambda r: r.objects),
+        objects_with_managed_fields=med(lambda r: r.objects_with_managed_fields),
+        baseline_rss=med(lambda r: r.baseline_rss),
+        rss=med(lambda r: r.rss),
+        delta_rss=median(deltas),
+        bytes_per_object=median([d / r.objects for d, r in zip(deltas, runs, strict=True)]),
+        delta_rss_after_malloc_trim=median([r.rss_after_malloc_trim - r.baseline_rss for r in runs]),
+        hwm=med(lambda r: r.hwm),
+        deep_size=med(lambda r: r.deep_size),
+        sync_seconds=med(lambda r: r.sync_seconds),
+        delta_rss_min=float(min(deltas)),
+        delta_rss_max=float(max(deltas)),
+    )
+
+
+def summarise_cache(measurement: CacheMeasurement) -> dict[str, VariantSummary]:
+    return {variant: summarise_variant(runs) for variant, runs in measurement.runs.items()}
+
+
+CACHE_HEADER = (
+    "variant",
+    "objects cached",
+    "post-import baseline VmRSS MiB",
+    "VmRSS after sync + gc MiB",
+    "Δ RSS MiB (min..max)",
+    "Δ bytes / object",
+    "Δ after malloc_trim MiB",
+    "peak VmHWM MiB",
+    "Python objects bytes / object",
+    "sync s",
+)
+
+
+def variant_row(variant: str, s: VariantSummary) -> list[str]:
+    return [
+        VARIANT_LABELS[variant],
+        f"{int(s.objects)} ({int(s.objects_with_managed_fields)} with mF)",
+        mib(s.baseline_rss),
+        mib(s.rss),
+        f"{mib(s.delta_rss)} ({mib(s.delta_rss_min)}..{mib(s.delta_rss_max)})",
+        f"{s.bytes_per_object:.0f}",
+        mib(s.delta_rss_after_malloc_trim),
+        mib(s.hwm),
+        f"{s.deep_size / s.objects:.0f}" if s.objects else "—",
+        f"{s.sync_seconds:.2f}",
     ]
+
+
+def render_cache(args: argparse.Namespace, setup: CacheSetup, summary: Mapping[str, VariantSummary]) -> None:
     print(f"## Informer cache of {args.count} ConfigMaps (median of {args.repeat} fresh processes each)\n")
-    print(markdown_table(header, rows))
+    print(markdown_table(CACHE_HEADER, [variant_row(v, s) for v, s in summary.items()]))
     print()
     print(
-        f"- objects: {setup['existing_before']} existed, {setup['created']} created by server-side apply"
+        f"- objects: {setup.existing_before} existed, {setup.created} created by server-side apply"
         + (
-            f" in {setup['create_seconds']:.1f} s ({setup['create_rate_per_s']:.0f}/s, "
+            f" in {setup.create_seconds:.1f} s ({setup.create_rate_per_s:.0f}/s, "
             f"{args.concurrency} in flight)"
-            if setup["created"]
+            if setup.created
             else ""
         )
     )
     print(
-        f"- one object as compact JSON: {setup['sample_json_bytes_with_managed_fields']:.0f} bytes with "
-        f"managedFields, {setup['sample_json_bytes_without_managed_fields']:.0f} without "
-        f"(its data: {setup['sample_data_json_bytes']:.0f} bytes)"
+        f"- one object as compact JSON: {setup.sample_json_bytes_with_managed_fields:.0f} bytes with "
+        f"managedFields, {setup.sample_json_bytes_without_managed_fields:.0f} without "
+        f"(its data: {setup.sample_data_json_bytes:.0f} bytes)"
     )
     for variant in ("stripped", "stripped-per-page"):
         if variant in summary and "kept" in summary:
-            saved = summary["kept"]["delta_rss"] - summary[variant]["delta_rss"]
-            live = summary["kept"]["deep_size"] - summary[variant]["deep_size"]
-            n = max(summary[variant]["objects"], 1.0)
+            saved = summary["kept"].delta_rss - summary[variant].delta_rss
+            live = summary["kept"].deep_size - summary[variant].deep_size
+            n = max(summary[variant].objects, 1.0)
             print(
                 f"- {variant} vs kept: {mib(saved)} MiB less RSS ({saved / n:.0f} bytes/object); "
                 f"{mib(live)} MiB fewer bytes of live Python objects"
             )
+
+
+def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
+    measurement = collect_cache(args)
+    summary = summarise_cache(measurement)
+    render_cache(args, measurement.setup, summary)
     return {
         "mode": "cache",
         "machine": machine_info(),
@@ -667,11 +715,11 @@ def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
         "namespace": args.namespace,
         "page_size": args.page_size,
         "repeat": args.repeat,
-        "kubeconfig": kubeconfig,
-        "started_cluster": started_cluster,
-        "setup": setup,
-        "median": summary,
-        "runs": runs,
+        "kubeconfig": measurement.kubeconfig,
+        "started_cluster": measurement.started_cluster,
+        "setup": asdict(measurement.setup),
+        "median": {v: asdict(s) for v, s in summary.items()},
+        "runs": {v: [asdict(r) for r in rs] for v, rs in measurement.runs.items()},
     }
 
 
