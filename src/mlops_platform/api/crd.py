@@ -12,7 +12,8 @@ Contract:
 - :func:`crd_manifest` builds the CRD from :data:`VERSIONS` (one :class:`Version` per API version:
   add v1beta1 by appending its root type); :func:`render` is its deterministic YAML.
 - ``python -m mlops_platform.api.crd`` prints the YAML; ``--write`` writes :data:`CRD_FILE`;
-  ``--check`` exits 1 with a unified diff when the committed file differs.
+  ``--check`` exits 1 with a unified diff when the committed file differs
+  (:mod:`mlops_platform.runtime.generated`).
 - :func:`install` server-side applies the CRD and waits until it is Established.
 """
 
@@ -20,22 +21,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
 from mlops_platform.api import CRD_NAME, RESOURCE, v1alpha1
-from mlops_platform.runtime import apiextensions
+from mlops_platform.runtime import apiextensions, generated
 from mlops_platform.runtime import client as kclient
 
 __all__ = ["CRD_NAME", "RESOURCE", "Version", "crd_manifest", "install", "render", "structural_schema"]
 
 JSON = dict[str, Any]
-FIELD_MANAGER = "mlops-platform"
 #: the committed, generated CRD (relative to the source checkout)
 CRD_FILE = Path("config/crd/bases") / f"{v1alpha1.GROUP}_{v1alpha1.PLURAL}.yaml"
 
@@ -208,51 +206,28 @@ _HEADER = (
 
 def render(manifest: JSON | None = None) -> str:
     """Deterministic YAML (sorted keys, no aliases, no line folding) of the CRD."""
-    body = yaml.safe_dump(manifest or crd_manifest(), sort_keys=True, width=4096, allow_unicode=True)
-    return _HEADER + body
+    return _HEADER + generated.dump([manifest or crd_manifest()], sort_keys=True)
 
 
 async def install(client: kclient.Client, *, timeout: float = 60.0) -> JSON:
     """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery."""
     (live,) = await apiextensions.install(
-        client, [crd_manifest()], field_manager=FIELD_MANAGER, timeout=timeout
+        client, [crd_manifest()], field_manager=v1alpha1.FIELD_MANAGER, timeout=timeout
     )
     return live
-
-
-def _default_path() -> Path:
-    root = Path(__file__).resolve().parents[3]
-    if not (root / "pyproject.toml").is_file():
-        raise SystemExit("not running from a source checkout: pass --path")
-    return root / CRD_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the CRD, ``--write`` it, or ``--check`` the committed file (exit 1 with a diff)."""
     parser = argparse.ArgumentParser(prog="python -m mlops_platform.api.crd", description=__doc__)
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help=f"write {CRD_FILE}")
-    mode.add_argument("--check", action="store_true", help=f"exit 1 when {CRD_FILE} is not up to date")
+    generated.add_mode_arguments(parser, str(CRD_FILE))
     parser.add_argument("--path", type=Path, help=f"the CRD file (default: <checkout>/{CRD_FILE})")
     args = parser.parse_args(argv)
-    text = render()
     if not (args.write or args.check):
-        sys.stdout.write(text)
+        sys.stdout.write(render())
         return 0
-    path: Path = args.path or _default_path()
-    if args.write:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        return 0
-    committed = path.read_text() if path.is_file() else ""
-    if committed == text:
-        return 0
-    diff = difflib.unified_diff(
-        committed.splitlines(keepends=True), text.splitlines(keepends=True), str(path), "generated"
-    )
-    sys.stdout.writelines(diff)
-    print(f"{path} is out of date: run `python -m mlops_platform.api.crd --write`", file=sys.stderr)
-    return 1
+    path: Path = args.path or generated.checkout_root("--path") / CRD_FILE
+    return generated.run(args, Path(), {path: render()}, command=parser.prog)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ PLURAL = "inferenceservices"
 SINGULAR = "inferenceservice"
 SHORT_NAMES = ("isvc",)
 CATEGORIES = ("mlops", "all")
+#: the operator's name as the field manager of all its writes (and its managed-by label value)
+FIELD_MANAGER = "mlops-platform"
 
 #: a non-negative Kubernetes resource.Quantity (apimachinery's grammar without the sign)
 QUANTITY_PATTERN = quantity.PATTERN
@@ -288,9 +290,6 @@ def from_dict(obj: dict[str, Any]) -> InferenceService:
     return isvc
 
 
-parse_quantity = quantity.parse
-
-
 def validate(isvc: InferenceService) -> None:
     """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
     if not re.match(NAME_PATTERN, isvc.name):
@@ -315,7 +314,7 @@ def validate(isvc: InferenceService) -> None:
         (r.cpu_request, r.cpu_limit, "cpuRequest", "cpuLimit"),
         (r.memory_request, r.memory_limit, "memoryRequest", "memoryLimit"),
     ):
-        if request is not None and limit is not None and parse_quantity(request) > parse_quantity(limit):
+        if request is not None and limit is not None and quantity.parse(request) > quantity.parse(limit):
             raise ValidationError(
                 f"spec.resources.{req_name} ({request}) must be <= spec.resources.{lim_name} ({limit})"
             )
@@ -364,17 +363,9 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
     """The internal model of a decoded, validated v1alpha1 object (``extensions`` keys validated
     here, naming the field: ``spec.extensions.monitoring.alerts.errorRatio``)."""
     s = isvc.spec
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    if s.resources is not None:
-        for key, request, limit in (
-            ("cpu", s.resources.cpu_request, s.resources.cpu_limit),
-            ("memory", s.resources.memory_request, s.resources.memory_limit),
-        ):
-            if request is not None:
-                requests[key] = str(request)
-            if limit is not None:
-                limits[key] = str(limit)
+    r = s.resources or Resources()
+    requests = {k: str(v) for k, v in (("cpu", r.cpu_request), ("memory", r.memory_request)) if v is not None}
+    limits = {k: str(v) for k, v in (("cpu", r.cpu_limit), ("memory", r.memory_limit)) if v is not None}
     if s.gpu_per_replica > 0:
         requests[internal.GPU_RESOURCE] = limits[internal.GPU_RESOURCE] = str(s.gpu_per_replica)
     mon = _extension(isvc, "monitoring", _Monitoring) or _Monitoring()
@@ -402,9 +393,3 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
         ),
         network_policy=internal.NetworkPolicy(policy.enabled),
     )
-
-
-def to_dict(isvc: InferenceService) -> dict[str, Any]:
-    """The JSON object of ``isvc``: camelCase, defaults omitted except apiVersion and kind (always set)."""
-    out: dict[str, Any] = {"apiVersion": isvc.api_version, "kind": isvc.kind, **msgspec.to_builtins(isvc)}
-    return out

@@ -28,6 +28,19 @@ class CacheSyncTimeout(TimeoutError):
 
 
 class Cache:
+    """The informer cache shared by a manager's controllers: controller-runtime's ``cache.Cache``.
+
+    - ``Cache(client, namespace=, resync_period=)`` ~ ``cache.Options{DefaultNamespaces, SyncPeriod}``;
+    - :meth:`restrict` ~ ``cache.Options.ByObject[obj].Label`` (a label selector per kind);
+    - :meth:`transform` ~ ``cache.Options.ByObject[obj].Transform`` (default:
+      ``cache.TransformStripManagedFields``);
+    - :meth:`informer_for` ~ ``GetInformer``; :meth:`remove_informer` ~ ``RemoveInformer``;
+    - :meth:`get` / :meth:`list` ~ the cache's ``client.Reader`` ``Get`` / ``List(client.InNamespace)``;
+      :meth:`by_index` ~ ``List(client.MatchingFields{index: value})`` after ``IndexField``;
+    - :meth:`wait_for_sync` ~ ``WaitForCacheSync`` (raising, naming what is not synced);
+    - :meth:`errors` has no equivalent there (controller-runtime only logs list/watch errors).
+    """
+
     def __init__(
         self,
         client: kclient.Client,

@@ -11,6 +11,9 @@ Contract of a :class:`Clock`:
 :class:`FakeClock` never advances by itself: tests call :meth:`FakeClock.step`, which moves
 time forward and fires due timers synchronously, in deadline order, so no test needs a
 real sleep to synchronise.
+
+Wall-clock time (for API timestamps, never for durations) comes from :func:`utcnow` or an
+injected ``Callable[[], datetime]``; :func:`rfc3339` is the one formatter of such timestamps.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Clock", "FakeClock", "RealClock", "TimerHandle"]
+__all__ = ["Clock", "FakeClock", "RealClock", "TimerHandle", "rfc3339", "utcnow"]
 
 
 class TimerHandle(Protocol):
@@ -139,6 +142,14 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def format_micro_time(t: datetime.datetime) -> str:
-    """``metav1.MicroTime`` wire format, in UTC (``2006-01-02T15:04:05.000000Z``)."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def rfc3339(t: datetime.datetime, digits: int = 0) -> str:
+    """``t`` in UTC as RFC 3339 with ``digits`` (0-6) fractional digits, truncated (never rounded up).
+
+    0 is ``metav1.Time`` (``2006-01-02T15:04:05Z``), 6 ``metav1.MicroTime``
+    (``2006-01-02T15:04:05.000000Z``); the JSON log lines use 3.
+    """
+    if not 0 <= digits <= 6:
+        raise ValueError(f"digits must be 0..6, not {digits}")
+    u = t.astimezone(datetime.UTC)
+    fraction = f".{u.microsecond:06d}"[: digits + 1] if digits else ""
+    return f"{u:%Y-%m-%dT%H:%M:%S}{fraction}Z"

@@ -108,6 +108,15 @@ class _Handler:
 
 
 class Builder:
+    """Declares one controller, like controller-runtime's ``builder.Builder``.
+
+    ``Builder(name, cache, metrics)`` ~ ``ctrl.NewControllerManagedBy(mgr).Named(name)`` (use
+    :meth:`Manager.builder <mlops_platform.runtime.manager.Manager.builder>` to get one bound to the
+    manager). Every method returns the builder; misconfiguration is collected and raised by
+    :meth:`build`, all at once. Unlike controller-runtime, ``build`` does not register the
+    controller with the manager: pass the result to ``Manager.add``.
+    """
+
     def __init__(
         self,
         name: str,
@@ -128,12 +137,22 @@ class Builder:
         self._errors: list[str] = []
 
     def for_(self, resource: kclient.Resource, *predicates: preds.Predicate) -> Builder:
+        """The reconciled kind: its events enqueue the object itself, after ``predicates``.
+
+        ~ ``Builder.For(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForObject``);
+        exactly one is required.
+        """
         self._for.append(_Watch(resource, None, preds.all_of(*predicates)))
         return self
 
     def owns(self, target: kclient.Resource | kinds.Kind, *predicates: preds.Predicate) -> Builder:
-        """Enqueue the controller owner of objects of ``target`` (a resource, or a kind; an optional
-        kind is watched only while its CRD is served)."""
+        """A child kind: its events enqueue their controller owner of the ``for_`` kind.
+
+        ~ ``Builder.Owns(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForOwner``
+        with ``OnlyControllerOwner``). ``target`` is a resource or a :class:`~.kinds.Kind`; an
+        optional kind is watched only while its CRD is served (controller-runtime: a watch added
+        with ``Controller.Watch`` after start), which needs the manager's builder.
+        """
         if isinstance(target, kinds.Kind):
             if not target.optional:
                 target = target.resource()
@@ -147,6 +166,10 @@ class Builder:
         return self
 
     def watches(self, resource: kclient.Resource, mapper: Mapper, *predicates: preds.Predicate) -> Builder:
+        """Any other kind: its events enqueue the requests ``mapper(obj)`` returns.
+
+        ~ ``Builder.Watches(obj, handler.EnqueueRequestsFromMapFunc(fn), builder.WithPredicates(...))``.
+        """
         if not callable(mapper):
             self._errors.append(f"watches({resource.kind}): mapper is not callable")
         self._watches.append(_Watch(resource, mapper, preds.all_of(*predicates)))
@@ -158,6 +181,9 @@ class Builder:
         max_concurrent_reconciles: int = 1,
         rate_limiter: ratelimiter.RateLimiter[Request] | None = None,
     ) -> Builder:
+        """Workers and retry policy: ~ ``Builder.WithOptions(controller.Options{MaxConcurrentReconciles,
+        RateLimiter})``; the default limiter is client-go's ``DefaultControllerRateLimiter``.
+        """
         if max_concurrent_reconciles < 1:
             self._errors.append(f"max_concurrent_reconciles must be >= 1, got {max_concurrent_reconciles}")
         self._max_concurrent = max_concurrent_reconciles
@@ -165,6 +191,11 @@ class Builder:
         return self
 
     def build(self, reconciler: Reconciler) -> Controller:
+        """The :class:`Controller` running ``reconciler``, ~ ``Builder.Build(reconciler)``.
+
+        Raises :class:`BuildError` listing every misconfiguration (controller-runtime stops at the
+        first). Registers the event handlers on the cache's informers at once.
+        """
         errors = list(self._errors)
         if not self._name:
             errors.append("a controller needs a name")
@@ -193,6 +224,19 @@ class Builder:
 
 
 class Controller:
+    """A work queue of :class:`Request` fed by the watches and drained by N workers running the
+    reconciler: controller-runtime's ``controller.Controller`` (``pkg/internal/controller``).
+
+    - ``queue`` ~ its ``TypedRateLimitingInterface`` (client-go work queue semantics);
+    - :meth:`start` ~ ``Start(ctx)`` after the caches synced, starting ``MaxConcurrentReconciles``
+      workers; :meth:`stop` ~ cancelling that context (in-flight reconciles drain first);
+    - :meth:`follow` ~ ``Watch(source.Kind(...))`` after start, for kinds whose CRD comes and goes;
+    - :meth:`enqueue_all` (every cached ``for_`` object) has no direct equivalent: a
+      ``source.Channel`` of generic events would do it there.
+
+    Build one with :class:`Builder`, not directly.
+    """
+
     def __init__(
         self,
         name: str,

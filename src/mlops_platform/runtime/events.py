@@ -36,7 +36,7 @@ from typing import Any, Literal, Protocol
 
 from mlops_platform.runtime import ratelimiter, rbac
 from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
-from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle, format_micro_time, utcnow
+from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle, rfc3339, utcnow
 from mlops_platform.runtime.resources import EVENT
 
 __all__ = ["EventRecorder", "EventSink", "EventType", "truncate_note"]
@@ -49,6 +49,8 @@ NOTE_LIMIT = 1024
 FIELD_LIMIT = 128
 MAX_ENTRIES = 4096
 MAX_TRIES = 5
+#: transient write failures: retried after 1, 2, 4, 8 s (failure n waits 0.5 * 2**n, at most 30 s)
+RETRY_BACKOFF = ratelimiter.Exponential(0.5, 30.0)
 _INVALID_NAME = re.compile(r"[^a-z0-9.-]+")
 
 
@@ -193,7 +195,7 @@ class EventRecorder:
         note, reason, action = truncate_note(note), reason[:FIELD_LIMIT], action[:FIELD_LIMIT]
         object_key = tuple(str(ref.get(k, "")) for k in ("apiVersion", "kind", "namespace", "name", "uid"))
         key = (*object_key, type_, reason, action, note)
-        now, wall = self._clock.now(), format_micro_time(self._wall())
+        now, wall = self._clock.now(), rfc3339(self._wall(), 6)
         entry = self._entries.get(key)
         if entry is not None and now - entry.last_seen <= self.window:
             entry.count += 1
@@ -299,7 +301,7 @@ class EventRecorder:
             transient = not isinstance(e, ApiError) or e.status >= 500 or e.status == 429
             if transient and entry.failures < MAX_TRIES and not self._force:
                 log.warning("error writing event %s (will retry): %s", name, e)
-                self._defer(entry, min(30.0, 0.5 * 2**entry.failures))
+                self._defer(entry, RETRY_BACKOFF.delay(entry.failures))
             else:
                 log.error("dropping event %s: %s", name, e)
                 entry.abandoned = True

@@ -6,8 +6,9 @@ Contract (client-go ``tools/cache`` reflector and shared informer semantics):
   ``allowWatchBookmarks=true`` and a randomised server timeout (``min_watch_timeout`` .. 2x).
 - Bookmarks only advance the resourceVersion. A watch that ends normally is restarted from the last
   resourceVersion seen. ``410 Gone`` / "Expired" (e.g. after etcd compaction) forces a re-list.
-- Connection errors and 5xx back off exponentially from 0.8 s to 30 s with jitter; the backoff resets
-  after ``reset_after`` seconds of healthy watching. ``429`` waits for the server's Retry-After.
+- Connection errors and 5xx back off exponentially from 0.8 s to 30 s with jitter
+  (:class:`~mlops_platform.runtime.ratelimiter.Backoff`); the backoff resets after 120 s without a
+  failure. ``429`` waits for the server's Retry-After. Every wait is on the injectable ``clock``.
 - Handlers run synchronously on the informer's task in event order; a handler that raises is logged
   and does not stop delivery. Handlers must be quick (typically: enqueue a key).
 - Every ``resync_period`` (default 10 h, jittered by up to 10 %) every cached object is re-delivered
@@ -28,11 +29,15 @@ from typing import Any, Protocol
 import httpx2 as httpx
 
 from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import ratelimiter
 from mlops_platform.runtime import store as cache_store
+from mlops_platform.runtime.clock import Clock, RealClock
 
 log = logging.getLogger("mlops_platform.runtime.informer")
 Obj = dict[str, Any]
 Transform = Callable[[Obj], Obj]
+#: list/watch failures: 0.8 s doubling to 30 s, plus up to 100 % jitter; reset after 120 s healthy
+BACKOFF_INITIAL, BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_RESET = 0.8, 30.0, 1.0, 120.0
 
 
 class EventHandler(Protocol):
@@ -45,37 +50,6 @@ def strip_managed_fields(obj: Obj) -> Obj:
     """The default transform: managedFields are large and no controller reads them."""
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
-
-
-class Backoff:
-    """Exponential backoff with jitter that resets after a healthy period (client-go's manager)."""
-
-    def __init__(
-        self,
-        initial: float = 0.8,
-        cap: float = 30.0,
-        factor: float = 2.0,
-        jitter: float = 1.0,
-        reset_after: float = 120.0,
-        now: Callable[[], float] | None = None,
-    ) -> None:
-        self.initial, self.cap, self.factor = initial, cap, factor
-        self.jitter, self.reset_after = jitter, reset_after
-        self._now = now
-        self._next = initial
-        self._last_failure: float | None = None
-
-    def _time(self) -> float:
-        return self._now() if self._now else asyncio.get_running_loop().time()
-
-    def next_delay(self) -> float:
-        now = self._time()
-        if self._last_failure is not None and now - self._last_failure > self.reset_after:
-            self._next = self.initial
-        self._last_failure = now
-        base = self._next
-        self._next = min(self._next * self.factor, self.cap)
-        return min(base + random.random() * self.jitter * base, self.cap)
 
 
 class Informer:
@@ -94,8 +68,10 @@ class Informer:
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
         indexers: dict[str, cache_store.IndexFunc] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
+        self.clock: Clock = clock if clock is not None else RealClock()
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -153,7 +129,9 @@ class Informer:
     # -- reflector ----------------------------------------------------------------------------------
 
     async def _reflect(self) -> None:
-        backoff = Backoff()
+        backoff = ratelimiter.Backoff(
+            BACKOFF_INITIAL, BACKOFF_CAP, jitter=BACKOFF_JITTER, reset_after=BACKOFF_RESET, clock=self.clock
+        )
         need_list = True
         while True:
             try:
@@ -179,7 +157,7 @@ class Informer:
                         "retry_in": round(delay, 2),
                     },
                 )
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
             except (httpx.HTTPError, OSError) as e:
                 self.last_error = e
                 delay = backoff.next_delay()
@@ -191,7 +169,7 @@ class Informer:
                         "retry_in": round(delay, 2),
                     },
                 )
-                await asyncio.sleep(delay)
+                await self.clock.sleep(delay)
 
     async def _list_and_replace(self) -> None:
         items: list[Obj] = []
@@ -234,7 +212,7 @@ class Informer:
 
     async def _watch_once(self) -> None:
         timeout = int(self.min_watch_timeout * (1.0 + random.random()))
-        started = asyncio.get_running_loop().time()
+        started = self.clock.now()
         async for event in self.client.watch(
             self.resource,
             self.namespace,
@@ -265,7 +243,7 @@ class Informer:
             "watch closed by the server",
             extra={
                 "resource": self.resource.group_resource,
-                "seconds": round(asyncio.get_running_loop().time() - started, 1),
+                "seconds": round(self.clock.now() - started, 1),
             },
         )
 
@@ -273,7 +251,7 @@ class Informer:
         if self.resync_period <= 0:
             return
         while True:
-            await asyncio.sleep(self.resync_period * (1.0 + 0.1 * random.random()))
+            await self.clock.sleep(self.resync_period * (1.0 + 0.1 * random.random()))
             if self.has_synced():
                 self.resync()
 

@@ -42,10 +42,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.client import JSON, ApiError, Client
-from mlops_platform.runtime.clock import Clock, RealClock, format_micro_time, utcnow
+from mlops_platform.runtime.clock import Clock, RealClock, rfc3339, utcnow
 from mlops_platform.runtime.resources import LEASE
 
-__all__ = ["JITTER_FACTOR", "LeaderElectionConfig", "LeaderElector", "format_micro_time"]
+__all__ = ["JITTER_FACTOR", "LeaderElectionConfig", "LeaderElector"]
 
 RBAC = rbac.requires(
     "coordination.k8s.io",
@@ -233,7 +233,7 @@ class LeaderElector:
             return False
 
     def _record(self, acquire_time: str, transitions: int) -> dict[str, Any]:
-        now = format_micro_time(self._wall())
+        now = rfc3339(self._wall(), 6)
         return {
             "holderIdentity": self.config.identity,
             "leaseDurationSeconds": max(1, math.ceil(self.config.lease_duration)),
@@ -284,7 +284,7 @@ class LeaderElector:
     async def _release(self) -> None:
         if self._lease is None or self.leader_identity != self.config.identity:
             return
-        now = format_micro_time(self._wall())
+        now = rfc3339(self._wall(), 6)
         rec = {
             "holderIdentity": "",
             "leaseDurationSeconds": 1,

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import datetime
 import logging
 import sys
-import time
 import traceback
 import types
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 import msgspec
+
+from mlops_platform.runtime import clock
 
 __all__ = [
     "CONTEXT_KEYS",
@@ -86,8 +88,7 @@ def log_context(
 
 
 def _timestamp(record: logging.LogRecord) -> str:
-    ms = min(int(record.msecs), 999)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{ms:03d}Z"
+    return clock.rfc3339(datetime.datetime.fromtimestamp(record.created, datetime.UTC), 3)
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:

@@ -64,6 +64,18 @@ class Options:
 
 
 class Manager:
+    """Runs controllers on one shared cache: controller-runtime's ``manager.Manager``.
+
+    ``Manager(client, Options(...))`` ~ ``ctrl.NewManager(cfg, manager.Options{...})``
+    (:class:`Options` maps to ``Cache.DefaultNamespaces``, ``LeaderElection*``,
+    ``HealthProbeBindAddress``, ``Metrics.BindAddress``, ``GracefulShutdownTimeout``,
+    ``Cache.SyncPeriod``); :meth:`builder` ~ ``ctrl.NewControllerManagedBy(mgr)``; :meth:`add` ~
+    ``mgr.Add(runnable)``; :meth:`event_recorder` ~ ``mgr.GetEventRecorderFor(name)``; ``cache`` ~
+    ``mgr.GetCache()``; :meth:`run` ~ ``mgr.Start(ctx)`` and :meth:`run_until_signal` ~
+    ``mgr.Start(ctrl.SetupSignalHandler())``; :meth:`stop` ~ cancelling that context;
+    :meth:`is_ready` is the ``/readyz`` check (``mgr.AddReadyzCheck``).
+    """
+
     def __init__(self, client: kclient.Client, options: Options | None = None) -> None:
         self.client = client
         self.options = options or Options()

@@ -7,21 +7,28 @@ reports how many failures are being remembered.
 
 Limiters are plain objects for a single asyncio event loop; they are not thread-safe.
 Delays are floats in seconds.
+
+:class:`Exponential` is the project's one exponential backoff formula: the per-item limiter, the
+informer's list/watch :class:`Backoff` and the event recorder's write retries all use it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+import random
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from mlops_platform.runtime.clock import Clock, RealClock
 
 __all__ = [
+    "Backoff",
     "BucketRateLimiter",
+    "Exponential",
     "ItemExponentialFailureRateLimiter",
     "MaxOfRateLimiter",
     "RateLimiter",
+    "TokenBucket",
     "default_controller_rate_limiter",
 ]
 
@@ -45,28 +52,78 @@ class RateLimiter(Protocol[T_contra]):
         ...
 
 
-class ItemExponentialFailureRateLimiter(Generic[T]):
-    """Per-item exponential backoff: the n-th failure (0-based) waits ``base * 2**n`` seconds.
+class Exponential:
+    """The exponential backoff formula: failure ``n`` (0-based) waits ``base * 2**n`` seconds, at most
+    ``cap``. With ``jitter`` j, a random share (``rand()``, 0..1) of j times that is added, still
+    capped at ``cap`` (client-go ``wait.Jitter``). Very large ``n`` cannot overflow (gives ``cap``).
+    """
 
-    The delay is capped at ``max_delay``; very large failure counts cannot overflow (they
-    simply return ``max_delay``).
+    def __init__(
+        self, base: float, cap: float, *, jitter: float = 0.0, rand: Callable[[], float] = random.random
+    ) -> None:
+        if base < 0 or cap < 0 or jitter < 0:
+            raise ValueError("base and max delays (and jitter) must be >= 0")
+        self.base, self.cap, self.jitter = base, cap, jitter
+        self._rand = rand
+
+    def delay(self, n: int) -> float:
+        """The wait after failure ``n`` (0-based)."""
+        try:
+            delay = min(math.ldexp(self.base, n), self.cap)  # base * 2**n, exact and overflow-checked
+        except OverflowError:
+            delay = self.cap
+        if self.jitter:
+            delay = min(delay + self._rand() * self.jitter * delay, self.cap)
+        return delay
+
+
+class Backoff:
+    """The backoff of one retrying loop (client-go's reflector ``BackoffManager``), on ``clock``.
+
+    Each :meth:`next_delay` is one more consecutive failure (:class:`Exponential` from ``initial`` to
+    ``cap``, with ``jitter``); a failure more than ``reset_after`` seconds after the previous one
+    (a healthy period in between) starts from ``initial`` again.
+    """
+
+    def __init__(
+        self,
+        initial: float,
+        cap: float,
+        *,
+        jitter: float = 0.0,
+        reset_after: float,
+        clock: Clock | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._exponential = Exponential(initial, cap, jitter=jitter, rand=rand)
+        self.reset_after = reset_after
+        self._clock: Clock = clock if clock is not None else RealClock()
+        self._failures = 0
+        self._last_failure: float | None = None
+
+    def next_delay(self) -> float:
+        """Record one more failure and return how many seconds to wait before retrying."""
+        now = self._clock.now()
+        if self._last_failure is not None and now - self._last_failure > self.reset_after:
+            self._failures = 0
+        self._last_failure = now
+        self._failures += 1
+        return self._exponential.delay(self._failures - 1)
+
+
+class ItemExponentialFailureRateLimiter(Generic[T]):
+    """Per-item exponential backoff: the n-th failure (0-based) of an item waits
+    ``base * 2**n`` seconds, at most ``max`` (:class:`Exponential`).
     """
 
     def __init__(self, base: float = 0.005, max: float = 1000.0) -> None:
-        if base < 0 or max < 0:
-            raise ValueError("base and max delays must be >= 0")
-        self.base_delay = base
-        self.max_delay = max
+        self._exponential = Exponential(base, max)
         self._failures: dict[T, int] = {}
 
     def when(self, item: T) -> float:
         exp = self._failures.get(item, 0)
         self._failures[item] = exp + 1
-        try:
-            backoff = math.ldexp(self.base_delay, exp)  # base * 2**exp, exact and overflow-checked
-        except OverflowError:
-            return self.max_delay
-        return min(backoff, self.max_delay)
+        return self._exponential.delay(exp)
 
     def forget(self, item: T) -> None:
         self._failures.pop(item, None)

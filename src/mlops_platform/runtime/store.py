@@ -97,9 +97,6 @@ class Store:
     def get(self, namespace: str | None, name: str) -> Obj | None:
         return self._items.get(key(namespace, name))
 
-    def get_by_key(self, k: str) -> Obj | None:
-        return self._items.get(k)
-
     def list_keys(self) -> list[str]:
         return list(self._items)
 
@@ -107,9 +104,6 @@ class Store:
         if index not in self._indices:
             raise KeyError(f"no indexer {index!r}")
         return [self._items[k] for k in self._indices[index].get(value, ())]
-
-    def index_values(self, index: str) -> list[str]:
-        return list(self._indices[index])
 
     def _index(self, name: str, fn: IndexFunc, k: str, obj: Obj) -> None:
         idx = self._indices[name]

@@ -262,9 +262,10 @@ async def test_two_managers_one_leader_and_failover_after_sigkill(
     async def taken_over() -> bool:
         return await holder() == other and await _ready(two_managers[other][1])
 
-    await wait.until(taken_over, timeout=6 + 5, interval=0.1, what=f"{other} takes over within lease + 5 s")
+    # wait longer than the contract, then assert the contract: lease duration (6 s) + 5 s
+    await wait.until(taken_over, timeout=30, interval=0.1, what=f"{other} takes over")
     took = time.monotonic() - killed_at
-    assert took <= 6 + 5, took
+    assert took <= 6 + 5, f"{other} took over {took:.1f}s after the SIGKILL (contract: lease + 5 s)"
     await admin_client.patch(resources.CONFIG_MAP, "work", {"data": {"a": "2"}}, namespace=namespace)
     await wait.until(
         lambda: _eq(_mirror_data(admin_client, namespace, "work"), {"a": "2"}), what="new leader works"

@@ -17,6 +17,9 @@ from mlops_platform.testing import wait
 
 LEASE_NAME = "test-election"
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 3.0, 2.0, 0.5
+#: how long the tests wait for anything: well beyond every bound they assert, so that a slow
+#: election fails on the asserted contract (with the time it took), not on the wait's own timeout
+PATIENCE = 3 * LEASE_DURATION
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
@@ -76,7 +79,7 @@ async def leader_of(*candidates: Candidate) -> Candidate:
         seen.append(len(leaders))
         return leaders[0] if leaders else None
 
-    leader = await wait.until(probe, timeout=LEASE_DURATION * 3, interval=0.05, what="a leader")
+    leader = await wait.until(probe, timeout=PATIENCE, interval=0.05, what="a leader")
     assert max(seen) == 1, f"two leaders at once: {seen}"
     return leader
 
@@ -93,7 +96,7 @@ async def test_exactly_one_of_two_candidates_leads(
     async def follower_sees_leader() -> bool:
         return follower.elector.leader_identity == leader.elector.config.identity
 
-    await wait.until(follower_sees_leader, timeout=5, what="the follower observing the leader")
+    await wait.until(follower_sees_leader, timeout=PATIENCE, what="the follower observing the leader")
     assert not follower.elector.is_leader()
     assert not follower.started.is_set()
     assert (master_status(leader), master_status(follower)) == (1.0, 0.0)
@@ -105,11 +108,15 @@ async def test_exactly_one_of_two_candidates_leads(
     assert MICRO_TIME.match(spec["acquireTime"])
     assert MICRO_TIME.match(spec["renewTime"])
 
+    read_at = asyncio.get_running_loop().time()
+
     async def renewed() -> bool:
         now = (await lease(admin_client, namespace))["spec"]
         return bool(now["renewTime"] > spec["renewTime"] and now["acquireTime"] == spec["acquireTime"])
 
-    await wait.until(renewed, timeout=5, what="the leader renewing its lease")
+    await wait.until(renewed, timeout=PATIENCE, interval=0.05, what="the leader renewing its lease")
+    # it renews every retry period; a leader that went renew_deadline without it would have given up
+    assert asyncio.get_running_loop().time() - read_at < RENEW_DEADLINE
     assert not follower.elector.is_leader()
 
 
@@ -122,7 +129,9 @@ async def test_graceful_stop_releases_and_the_standby_takes_over_quickly(
     loop = asyncio.get_running_loop()
     stopped_at = loop.time()
     leader.elector.stop()
-    await asyncio.wait_for(leader.task, timeout=RENEW_DEADLINE + 2)
+    await asyncio.wait_for(leader.task, timeout=PATIENCE)
+    # the work is cancelled at once and the release is one write, bounded by renew_deadline
+    assert loop.time() - stopped_at < RENEW_DEADLINE
     assert leader.work_cancelled.is_set()
     assert leader.stopped.is_set()
     assert not leader.elector.is_leader()
@@ -175,10 +184,12 @@ async def test_the_leader_gives_up_when_it_cannot_renew(
         await admin_client.replace(LEASE, current)  # 409 if the leader renewed meanwhile: retried
         return True
 
-    await wait.until(intrude, timeout=5, interval=0.05, what="taking the Lease over")
+    await wait.until(intrude, timeout=PATIENCE, interval=0.05, what="taking the Lease over")
     loop = asyncio.get_running_loop()
     taken_at = loop.time()
-    await asyncio.wait_for(leader.task, timeout=RENEW_DEADLINE + 3 * RETRY_PERIOD + 2)
+    await asyncio.wait_for(leader.task, timeout=PATIENCE)
+    # renewals fail from the take-over on: the renewal round starting at most one retry period
+    # later gives up after renew_deadline, which it checks once per retry period
     assert loop.time() - taken_at <= RENEW_DEADLINE + 2 * RETRY_PERIOD + 1.0
     assert not leader.elector.is_leader()
     assert leader.work_cancelled.is_set()

@@ -13,7 +13,7 @@ from mlops_platform import cli
 from mlops_platform.api import crd
 from mlops_platform.deploy import manifests
 from mlops_platform.devcluster import binaries
-from mlops_platform.runtime import manager
+from mlops_platform.runtime import generated, manager
 
 ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]
@@ -74,27 +74,39 @@ def pod(objs: list[Obj]) -> Obj:
 # -- generated files ---------------------------------------------------------------------------------
 
 
+def _check(root: Path) -> str:
+    return generated.check(root, manifests.generated_files(), manifests.OWNED_DIRS)
+
+
 def test_the_committed_files_are_the_generated_ones() -> None:
-    ok, report = manifests.check(ROOT)
-    assert ok, f"run `python -m mlops_platform.deploy.manifests --write`:\n{report}"
+    report = _check(ROOT)
+    assert not report, f"run `python -m mlops_platform.deploy.manifests --write`:\n{report}"
     assert manifests.main(["--check"]) == 0
 
 
 def test_check_shows_a_diff_and_stale_files_and_write_repairs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    manifests.write(tmp_path)
-    assert manifests.check(tmp_path) == (True, "")
+    assert manifests.main(["--write", "--root", str(tmp_path)]) == 0
+    assert _check(tmp_path) == ""
     deployment = tmp_path / "config/manager/deployment.yaml"
     deployment.write_text(deployment.read_text().replace("replicas: 2", "replicas: 5"))
     (tmp_path / "charts/mlops-platform/templates/leftover.yaml").write_text("kind: ConfigMap\n")
+    (tmp_path / "config/crd").mkdir()
+    (tmp_path / "config/crd/unowned.yaml").write_text("kind: ConfigMap\n")  # not a generated directory
     assert manifests.main(["--check", "--root", str(tmp_path)]) == 1
-    out = capsys.readouterr().out
-    assert "-  replicas: 5\n+  replicas: 2\n" in out
-    assert "stale generated file: charts/mlops-platform/templates/leftover.yaml" in out
+    out = capsys.readouterr()
+    assert "--- config/manager/deployment.yaml\n+++ generated\n" in out.out
+    assert "-  replicas: 5\n+  replicas: 2\n" in out.out
+    assert "stale generated file: charts/mlops-platform/templates/leftover.yaml" in out.out
+    assert "unowned" not in out.out
+    assert "run `python -m mlops_platform.deploy.manifests --write`" in out.err
+    (tmp_path / "config/default/kustomization.yaml").unlink()
+    assert "--- config/default/kustomization.yaml" in _check(tmp_path)  # a missing file differs too
     assert manifests.main(["--write", "--root", str(tmp_path)]) == 0
-    assert manifests.check(tmp_path) == (True, "")
+    assert _check(tmp_path) == ""
     assert not (tmp_path / "charts/mlops-platform/templates/leftover.yaml").exists()
+    assert (tmp_path / "config/crd/unowned.yaml").exists()
 
 
 def test_write_and_check_refuse_non_default_parameters() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2 as httpx
@@ -10,6 +12,8 @@ import pytest
 
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import controller, informer, reconcile, resources, store
+from mlops_platform.runtime.clock import FakeClock
+from mlops_platform.testing import fakes
 
 
 def _client(handler: Any) -> kclient.Client:
@@ -127,7 +131,7 @@ def test_store_indexes_follow_updates_and_deletes() -> None:
     assert [o["metadata"]["name"] for o in s.by_index(store.OWNER_INDEX, "u1")] == ["a"]
     s.delete(_obj("a"))
     assert s.by_index(store.OWNER_INDEX, "u1") == []
-    assert "u1" not in s.index_values(store.OWNER_INDEX)
+    assert "u1" not in s._indices[store.OWNER_INDEX]  # an emptied index value is dropped, not kept
     assert s.get(None, "node") is not None
     assert [o["metadata"]["name"] for o in s.by_index(store.NAMESPACE_INDEX, "other")] == ["c"]
     s.add_indexers({"by-name-length": lambda o: (str(len(o["metadata"]["name"])),)})
@@ -179,11 +183,38 @@ def test_owner_mapper_maps_only_the_controller_owner_of_the_kind() -> None:
     assert list(mapper(child)) == []
 
 
-def test_backoff_grows_caps_and_resets_after_a_healthy_period() -> None:
-    now = [0.0]
-    b = informer.Backoff(initial=0.8, cap=30.0, jitter=0.0, reset_after=120.0, now=lambda: now[0])
-    delays = [b.next_delay() for _ in range(8)]
-    assert delays[:4] == [0.8, 1.6, 3.2, 6.4]
-    assert max(delays) == 30.0
-    now[0] += 121
-    assert b.next_delay() == 0.8
+class _OpenWatch(fakes.FakeClient):
+    """LISTs answer from the fake (or fail as told); a WATCH stays open and sends nothing."""
+
+    async def watch(
+        self, res: kclient.Resource, namespace: str | None = None, **kw: Any
+    ) -> AsyncIterator[Any]:
+        self._call("watch", res, None, namespace)
+        await asyncio.Event().wait()
+        yield {}
+
+
+async def test_the_informer_backs_off_list_failures_on_its_clock() -> None:
+    clock, client = FakeClock(), _OpenWatch()
+    client.fail("list", "configmaps", status=500, times=2)
+    inf = informer.Informer(client, resources.CONFIG_MAP, namespace="ns", resync_period=0, clock=clock)
+    inf.start()
+    waits: list[float] = []
+    try:
+        for failed in (1, 2):
+            for _ in range(3):
+                await asyncio.sleep(0)  # a scheduler yield: let the informer reach its wait
+            deadline = clock.next_deadline()
+            assert deadline is not None and clock.pending_timers() == 1
+            assert isinstance(inf.last_error, kclient.ApiError) and inf.last_error.status == 500
+            waits.append(deadline - clock.now())
+            clock.step(waits[-1] - 0.001)
+            await asyncio.sleep(0)
+            assert [c.verb for c in client.calls] == ["list"] * failed  # no retry before the deadline
+            clock.step(0.001)
+        await inf.wait_for_sync(timeout=5)  # a guard against hanging, not synchronisation
+    finally:
+        await inf.stop()
+    assert 0.8 <= waits[0] <= 1.6 and 1.6 <= waits[1] <= 3.2  # 0.8 s doubling, up to 100 % jitter
+    assert [c.verb for c in client.calls] == ["list", "list", "list", "watch"]
+    assert inf.last_error is None

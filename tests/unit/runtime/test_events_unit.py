@@ -237,3 +237,19 @@ async def test_a_deleted_event_is_recreated_with_its_series(recorder: EventRecor
     await recorder.flush()
     assert [verb for verb, _ in sink.calls] == ["create", "patch", "create"]
     assert sink.events()[0]["series"]["count"] == 2
+
+
+async def test_transient_write_failures_are_retried_after_1_2_4_seconds(
+    recorder: EventRecorder, sink: FakeSink, clock: FakeClock
+) -> None:
+    sink.failures = [ApiError(503, "ServiceUnavailable", "busy")] * 3
+    recorder.event(pod(), "Normal", "Retried", "A", "")
+    await recorder.flush()
+    for calls, wait in ((1, 1.0), (2, 2.0), (3, 4.0)):
+        clock.step(wait - 0.001)
+        await recorder.flush()
+        assert len(sink.calls) == calls  # not before the backoff has passed
+        clock.step(0.001)
+        await recorder.flush()
+    assert len(sink.calls) == 4
+    assert [e["reason"] for e in sink.events()] == ["Retried"]

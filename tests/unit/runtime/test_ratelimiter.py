@@ -6,7 +6,9 @@ import pytest
 
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.ratelimiter import (
+    Backoff,
     BucketRateLimiter,
+    Exponential,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
@@ -59,6 +61,42 @@ def test_forget_resets_backoff() -> None:
 def test_negative_delays_are_rejected() -> None:
     with pytest.raises(ValueError, match=">= 0"):
         ItemExponentialFailureRateLimiter(-1.0, 1.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        Exponential(1.0, 1.0, jitter=-0.5)
+
+
+@pytest.mark.parametrize(
+    ("rand", "expected"),
+    [(0.0, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0]), (0.5, [1.2, 2.4, 4.8, 9.6, 19.2, 30.0, 30.0])],
+    ids=["no-jitter-drawn", "half-jitter"],
+)
+def test_exponential_jitter_adds_a_share_of_the_delay_and_stays_capped(
+    rand: float, expected: list[float]
+) -> None:
+    backoff = Exponential(0.8, 30.0, jitter=1.0, rand=lambda: rand)
+    assert [backoff.delay(n) for n in range(7)] == pytest.approx(expected)
+    assert backoff.delay(10**30) == 30.0
+
+
+def test_backoff_grows_caps_and_resets_after_a_healthy_period_on_the_clock() -> None:
+    clock = FakeClock()
+    b = Backoff(0.8, 30.0, reset_after=120.0, clock=clock)
+    delays = [b.next_delay()]
+    for _ in range(7):
+        clock.step(delays[-1])  # the retry fails again right after its wait
+        delays.append(b.next_delay())
+    assert delays == pytest.approx([0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0])
+    clock.step(120.0)  # exactly reset_after since the last failure: still the same run of failures
+    assert b.next_delay() == 30.0
+    clock.step(120.1)
+    assert b.next_delay() == 0.8
+    assert b.next_delay() == 1.6
+
+
+def test_backoff_jitter_is_drawn_per_delay() -> None:
+    draws = iter([1.0, 0.0, 0.25])
+    b = Backoff(1.0, 30.0, jitter=1.0, reset_after=60.0, clock=FakeClock(), rand=lambda: next(draws))
+    assert [b.next_delay() for _ in range(3)] == pytest.approx([2.0, 2.0, 5.0])
 
 
 def test_bucket_first_burst_is_immediate_then_spaced_by_one_over_qps() -> None:

@@ -7,11 +7,12 @@ let already-runnable tasks run (a scheduler yield, never a wait for time to pass
 from __future__ import annotations
 
 import asyncio
+import datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mlops_platform.runtime.clock import FakeClock, RealClock
+from mlops_platform.runtime.clock import FakeClock, RealClock, rfc3339
 from mlops_platform.runtime.delaying_queue import DelayingQueue
 from mlops_platform.runtime.rate_limiting_queue import RateLimitingQueue
 from mlops_platform.runtime.ratelimiter import ItemExponentialFailureRateLimiter
@@ -71,6 +72,19 @@ async def test_fake_clock_cancelled_sleep_releases_its_timer() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert clock.pending_timers() == 0
+
+
+@pytest.mark.parametrize(
+    ("digits", "text"),
+    [(0, "2026-03-01T01:02:03Z"), (3, "2026-03-01T01:02:03.999Z"), (6, "2026-03-01T01:02:03.999999Z")],
+    ids=["metav1.Time", "log-line", "metav1.MicroTime"],
+)
+def test_rfc3339_is_utc_and_truncates_to_the_digits(digits: int, text: str) -> None:
+    plus_two = datetime.timezone(datetime.timedelta(hours=2))
+    t = datetime.datetime(2026, 3, 1, 3, 2, 3, 999999, tzinfo=plus_two)
+    assert rfc3339(t, digits) == text
+    with pytest.raises(ValueError, match=r"0\.\.6"):
+        rfc3339(t, 7)
 
 
 # -- Queue -----------------------------------------------------------------------------

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
+
+from mlops_platform.runtime import clock
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -21,8 +23,9 @@ class Condition:
     message: str = ""
 
 
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_rfc3339(wall: Callable[[], datetime.datetime] = clock.utcnow) -> str:
+    """The wall clock's time as a ``metav1.Time`` (whole seconds, :func:`clock.rfc3339`)."""
+    return clock.rfc3339(wall())
 
 
 def merge(

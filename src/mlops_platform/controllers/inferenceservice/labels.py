@@ -33,7 +33,8 @@ K8S_COMPONENT = "app.kubernetes.io/component"
 K8S_MANAGED_BY = "app.kubernetes.io/managed-by"
 K8S_PART_OF = "app.kubernetes.io/part-of"
 
-MANAGER = "mlops-platform"
+#: app.kubernetes.io/managed-by: the operator, named as in the field manager of its writes
+MANAGER = v1alpha1.FIELD_MANAGER
 PART_OF = "mlops-platform"
 PREDICTOR = "predictor"
 #: app.kubernetes.io/component of children of the whole InferenceService (PrometheusRule, ...)

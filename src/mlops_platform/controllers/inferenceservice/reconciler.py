@@ -39,7 +39,6 @@ from mlops_platform.runtime.reconcile import Request, Result, TerminalError
 
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 ISVC = api.RESOURCE
-FIELD_MANAGER = labels.MANAGER
 HASH_ANNOTATION = "mlops.platform/desired-hash"
 Obj = dict[str, Any]
 
@@ -90,7 +89,7 @@ class InferenceServiceReconciler:
         self.kinds = optional_kinds
         self.ctx = ctx
         self.syncer = childsync.ChildSyncer(
-            client, field_manager=FIELD_MANAGER, hash_annotation=HASH_ANNOTATION
+            client, field_manager=labels.MANAGER, hash_annotation=HASH_ANNOTATION
         )
 
     async def reconcile(self, request: Request) -> Result:
@@ -220,7 +219,7 @@ class InferenceServiceReconciler:
             "metadata": {"name": objects.name(raw), "namespace": objects.namespace(raw)},
             "status": {**new, "lastReconcileTime": conditions.now_rfc3339()},
         }
-        await self.client.apply(ISVC, body, field_manager=FIELD_MANAGER, force=True, subresource="status")
+        await self.client.apply(ISVC, body, field_manager=labels.MANAGER, force=True, subresource="status")
         return True
 
     async def _invalid(self, raw: Obj, message: str) -> None:
