@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import subprocess
+import functools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.controllers.inferenceservice import controller, labels
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.deploy import rbac as deploy_rbac
-from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import objects, rbac, resources
-from mlops_platform.testing import identity, plugin, stages, wait
+from mlops_platform.runtime import rbac, resources
+from mlops_platform.testing import identity, isvc, plugin, probes, stages, wait
 
 ISVC = crd.RESOURCE
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
@@ -41,7 +40,11 @@ async def operator_env(
     """The operator, in this process, with leader election, authenticated as its ServiceAccount bound
     ONLY to the roles generated from the code's permission declarations: the real RBAC authorizer
     checks every call. Cluster mode: ClusterRole, all namespaces. Namespaced mode: Roles in one
-    namespace, which it watches (and holds its Lease in); the whole suite runs in it."""
+    namespace, which it watches (and holds its Lease in); the whole suite runs in it.
+
+    Its teardown, after every test of the module with this operator (whatever their order), checks
+    the requests the operator made: see :func:`_check_requests`. A violation is an error at teardown
+    (which fails the run)."""
     await crd.install(admin_client)
     suffix = uuid.uuid4().hex[:6]
     op_ns = f"mlops-e2e-{request.param[:2]}-{suffix}"
@@ -68,11 +71,48 @@ async def operator_env(
     task = asyncio.create_task(mgr.run())
     await wait.until(lambda: mgr.is_ready(), timeout=60, what="operator ready (synced and leading)")
     yield Operator(mgr, watch)
-    mgr.stop()
-    await asyncio.wait_for(task, 60)
-    await c.close()
-    await identity.delete_objects(admin_client, [o for o in rbac_objs if "namespace" not in o["metadata"]])
-    await admin_client.delete(resources.NAMESPACE, op_ns)
+    try:
+        mgr.stop()
+        await asyncio.wait_for(task, 60)
+    finally:
+        await c.close()
+        await identity.delete_objects(
+            admin_client, [o for o in rbac_objs if "namespace" not in o["metadata"]]
+        )
+        await admin_client.delete(resources.NAMESPACE, op_ns)
+    _check_requests(c, every_test_ran=_every_test_ran(request))
+
+
+def _every_test_ran(request: pytest.FixtureRequest) -> bool:
+    """Whether every test of this module was selected with this operator (not a ``-k`` subset)."""
+    module = request.module
+    tests = {name for name in vars(module) if name.startswith("test_")}
+    selected = {
+        item.originalname
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is module
+        and item.callspec.params.get("operator_env") == request.param
+    }
+    return selected == tests
+
+
+def _check_requests(c: kclient.Client, *, every_test_ran: bool) -> None:
+    """Every request the operator made (as its ServiceAccount) was covered by the declared (and
+    generated) rules and none was denied; when the whole module ran, every declared rule was used."""
+    rules = deploy_rbac.declared_rules()
+    made = sorted({(verb, res) for (verb, res, _code) in c.requests})
+    assert made, "the operator made no request?"
+    uncovered = [(verb, res) for verb, res in made if not rbac.covers(rules, verb, res)]
+    assert uncovered == [], f"requests not covered by the declared RBAC: {uncovered}"
+    assert not any(k[2] == 401 for k in c.requests)
+    # 403s other than RBAC ("namespace is being terminated" while a test namespace goes away) are fine
+    denied = [m for m in c.forbidden if " cannot " in m and " resource " in m]
+    assert denied == [], f"requests denied under the generated RBAC: {denied[:3]}"
+    if every_test_ran:  # every declared rule was exercised by the suite (no dead permission)
+        used = {res for _, res in made}
+        unused = [r.name for r in rules if r.name not in used]
+        assert unused == [], f"declared but never used in the e2e suite: {unused}"
 
 
 @pytest.fixture
@@ -93,52 +133,40 @@ async def namespace(
         yield ns
 
 
-def _isvc(name: str, **spec: Any) -> dict[str, Any]:
-    base = {"modelUri": "s3://models/m/1", "framework": "torchserve", "minReplicas": 1, "maxReplicas": 1}
-    return {
-        "apiVersion": "mlops.platform/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": name},
-        "spec": {**base, **spec},
-    }
+_isvc = functools.partial(
+    isvc.manifest, modelUri="s3://models/m/1", framework="torchserve", minReplicas=1, maxReplicas=1
+)
 
 
 async def _get(c: kclient.Client, ns: str, name: str) -> dict[str, Any]:
     return await c.get(ISVC, name, ns)
 
 
-def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return objects.condition(obj, type_) or {}
+async def _ready_with(c: kclient.Client, ns: str, name: str, **status: Any) -> bool:
+    """Whether ``name`` is Ready with these ``status`` fields."""
+    obj = await _get(c, ns, name)
+    st = obj.get("status") or {}
+    return probes.condition(obj, "Ready").get("status") == "True" and all(
+        st.get(k) == v for k, v in status.items()
+    )
+
+
+async def _create_ready(c: kclient.Client, ns: str, name: str, **spec: Any) -> dict[str, Any]:
+    """Create ``name`` (this module's defaults and ``spec``) and wait until it is Ready."""
+    await c.create(ISVC, _isvc(name, **spec), ns)
+    return await _wait_cond(c, ns, name, "Ready", "True")
 
 
 async def _wait_cond(
     c: kclient.Client, ns: str, name: str, type_: str, status: str, reason: str | None = None
 ) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        obj = await _get(c, ns, name)
-        cond = _cond(obj, type_)
-        ok = cond.get("status") == status and (reason is None or cond.get("reason") == reason)
-        ok = ok and (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
-        return obj if ok else None
-
-    return await wait.until(probe, timeout=90, what=f"{name} {type_}={status} {reason or ''}")
-
-
-async def _exists(c: kclient.Client, res: kclient.Resource, ns: str, name: str) -> bool:
-    try:
-        await c.get(res, name, ns)
-        return True
-    except kclient.ApiError as e:
-        if e.not_found:
-            return False
-        raise
+    return await wait.for_condition(c, ISVC, ns, name, type_, status, reason, timeout=90)
 
 
 async def test_create_becomes_ready_with_url_and_children(
     admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
-    await admin_client.create(ISVC, _isvc("web", minReplicas=2, maxReplicas=2, port=8085), namespace)
-    await _wait_cond(admin_client, namespace, "web", "Ready", "True")
+    await _create_ready(admin_client, namespace, "web", minReplicas=2, maxReplicas=2, port=8085)
 
     async def all_ready() -> dict[str, Any] | None:
         obj = await _get(admin_client, namespace, "web")
@@ -150,16 +178,18 @@ async def test_create_becomes_ready_with_url_and_children(
     assert st["readyReplicas"] == 2
     assert st["replicasSummary"] == "2/2"
     assert st["activeVersion"] == "s3://models/m/1"
-    assert _cond(obj, "Reconciled")["status"] == "True"
+    assert probes.condition(obj, "Reconciled")["status"] == "True"
     for t in ("DeploymentAvailable", "ServiceReady", "AutoscalerReady"):
-        assert _cond(obj, t)["status"] == "True", (t, _cond(obj, t))
+        assert probes.condition(obj, t)["status"] == "True", (t, probes.condition(obj, t))
     dep = await admin_client.get(resources.DEPLOYMENT, "web-predictor", namespace)
     owner = dep["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "InferenceService"
     assert owner["controller"] is True
-    assert await _exists(admin_client, resources.SERVICE, namespace, "web-predictor")
-    assert not await _exists(admin_client, resources.HPA, namespace, "web-predictor")  # min == max
-    pods = (await admin_client.list(resources.POD, namespace))["items"]
+    assert await probes.exists(admin_client, resources.SERVICE, namespace, "web-predictor")
+    assert not await probes.exists(admin_client, resources.HPA, namespace, "web-predictor")  # min == max
+    # the service's pods, whatever else shares the namespace (namespaced mode: the whole suite)
+    of_web = f"{labels.INFERENCESERVICE}=web"
+    pods = (await admin_client.list(resources.POD, namespace, label_selector=of_web))["items"]
     assert len(pods) == 2
 
     async def created_events() -> list[str] | None:
@@ -180,7 +210,7 @@ async def test_create_becomes_ready_with_url_and_children(
 
 
 async def test_crashloop_makes_ready_false_with_the_reason(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kube_cluster: Path
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kubectl: plugin.Kubectl
 ) -> None:
     stage = stages.crashloop_stage(
         f"crash-{namespace}", namespace, "mlops.platform/inferenceservice", "crashy"
@@ -190,10 +220,11 @@ async def test_crashloop_makes_ready_false_with_the_reason(
     try:
         await admin_client.create(ISVC, _isvc("crashy"), namespace)
         obj = await _wait_cond(admin_client, namespace, "crashy", "Ready", "False", "CrashLoopBackOff")
-        assert "CrashLoopBackOff" in _cond(obj, "Ready")["message"]
+        assert "CrashLoopBackOff" in probes.condition(obj, "Ready")["message"]
         assert "url" not in obj["status"]
         # visible in `kubectl get isvc` (the Reason printer column)
-        out = _kubectl(kube_cluster, ["get", "isvc", "crashy", "-n", namespace])
+        rc, out, err = await kubectl("get", "isvc", "crashy", "-n", namespace)
+        assert rc == 0, err
         assert "CrashLoopBackOff" in out, out
     finally:
         await admin_client.delete(stage_res, stage["metadata"]["name"])
@@ -205,44 +236,38 @@ async def test_a_port_the_runtime_binds_itself_is_an_invalid_spec_not_a_crashloo
     # Triton binds gRPC on 8001: as spec.port its pods could never start
     await admin_client.create(ISVC, _isvc("clash", framework="triton", port=8001), namespace)
     obj = await _wait_cond(admin_client, namespace, "clash", "Ready", "False", "InvalidSpec")
-    assert "spec.port" in _cond(obj, "Ready")["message"]
-    assert not await _exists(admin_client, resources.DEPLOYMENT, namespace, "clash-predictor")
+    assert "spec.port" in probes.condition(obj, "Ready")["message"]
+    assert not await probes.exists(admin_client, resources.DEPLOYMENT, namespace, "clash-predictor")
 
 
 async def test_model_change_rolls_out_and_active_version_follows(
     admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
-    await admin_client.create(ISVC, _isvc("roll", minReplicas=2, maxReplicas=2), namespace)
-    await _wait_cond(admin_client, namespace, "roll", "Ready", "True")
+    await _create_ready(admin_client, namespace, "roll", minReplicas=2, maxReplicas=2)
     await admin_client.patch(ISVC, "roll", {"spec": {"modelUri": "s3://models/m/2"}}, namespace=namespace)
 
-    async def rolled() -> bool:
-        obj = await _get(admin_client, namespace, "roll")
-        return (obj.get("status") or {}).get("activeVersion") == "s3://models/m/2" and _cond(
-            obj, "Ready"
-        ).get("status") == "True"
-
-    await wait.until(rolled, timeout=90, what="activeVersion follows the rollout")
+    await wait.until(
+        lambda: _ready_with(admin_client, namespace, "roll", activeVersion="s3://models/m/2"),
+        timeout=90,
+        what="activeVersion follows the rollout",
+    )
     dep = await admin_client.get(resources.DEPLOYMENT, "roll-predictor", namespace)
     envs = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert envs["MODEL_URI"] == "s3://models/m/2"
 
 
 async def test_kubectl_scale_replicas_follow_and_hpa_only_when_min_below_max(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kube_cluster: Path
+    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kubectl: plugin.Kubectl
 ) -> None:
-    await admin_client.create(ISVC, _isvc("sc", minReplicas=1, maxReplicas=5), namespace)
-    await _wait_cond(admin_client, namespace, "sc", "Ready", "True")
-    assert await _exists(admin_client, resources.HPA, namespace, "sc-predictor")  # min < max
+    await _create_ready(admin_client, namespace, "sc", minReplicas=1, maxReplicas=5)
+    assert await probes.exists(admin_client, resources.HPA, namespace, "sc-predictor")  # min < max
 
     # kubectl scale moves spec.minReplicas (the scale subresource); the HPA floor follows
-    _kubectl(kube_cluster, ["scale", "isvc", "sc", "-n", namespace, "--replicas=3"])
+    rc, _, err = await kubectl("scale", "isvc", "sc", "-n", namespace, "--replicas=3")
+    assert rc == 0, err
 
-    async def ready_replicas(n: int) -> bool:
-        obj = await _get(admin_client, namespace, "sc")
-        return (obj.get("status") or {}).get("readyReplicas") == n and _cond(obj, "Ready").get(
-            "status"
-        ) == "True"
+    def ready_replicas(n: int) -> Awaitable[bool]:
+        return _ready_with(admin_client, namespace, "sc", readyReplicas=n)
 
     await wait.until(lambda: ready_replicas(3), timeout=90, what="3 replicas after kubectl scale")
     hpa = await admin_client.get(resources.HPA, "sc-predictor", namespace)
@@ -251,7 +276,7 @@ async def test_kubectl_scale_replicas_follow_and_hpa_only_when_min_below_max(
     # min == max: fixed size, no HPA, the Deployment is sized by the operator
     await admin_client.patch(ISVC, "sc", {"spec": {"minReplicas": 2, "maxReplicas": 2}}, namespace=namespace)
     await wait.until(
-        lambda: _absent(admin_client, resources.HPA, namespace, "sc-predictor"), what="HPA removed"
+        lambda: probes.absent(admin_client, resources.HPA, namespace, "sc-predictor"), what="HPA removed"
     )
     await wait.until(lambda: ready_replicas(2), timeout=90, what="2 replicas at min == max")
 
@@ -261,18 +286,13 @@ async def test_kubectl_scale_replicas_follow_and_hpa_only_when_min_below_max(
     assert "url" not in obj["status"]
     dep = await admin_client.get(resources.DEPLOYMENT, "sc-predictor", namespace)
     assert dep["spec"]["replicas"] == 0
-    assert not await _exists(admin_client, resources.HPA, namespace, "sc-predictor")
-
-
-async def _absent(c: kclient.Client, res: kclient.Resource, ns: str, name: str) -> bool:
-    return not await _exists(c, res, ns, name)
+    assert not await probes.exists(admin_client, resources.HPA, namespace, "sc-predictor")
 
 
 async def test_drift_is_repaired_and_delete_cascades(
     admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
-    await admin_client.create(ISVC, _isvc("drift", minReplicas=1, maxReplicas=3), namespace)
-    await _wait_cond(admin_client, namespace, "drift", "Ready", "True")
+    await _create_ready(admin_client, namespace, "drift", minReplicas=1, maxReplicas=3)
     uid = (await admin_client.get(resources.DEPLOYMENT, "drift-predictor", namespace))["metadata"]["uid"]
     await admin_client.delete(resources.DEPLOYMENT, "drift-predictor", namespace)
 
@@ -299,7 +319,8 @@ async def test_drift_is_repaired_and_delete_cascades(
     await admin_client.delete(ISVC, "drift", namespace, propagation_policy="Background")
     for res in (resources.DEPLOYMENT, resources.SERVICE, resources.HPA):
         await wait.until(
-            lambda res=res: _absent(admin_client, res, namespace, "drift-predictor"), what=f"{res.kind} GC"
+            lambda res=res: probes.absent(admin_client, res, namespace, "drift-predictor"),
+            what=f"{res.kind} GC",
         )
 
 
@@ -308,9 +329,8 @@ async def test_steady_state_makes_no_writes(
 ) -> None:
     """Every child kind present (Deployment, Service, HPA, NetworkPolicy, PrometheusRule,
     ServiceMonitor): 500 reconciles write nothing."""
-    calm = _isvc("calm", minReplicas=2, maxReplicas=4, extensions={"networkPolicy": {"enabled": True}})
-    await admin_client.create(ISVC, calm, namespace)
-    await _wait_cond(admin_client, namespace, "calm", "Ready", "True")
+    policy_on = {"networkPolicy": {"enabled": True}}
+    await _create_ready(admin_client, namespace, "calm", minReplicas=2, maxReplicas=4, extensions=policy_on)
     await _wait_cond(admin_client, namespace, "calm", "MonitoringReady", "True", "MonitoringConfigured")
     for res, name in (
         (resources.HPA, "calm-predictor"),
@@ -318,7 +338,7 @@ async def test_steady_state_makes_no_writes(
         (PROMETHEUS_RULE, "calm"),
         (SERVICE_MONITOR, "calm"),
     ):
-        assert await _exists(admin_client, res, namespace, name), (res.kind, name)
+        assert await probes.exists(admin_client, res, namespace, name), (res.kind, name)
     ctrl = operator.controllers[0]
     await wait.until(lambda: ctrl.queue.len() == 0, what="queue idle")
     from mlops_platform.runtime.reconcile import Request
@@ -358,7 +378,7 @@ async def test_monitoring_children_are_accepted_and_follow_the_spec(
     obj = await _wait_cond(admin_client, namespace, "mon", "MonitoringReady", "True", "MonitoringDisabled")
     for res in (PROMETHEUS_RULE, SERVICE_MONITOR):
         await wait.until(
-            lambda res=res: _absent(admin_client, res, namespace, "mon"), what=f"{res.kind} deleted"
+            lambda res=res: probes.absent(admin_client, res, namespace, "mon"), what=f"{res.kind} deleted"
         )
 
 
@@ -382,7 +402,7 @@ async def test_network_policy_selects_exactly_the_predictor_pods_of_its_service(
     await _wait_cond(admin_client, namespace, "np", "Ready", "True")
     await _wait_cond(admin_client, namespace, "np2", "Ready", "True")
     policy = await admin_client.get(resources.NETWORK_POLICY, "np", namespace)
-    assert not await _exists(admin_client, resources.NETWORK_POLICY, namespace, "np2")  # opt-in
+    assert not await probes.exists(admin_client, resources.NETWORK_POLICY, namespace, "np2")  # opt-in
     match = policy["spec"]["podSelector"]["matchLabels"]
     selected = await admin_client.list(
         resources.POD, namespace, label_selector=",".join(f"{k}={v}" for k, v in match.items())
@@ -407,29 +427,3 @@ async def test_network_policy_selects_exactly_the_predictor_pods_of_its_service(
 
 def _writes(c: kclient.Client) -> int:
     return sum(n for (verb, _, _), n in c.requests.items() if verb in WRITE_VERBS)
-
-
-def _kubectl(kubeconfig: Path, args: list[str]) -> str:
-    kubectl = binaries.find(build=False)["kubectl"]
-    out = subprocess.run(
-        [str(kubectl), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, check=True
-    )
-    return out.stdout
-
-
-async def test_every_request_was_declared_and_allowed(operator: rmanager.Manager) -> None:
-    """Runs last in this module: the whole suite's requests, as the ServiceAccount, were covered by
-    the declared (and generated) rules, and none was denied."""
-    rules = deploy_rbac.declared_rules()
-    made = sorted({(verb, res) for (verb, res, _code) in operator.client.requests})
-    assert made, "the operator made no request?"
-    uncovered = [(verb, res) for verb, res in made if not rbac.covers(rules, verb, res)]
-    assert uncovered == [], f"requests not covered by the declared RBAC: {uncovered}"
-    assert not any(k[2] == 401 for k in operator.client.requests)
-    # 403s other than RBAC ("namespace is being terminated" while a test namespace goes away) are fine
-    denied = [m for m in operator.client.forbidden if " cannot " in m and " resource " in m]
-    assert denied == [], f"requests denied under the generated RBAC: {denied[:3]}"
-    # every declared rule was exercised by the suite (no dead permission)
-    used = {res for _, res in made}
-    unused = [r.name for r in rules if r.name not in used]
-    assert unused == [], f"declared but never used in the e2e suite: {unused}"

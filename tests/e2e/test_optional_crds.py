@@ -21,10 +21,10 @@ from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import crds
-from mlops_platform.runtime import apiextensions, objects
+from mlops_platform.runtime import apiextensions
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
-from mlops_platform.testing import wait
+from mlops_platform.testing import isvc, probes, wait
 
 ISVC = crd.RESOURCE
 KINDS = (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR)
@@ -48,27 +48,8 @@ async def _is_ready(port: int) -> bool:
     return await _readyz(port) == 200
 
 
-def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return objects.condition(obj, type_) or {}
-
-
 async def _condition(c: kclient.Client, ns: str, type_: str, status: str, reason: str) -> dict[str, Any]:
-    async def probe() -> dict[str, Any] | None:
-        obj = await c.get(ISVC, "mon", ns)
-        cond = _cond(obj, type_)
-        return obj if (cond.get("status"), cond.get("reason")) == (status, reason) else None
-
-    return await wait.until(probe, timeout=60, what=f"{type_}={status}/{reason}")
-
-
-async def _exists(c: kclient.Client, res: kclient.Resource, ns: str, name: str) -> bool:
-    try:
-        await c.get(res, name, ns)
-    except kclient.ApiError as e:
-        if e.not_found:
-            return False
-        raise
-    return True
+    return await wait.for_condition(c, ISVC, ns, "mon", type_, status, reason, timeout=60)
 
 
 @pytest.fixture
@@ -95,7 +76,7 @@ async def test_monitoring_crds_absent_then_installed_then_removed_without_a_rest
         started = time.monotonic()
         task = asyncio.create_task(mgr.run())
         try:
-            await wait.until(lambda: mgr.health_port, timeout=10, what="probe server up")
+            await wait.until(lambda: mgr.health_port, timeout=30, what="probe server up")
             port = mgr.health_port
             assert port is not None
             await wait.until(lambda: _is_ready(port), timeout=30, what="/readyz 200")
@@ -104,16 +85,17 @@ async def test_monitoring_crds_absent_then_installed_then_removed_without_a_rest
             print(f"\n/readyz 200 {ready_after:.2f}s after start without the monitoring CRDs")
             assert ready_after < READY_WITHIN
 
-            spec = {"modelUri": "s3://models/m/1", "framework": "triton", "minReplicas": 1, "maxReplicas": 1}
-            body = {"apiVersion": ISVC.api_version, "kind": "InferenceService", "metadata": {"name": "mon"}}
-            await admin_client.create(ISVC, {**body, "spec": spec}, namespace)
+            mon = isvc.manifest(
+                "mon", modelUri="s3://models/m/1", framework="triton", minReplicas=1, maxReplicas=1
+            )
+            await admin_client.create(ISVC, mon, namespace)
             obj = await _condition(admin_client, namespace, "MonitoringReady", "False", "CRDNotInstalled")
             assert (
-                _cond(obj, "MonitoringReady")["message"]
+                probes.condition(obj, "MonitoringReady")["message"]
                 == "monitoring.coreos.com PrometheusRule is not installed"
             )
             obj = await _condition(admin_client, namespace, "Ready", "True", "Serving")
-            assert _cond(obj, "Reconciled")["status"] == "True"
+            assert probes.condition(obj, "Reconciled")["status"] == "True"
 
             # absent kinds cost nothing: no request for them, and (almost) none at all at rest
             await wait.until(lambda: mgr.controllers[0].queue.len() == 0, what="queue idle")
@@ -133,7 +115,7 @@ async def test_monitoring_crds_absent_then_installed_then_removed_without_a_rest
             for kind in KINDS:
                 res = kind.resource()
                 await wait.until(
-                    lambda res=res: _exists(admin_client, res, namespace, "mon"),
+                    lambda res=res: probes.exists(admin_client, res, namespace, "mon"),
                     timeout=30,
                     what=f"{res.kind} created",
                 )
@@ -144,7 +126,7 @@ async def test_monitoring_crds_absent_then_installed_then_removed_without_a_rest
 
             await apiextensions.uninstall(admin_client, NAMES)
             obj = await _condition(admin_client, namespace, "MonitoringReady", "False", "CRDNotInstalled")
-            assert _cond(obj, "Ready")["status"] == "True"
+            assert probes.condition(obj, "Ready")["status"] == "True"
             await wait.until(
                 lambda: not any(mgr.cache.has_informer(k.resource()) for k in KINDS),
                 what="optional informers stopped",

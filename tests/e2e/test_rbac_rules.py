@@ -27,8 +27,8 @@ from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import cache as rcache
 from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import objects, resources
-from mlops_platform.testing import identity, wait
+from mlops_platform.runtime import resources
+from mlops_platform.testing import identity, isvc, probes, wait
 
 ISVC = crd.RESOURCE
 
@@ -100,23 +100,11 @@ async def _start_case(admin: kclient.Client, kubeconfig: Path, rule_name: str) -
     )
     controller.setup(mgr, workers=2)
     task = asyncio.create_task(mgr.run())
-    spec = {
-        "modelUri": "s3://m/1",
-        "framework": "seldon",
-        "minReplicas": 1,
-        "maxReplicas": 2,
-        "extensions": {"networkPolicy": {"enabled": True}},  # every child kind is exercised
-    }
-    await admin.create(
-        ISVC,
-        {
-            "apiVersion": "mlops.platform/v1alpha1",
-            "kind": "InferenceService",
-            "metadata": {"name": "m"},
-            "spec": spec,
-        },
-        ns,
+    every_child = {"networkPolicy": {"enabled": True}}  # every child kind is exercised
+    m = isvc.manifest(
+        "m", modelUri="s3://m/1", framework="seldon", minReplicas=1, maxReplicas=2, extensions=every_child
     )
+    await admin.create(ISVC, m, ns)
     return Case(rule_name, ns, mgr, task, objs)
 
 
@@ -140,7 +128,7 @@ def test_every_generated_rule_has_a_case() -> None:
 
 async def _reconciled(admin: kclient.Client, ns: str) -> dict[str, Any]:
     obj = await admin.get(ISVC, "m", ns)
-    return objects.condition(obj, "Reconciled") or {}
+    return probes.condition(obj, "Reconciled")
 
 
 async def _event_notes(admin: kclient.Client, ns: str, reason: str) -> list[str]:

@@ -1,1 +1,2 @@
-"""Test helpers shipped with the package: cluster fixtures (pytest plugin), namespace helpers."""
+"""Test helpers shipped with the package: cluster fixtures (pytest plugin), namespace helpers, waits
+(``wait``), object probes (``probes``), the InferenceService manifest factory (``isvc``), fakes."""

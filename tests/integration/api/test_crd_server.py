@@ -6,7 +6,6 @@ apply) and left installed. Every test works in its own namespace.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -14,28 +13,14 @@ import pytest
 from mlops_platform.api import crd, v1alpha1
 from mlops_platform.runtime import resources
 from mlops_platform.runtime.client import JSON, ApiError, Client
-from mlops_platform.testing import plugin, wait
+from mlops_platform.testing import isvc, plugin, wait
 
 ISVC = crd.RESOURCE
 Kubectl = plugin.Kubectl
 
 
 def manifest(name: str = "model", **spec: Any) -> JSON:
-    return {
-        "apiVersion": v1alpha1.API_VERSION,
-        "kind": v1alpha1.KIND,
-        "metadata": {"name": name},
-        "spec": {"modelUri": "s3://models/resnet/1", "framework": "torchserve", **spec},
-    }
-
-
-def without(obj: JSON, *path: str) -> JSON:
-    out = copy.deepcopy(obj)
-    target = out
-    for key in path[:-1]:
-        target = target[key]
-    del target[path[-1]]
-    return out
+    return isvc.manifest(name, **{"modelUri": "s3://models/resnet/1", "framework": "torchserve", **spec})
 
 
 async def create_strict(client: Client, namespace: str, obj: JSON) -> JSON:
@@ -83,9 +68,9 @@ async def test_a_valid_manifest_is_accepted_and_defaulted(
     assert spec["traffic"] == {"canaryPercent": 0}
     assert spec["resources"] == {"cpuRequest": 1, "cpuLimit": "1500m", "memoryLimit": "2Gi"}
     assert spec["extensions"] == {"future": {"knob": [1, "two"]}}
-    isvc = v1alpha1.from_dict(await admin_client.get(ISVC, "model", namespace))
-    assert isvc.spec.resources == v1alpha1.Resources(cpu_request="1", cpu_limit="1500m", memory_limit="2Gi")
-    assert (isvc.namespace, isvc.generation) == (namespace, 1)
+    served = v1alpha1.from_dict(await admin_client.get(ISVC, "model", namespace))
+    assert served.spec.resources == v1alpha1.Resources(cpu_request="1", cpu_limit="1500m", memory_limit="2Gi")
+    assert (served.namespace, served.generation) == (namespace, 1)
 
 
 VALID = manifest()
@@ -102,9 +87,9 @@ INVALID: list[tuple[str, JSON, int, tuple[str, ...]]] = [
     ),
     ("model-uri-scheme", manifest(modelUri="ftp://host/m"), 422, ("spec.modelUri", "should match")),
     ("model-uri-too-long", manifest(modelUri="s3://" + "a" * 2044), 422, ("spec.modelUri", "Too long")),
-    ("missing-model-uri", without(VALID, "spec", "modelUri"), 422, ("spec.modelUri: Required value",)),
-    ("missing-framework", without(VALID, "spec", "framework"), 422, ("spec.framework: Required value",)),
-    ("missing-spec", without(VALID, "spec"), 422, ("spec: Required value",)),
+    ("missing-model-uri", isvc.without(VALID, "spec", "modelUri"), 422, ("spec.modelUri: Required value",)),
+    ("missing-framework", isvc.without(VALID, "spec", "framework"), 422, ("spec.framework: Required value",)),
+    ("missing-spec", isvc.without(VALID, "spec"), 422, ("spec: Required value",)),
     (
         "min-replicas-negative",
         manifest(minReplicas=-1),
@@ -309,12 +294,7 @@ async def test_the_crd_is_cluster_scoped(installed: JSON, admin_client: Client) 
 async def test_names_longer_than_53_characters_are_rejected(admin_client: Client, namespace: str) -> None:
     """Children are named <name>-predictor and carry the name in label values (63 characters max)."""
     await crd.install(admin_client)
-    body = {
-        "apiVersion": "mlops.platform/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": "n" * 54},
-        "spec": {"modelUri": "s3://m/1", "framework": "triton"},
-    }
+    body = isvc.manifest("n" * 54, modelUri="s3://m/1", framework="triton")
     with pytest.raises(ApiError) as e:
         await admin_client.create(crd.RESOURCE, body, namespace)
     assert e.value.status == 422

@@ -19,6 +19,7 @@ import yaml
 from mlops_platform import api
 from mlops_platform.controllers.inferenceservice import alerts
 from mlops_platform.devcluster import binaries
+from mlops_platform.testing.isvc import manifest
 
 NS, NAME, DEP = "ml", "bert", "bert-predictor"
 FRAMEWORKS = ("triton", "seldon", "torchserve")
@@ -187,6 +188,12 @@ def at(time: str, groups: list[Obj], firing: Mapping[str, Obj] | None = None) ->
     ]
 
 
+def fires_between(groups: list[Obj], silent: str, firing: str, alert: str, expected: Obj) -> list[Obj]:
+    """Checks that every alert is silent at ``silent`` and only ``alert`` fires (as ``expected``) at
+    ``firing``, one evaluation later: it fires once held for its ``for``, not earlier."""
+    return [*at(silent, groups), *at(firing, groups, {alert: expected})]
+
+
 def run(
     promtool: Path, tmp_path: Path, groups: list[Obj], input_series: list[Obj], checks: list[Obj]
 ) -> None:
@@ -229,7 +236,7 @@ def test_high_error_ratio_fires_once_held_for_its_for(promtool: Path, tmp_path: 
     # 10% of requests fail from minute 0; rate() has two samples at 1m, so it holds from 1m
     series_ = traffic(framework, ok=90, failed=10, seconds=0.1) + HEALTHY_REPLICAS
     error = fired(groups, alerts.HIGH_ERROR_RATIO, "10%")
-    checks = [*at("5m", groups), *at("6m", groups, {alerts.HIGH_ERROR_RATIO: error})]
+    checks = fires_between(groups, "5m", "6m", alerts.HIGH_ERROR_RATIO, error)
     run(promtool, tmp_path, groups, series_, [*checks, *at("20m", groups, {alerts.HIGH_ERROR_RATIO: error})])
 
 
@@ -253,13 +260,8 @@ def test_all_requests_failing_fires_before_any_success_is_counted(
     groups = groups_for(framework)
     series_ = traffic(framework, ok=0, failed=20, seconds=0.1, success_series=False) + HEALTHY_REPLICAS
     error = fired(groups, alerts.HIGH_ERROR_RATIO, "100%")
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        [*at("5m", groups), *at("6m", groups, {alerts.HIGH_ERROR_RATIO: error})],
-    )
+    checks = fires_between(groups, "5m", "6m", alerts.HIGH_ERROR_RATIO, error)
+    run(promtool, tmp_path, groups, series_, checks)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -269,13 +271,7 @@ def test_high_latency_fires_once_held_for_its_for(promtool: Path, tmp_path: Path
     # Triton and TorchServe: the mean (2s); MLServer: the REST p95 interpolated in (1, 2.5]
     value = "2.425s" if framework == "seldon" else "2s"
     slow = fired(groups, alerts.HIGH_LATENCY, value)
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        [*at("5m", groups), *at("6m", groups, {alerts.HIGH_LATENCY: slow})],
-    )
+    run(promtool, tmp_path, groups, series_, fires_between(groups, "5m", "6m", alerts.HIGH_LATENCY, slow))
 
 
 def test_mlserver_latency_fires_on_the_rest_p95_when_the_mean_is_fine(promtool: Path, tmp_path: Path) -> None:
@@ -297,13 +293,7 @@ def test_mlserver_latency_of_grpc_only_traffic_is_the_mean(promtool: Path, tmp_p
     groups = groups_for("seldon")
     series_ = traffic("seldon", ok=60, failed=0, seconds=2.0, rest=False) + HEALTHY_REPLICAS
     high = fired(groups, alerts.HIGH_LATENCY, "2s")
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        [*at("5m", groups), *at("6m", groups, {alerts.HIGH_LATENCY: high})],
-    )
+    run(promtool, tmp_path, groups, series_, fires_between(groups, "5m", "6m", alerts.HIGH_LATENCY, high))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -343,13 +333,8 @@ def test_thresholds_and_for_come_from_the_settings(promtool: Path, tmp_path: Pat
     run(promtool, tmp_path / "below", groups, below, at("30m", groups))
     worse = traffic(framework, ok=70, failed=30, seconds=0.1) + HEALTHY_REPLICAS  # 30% > 20%
     error = fired(groups, alerts.HIGH_ERROR_RATIO, "30%")
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        worse,
-        [*at("10m", groups), *at("11m", groups, {alerts.HIGH_ERROR_RATIO: error})],
-    )
+    checks = fires_between(groups, "10m", "11m", alerts.HIGH_ERROR_RATIO, error)
+    run(promtool, tmp_path, groups, worse, checks)
 
 
 # -- replica alerts --------------------------------------------------------------------------------
@@ -359,7 +344,7 @@ def test_thresholds_and_for_come_from_the_settings(promtool: Path, tmp_path: Pat
 def test_no_ready_replica_fires_once_held_for_its_for(promtool: Path, tmp_path: Path, framework: str) -> None:
     groups = groups_for(framework, min_replicas=2)
     none = fired(groups, alerts.NO_READY_REPLICA, "0")
-    checks = [*at("4m", groups), *at("5m", groups, {alerts.NO_READY_REPLICA: none})]
+    checks = fires_between(groups, "4m", "5m", alerts.NO_READY_REPLICA, none)
     # below minReplicas but zero is the no-replica alert only, even after below_min_for
     checks += at("30m", groups, {alerts.NO_READY_REPLICA: none})
     run(promtool, tmp_path, groups, replicas(available=0, wanted=2), checks)
@@ -379,7 +364,7 @@ def test_below_min_replicas_fires_once_held_for_below_min_for(
 ) -> None:
     groups = groups_for(framework, min_replicas=3)
     below = fired(groups, alerts.BELOW_MIN_REPLICAS, "1")
-    checks = [*at("14m", groups), *at("15m", groups, {alerts.BELOW_MIN_REPLICAS: below})]
+    checks = fires_between(groups, "14m", "15m", alerts.BELOW_MIN_REPLICAS, below)
     run(promtool, tmp_path, groups, replicas(available=1, wanted=3), checks)
 
 
@@ -452,16 +437,8 @@ FIELD = "spec.extensions.monitoring.alerts"
 def test_bad_overrides_are_rejected_where_they_are_decoded_naming_the_field(
     raw: Any, field: str | None
 ) -> None:
-    obj = {
-        "apiVersion": "mlops.platform/v1alpha1",
-        "kind": "InferenceService",
-        "metadata": {"name": "m", "namespace": "ml"},
-        "spec": {
-            "modelUri": "s3://m/1",
-            "framework": "triton",
-            "extensions": {"monitoring": {"alerts": raw}},
-        },
-    }
+    extensions = {"monitoring": {"alerts": raw}}
+    obj = manifest("m", namespace="ml", modelUri="s3://m/1", framework="triton", extensions=extensions)
     with pytest.raises(api.ValidationError) as err:
         api.decode(obj)
     assert (f"{FIELD}.{field}" if field else FIELD) in str(err.value)

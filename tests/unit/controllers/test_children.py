@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from mlops_platform import api
-from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import children, labels
 from mlops_platform.controllers.inferenceservice.children import (
     base,
@@ -27,6 +26,7 @@ from mlops_platform.controllers.inferenceservice.children import (
     networkpolicy,
     service,
 )
+from mlops_platform.testing.isvc import manifest
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -36,16 +36,9 @@ Obj = dict[str, Any]
 
 def make(name: str = "bert", namespace: str = "ml", **spec: Any) -> base.Target:
     """The predictor target of a v1alpha1 InferenceService with ``spec`` (camelCase keys)."""
-    spec.setdefault("modelUri", f"s3://models/{name}")
-    spec.setdefault("framework", "triton")
-    isvc = api.decode(
-        {
-            "apiVersion": v1alpha1.API_VERSION,
-            "kind": v1alpha1.KIND,
-            "metadata": {"name": name, "namespace": namespace, "uid": "uid-1", "generation": 1},
-            "spec": spec,
-        }
-    )
+    spec = {"modelUri": f"s3://models/{name}", "framework": "triton", **spec}
+    metadata = {"uid": "uid-1", "generation": 1}
+    isvc = api.decode(manifest(name, namespace=namespace, metadata=metadata, **spec))
     return base.slots(isvc, children.CHILDREN)[0].target
 
 

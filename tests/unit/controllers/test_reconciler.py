@@ -26,6 +26,7 @@ from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import crdwatch, resources
 from mlops_platform.runtime.reconcile import Request, Result, TerminalError
 from mlops_platform.testing import fakes
+from mlops_platform.testing.isvc import manifest
 
 Obj = dict[str, Any]
 NS, NAME, UID = "ml", "bert", "uid-bert"
@@ -40,20 +41,9 @@ OLD = "2020-01-01T00:00:00Z"
 
 
 def isvc(generation: int = 1, **spec: Any) -> Obj:
-    spec.setdefault("modelUri", MODEL_V1)
-    spec.setdefault("framework", "triton")
-    return {
-        "apiVersion": v1alpha1.API_VERSION,
-        "kind": v1alpha1.KIND,
-        "metadata": {
-            "name": NAME,
-            "namespace": NS,
-            "uid": UID,
-            "generation": generation,
-            "resourceVersion": "1",
-        },
-        "spec": spec,
-    }
+    spec = {"modelUri": MODEL_V1, "framework": "triton", **spec}
+    metadata = {"uid": UID, "generation": generation, "resourceVersion": "1"}
+    return manifest(NAME, namespace=NS, metadata=metadata, **spec)
 
 
 def owner(uid: str = UID, *, controller: bool = True, kind: str = v1alpha1.KIND) -> Obj:

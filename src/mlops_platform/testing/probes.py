@@ -1,0 +1,36 @@
+"""Probes of live objects for tests: does it exist, what does its condition say. Combine them with
+:func:`mlops_platform.testing.wait.until` (never sleep to synchronise)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import objects
+
+
+def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
+    """The ``status.conditions`` entry of ``type_`` (:func:`mlops_platform.runtime.objects.condition`),
+    or an empty dict when there is none, so ``condition(obj, "Ready").get("status")`` just works."""
+    return objects.condition(obj, type_) or {}
+
+
+async def exists(
+    client: kclient.Client, resource: kclient.Resource, namespace: str | None, name: str
+) -> bool:
+    """Whether ``name`` exists (a 404 is False; any other error propagates)."""
+    try:
+        await client.get(resource, name, namespace)
+    except kclient.ApiError as e:
+        if e.not_found:
+            return False
+        raise
+    return True
+
+
+async def absent(
+    client: kclient.Client, resource: kclient.Resource, namespace: str | None, name: str
+) -> bool:
+    """Whether ``name`` is gone (the negation of :func:`exists`)."""
+    return not await exists(client, resource, namespace, name)
