@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlops_platform.runtime.client import JSON, Client
+    from mlops_platform.runtime.transport.client import JSON, Client
 
 MIB = 1024 * 1024
 
@@ -202,14 +202,14 @@ async def wait_while_terminating(client: Client, namespace: str) -> JSON | None:
     Returns the namespace object if it exists and is not ``Terminating``, ``None`` if it does not exist;
     exits (``SystemExit``) if it is still ``Terminating`` after 300 s.
     """
-    from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.runtime.transport import resources
 
     deadline = time.monotonic() + 300
     while True:
         try:
             ns = await client.get(resources.NAMESPACE, namespace)
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             if not e.not_found:
                 raise
             return None
@@ -229,13 +229,13 @@ async def delete_namespace(
     Returns the seconds until it was gone (``0.0`` if it did not exist), or ``None`` if it was still
     there after ``wait`` seconds. ``digits``: decimals of those seconds in the "gone after" log line.
     """
-    from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.runtime.transport import resources
 
     log(f"deleting namespace {namespace}")
     try:
         await client.delete(resources.NAMESPACE, namespace, propagation_policy="Background")
-    except kclient.ApiError as e:
+    except rclient.ApiError as e:
         if e.not_found:
             return 0.0
         raise
@@ -243,7 +243,7 @@ async def delete_namespace(
     while time.monotonic() - t0 < wait:
         try:
             await client.get(resources.NAMESPACE, namespace)
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             if e.not_found:
                 log(f"namespace {namespace} gone after {time.monotonic() - t0:.{digits}f} s")
                 return time.monotonic() - t0

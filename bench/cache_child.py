@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from bench._common import read_proc
 
 if TYPE_CHECKING:
-    from mlops_platform.runtime.client import Client
+    from mlops_platform.runtime.transport.client import Client
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,14 @@ def strip_each_page(client: Client) -> None:
     The runtime transforms after the whole LIST; this patch strips before the informer accumulates
     all pages.
     """
-    from mlops_platform.runtime import informer as inf
+    from mlops_platform.runtime.caching import informer as rinformer
 
     list_ = client.list
 
     async def list_stripped(*a: Any, **kw: Any) -> dict[str, Any]:
         page = await list_(*a, **kw)
         for o in page.get("items") or ():
-            inf.strip_managed_fields(o)
+            rinformer.strip_managed_fields(o)
         return page
 
     client.list = list_stripped  # type: ignore[method-assign]
@@ -87,23 +87,23 @@ def malloc_trim_rss() -> int:
 
 
 async def measure(kubeconfig: str, namespace: str, selector: str, variant: str, page_size: int) -> CacheRun:
-    from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import informer as inf
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.caching import informer as rinformer
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.runtime.transport import resources
 
-    client = kclient.Client.from_kubeconfig(kubeconfig)
+    client = rclient.Client.from_kubeconfig(kubeconfig)
     # warm-up: TLS handshake, connection pool, first response buffers are not the cache's cost
     await client.list(resources.CONFIG_MAP, namespace, label_selector=selector, limit=1)
     gc.collect()
     base = read_proc()
     if variant == "stripped-per-page":
         strip_each_page(client)
-    informer = inf.Informer(
+    informer = rinformer.Informer(
         client,
         resources.CONFIG_MAP,
         namespace=namespace,
         label_selector=selector,
-        transform=None if variant == "kept" else inf.strip_managed_fields,
+        transform=None if variant == "kept" else rinformer.strip_managed_fields,
         page_size=page_size,
     )
     t0 = time.perf_counter()

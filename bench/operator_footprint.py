@@ -82,7 +82,7 @@ from bench._common import (
 )
 
 if TYPE_CHECKING:
-    from mlops_platform.runtime.client import Client
+    from mlops_platform.runtime.transport.client import Client
 
 FRAMEWORKS = ("triton", "seldon", "torchserve")
 PORTS = {"triton": 8000, "seldon": 9000, "torchserve": 8080}
@@ -329,7 +329,7 @@ def not_ready_summary(items: Sequence[Mapping[str, Any]]) -> str:
 
 async def ensure_namespace(client: Client, namespace: str) -> None:
     """Create ``namespace``; it must not exist yet (one left ``Terminating`` is waited for)."""
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import resources
 
     if await wait_while_terminating(client, namespace) is not None:
         raise SystemExit(f"namespace {namespace} exists already; delete it or pick --namespace")
@@ -608,10 +608,10 @@ def shut_down(op: Operator) -> Shutdown:
 async def measure(args: argparse.Namespace, kubeconfig: str, cluster_dir: str, log_dir: Path) -> Footprint:
     """Install the CRD, create the namespace, start the operator and run the phases; clean up."""
     from mlops_platform.api import crd
-    from mlops_platform.runtime import client as kclient
+    from mlops_platform.runtime.transport import client as rclient
 
     deleted: float | None = None
-    async with kclient.Client.from_kubeconfig(kubeconfig) as client:
+    async with rclient.Client.from_kubeconfig(kubeconfig) as client:
         log("installing the InferenceService CRD")
         await crd.install(client)
         await ensure_namespace(client, args.namespace)

@@ -74,7 +74,7 @@ from bench._common import (
 from bench.cache_child import CacheRun
 
 if TYPE_CHECKING:
-    from mlops_platform.runtime.client import Client
+    from mlops_platform.runtime.transport.client import Client
 
 KIB = 1024
 #: the repository root: the cache child runs there as `python -m bench.cache_child`
@@ -117,7 +117,7 @@ IMPORT_TARGETS: tuple[ImportTarget, ...] = (
         "lightkube config layer (what client.py imports)",
         "import lightkube.config.kubeconfig, lightkube.config.client_adapter",
     ),
-    ImportTarget("mlops_platform.runtime.client", "import mlops_platform.runtime.client"),
+    ImportTarget("mlops_platform.runtime.transport.client", "import mlops_platform.runtime.transport.client"),
     ImportTarget("runtime: " + " + ".join(RUNTIME_MODULES), RUNTIME_IMPORT),
     ImportTarget("bare interpreter (kopf venv)", "pass", venv="kopf"),
     ImportTarget("kopf", "import kopf", venv="kopf"),
@@ -459,7 +459,7 @@ class CacheMeasurement:
 
 async def existing_names(client: Client, namespace: str) -> set[str]:
     """The names of the benchmark's ConfigMaps in ``namespace`` (LIST in pages of 500)."""
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import resources
 
     existing: set[str] = set()
     cont: str | None = None
@@ -475,7 +475,7 @@ async def existing_names(client: Client, namespace: str) -> set[str]:
 
 async def apply_config_maps(client: Client, namespace: str, wanted: Sequence[int], concurrency: int) -> float:
     """Server-side-apply the ConfigMaps ``wanted``, ``concurrency`` in flight; the seconds it took."""
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import resources
 
     sem = asyncio.Semaphore(concurrency)
     done = 0
@@ -498,7 +498,7 @@ async def apply_config_maps(client: Client, namespace: str, wanted: Sequence[int
 
 async def json_sizes(client: Client, namespace: str) -> tuple[float, float, float]:
     """Median compact-JSON bytes of one object with and without managedFields, and of its data."""
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import resources
 
     sample = (await client.list(resources.CONFIG_MAP, namespace, label_selector=SELECTOR, limit=500))["items"]
     enc = json.dumps
@@ -513,10 +513,10 @@ async def json_sizes(client: Client, namespace: str) -> tuple[float, float, floa
 
 async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrency: int) -> CacheSetup:
     """Create the namespace and the ConfigMaps that are missing (server-side apply); return stats."""
-    from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import resources
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.runtime.transport import resources
 
-    async with kclient.Client.from_kubeconfig(kubeconfig) as client:
+    async with rclient.Client.from_kubeconfig(kubeconfig) as client:
         # a namespace left Terminating by an earlier cleanup must be gone before we can re-create it
         await wait_while_terminating(client, namespace)
         await client.apply(
@@ -543,9 +543,9 @@ async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrenc
 
 async def delete_bench_namespace(kubeconfig: str, namespace: str, wait: float = 600.0) -> None:
     """Delete ``namespace`` with a client of its own and wait (up to ``wait`` s) until it is gone."""
-    from mlops_platform.runtime import client as kclient
+    from mlops_platform.runtime.transport import client as rclient
 
-    async with kclient.Client.from_kubeconfig(kubeconfig) as client:
+    async with rclient.Client.from_kubeconfig(kubeconfig) as client:
         await delete_namespace(client, namespace, wait, 2, digits=0)
 
 

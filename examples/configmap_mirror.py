@@ -15,10 +15,11 @@ import asyncio
 import logging
 from typing import Any
 
-from mlops_platform.runtime import client as kclient
+# users import the runtime's modules from the package itself (its layer subpackages are internal)
+from mlops_platform.runtime import client as rclient
 from mlops_platform.runtime import manager as rmanager
 from mlops_platform.runtime import resources
-from mlops_platform.runtime.reconcile import Request, Result
+from mlops_platform.runtime.control.reconcile import Request, Result
 
 LABEL = "example.mlops.platform/mirror"
 FIELD_MANAGER = "configmap-mirror"
@@ -110,7 +111,7 @@ def main() -> None:
     logs.setup_logging()
 
     async def run() -> None:
-        async with kclient.Client.from_kubeconfig(args.kubeconfig) as c:
+        async with rclient.Client.from_kubeconfig(args.kubeconfig) as c:
             opts = rmanager.Options(
                 namespace=args.namespace,
                 leader_election=args.leader_elect,

@@ -117,9 +117,9 @@ def run(
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
     from mlops_platform.controllers.inferenceservice import controller
-    from mlops_platform.runtime import client as kclient
-    from mlops_platform.runtime import logs
-    from mlops_platform.runtime import manager as rmanager
+    from mlops_platform.runtime.control import manager as rmanager
+    from mlops_platform.runtime.observability import logs
+    from mlops_platform.runtime.transport import client as rclient
 
     logs.setup_logging(level=log_level)
     settings = _settings(
@@ -135,7 +135,7 @@ def run(
     )
 
     async def main_async() -> None:
-        async with kclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+        async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
             mgr = rmanager.Manager(
                 c,
                 rmanager.Options(

@@ -16,9 +16,10 @@ from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller, labels
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.deploy import rbac as deploy_rbac
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import rbac, resources
+from mlops_platform.runtime import rbac
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import identity, isvc, plugin, probes, stages, wait
 
 ISVC = crd.RESOURCE
@@ -35,7 +36,7 @@ class Operator:
 
 @pytest.fixture(scope="module", params=["cluster", "namespaced"])
 async def operator_env(
-    request: pytest.FixtureRequest, kube_cluster: Path, admin_client: kclient.Client
+    request: pytest.FixtureRequest, kube_cluster: Path, admin_client: rclient.Client
 ) -> AsyncIterator[Operator]:
     """The operator, in this process, with leader election, authenticated as its ServiceAccount bound
     ONLY to the roles generated from the code's permission declarations: the real RBAC authorizer
@@ -97,7 +98,7 @@ def _every_test_ran(request: pytest.FixtureRequest) -> bool:
     return selected == tests
 
 
-def _check_requests(c: kclient.Client, *, every_test_ran: bool) -> None:
+def _check_requests(c: rclient.Client, *, every_test_ran: bool) -> None:
     """Every request the operator made (as its ServiceAccount) was covered by the declared (and
     generated) rules and none was denied; when the whole module ran, every declared rule was used."""
     rules = deploy_rbac.declared_rules()
@@ -122,7 +123,7 @@ def operator(operator_env: Operator) -> rmanager.Manager:
 
 @pytest.fixture
 async def namespace(
-    operator_env: Operator, admin_client: kclient.Client, request: pytest.FixtureRequest
+    operator_env: Operator, admin_client: rclient.Client, request: pytest.FixtureRequest
 ) -> AsyncIterator[str]:
     """Cluster mode: a fresh namespace per test. Namespaced mode: the operator's watched namespace
     (the tests use distinct object names)."""
@@ -138,11 +139,11 @@ _isvc = functools.partial(
 )
 
 
-async def _get(c: kclient.Client, ns: str, name: str) -> dict[str, Any]:
+async def _get(c: rclient.Client, ns: str, name: str) -> dict[str, Any]:
     return await c.get(ISVC, name, ns)
 
 
-async def _ready_with(c: kclient.Client, ns: str, name: str, **status: Any) -> bool:
+async def _ready_with(c: rclient.Client, ns: str, name: str, **status: Any) -> bool:
     """Whether ``name`` is Ready with these ``status`` fields."""
     obj = await _get(c, ns, name)
     st = obj.get("status") or {}
@@ -151,20 +152,20 @@ async def _ready_with(c: kclient.Client, ns: str, name: str, **status: Any) -> b
     )
 
 
-async def _create_ready(c: kclient.Client, ns: str, name: str, **spec: Any) -> dict[str, Any]:
+async def _create_ready(c: rclient.Client, ns: str, name: str, **spec: Any) -> dict[str, Any]:
     """Create ``name`` (this module's defaults and ``spec``) and wait until it is Ready."""
     await c.create(ISVC, _isvc(name, **spec), ns)
     return await _wait_cond(c, ns, name, "Ready", "True")
 
 
 async def _wait_cond(
-    c: kclient.Client, ns: str, name: str, type_: str, status: str, reason: str | None = None
+    c: rclient.Client, ns: str, name: str, type_: str, status: str, reason: str | None = None
 ) -> dict[str, Any]:
     return await wait.for_condition(c, ISVC, ns, name, type_, status, reason, timeout=90)
 
 
 async def test_create_becomes_ready_with_url_and_children(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     await _create_ready(admin_client, namespace, "web", minReplicas=2, maxReplicas=2, port=8085)
 
@@ -210,7 +211,7 @@ async def test_create_becomes_ready_with_url_and_children(
 
 
 async def test_crashloop_makes_ready_false_with_the_reason(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kubectl: plugin.Kubectl
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager, kubectl: plugin.Kubectl
 ) -> None:
     stage = stages.crashloop_stage(
         f"crash-{namespace}", namespace, "mlops.platform/inferenceservice", "crashy"
@@ -231,7 +232,7 @@ async def test_crashloop_makes_ready_false_with_the_reason(
 
 
 async def test_a_port_the_runtime_binds_itself_is_an_invalid_spec_not_a_crashloop(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     # Triton binds gRPC on 8001: as spec.port its pods could never start
     await admin_client.create(ISVC, _isvc("clash", framework="triton", port=8001), namespace)
@@ -241,7 +242,7 @@ async def test_a_port_the_runtime_binds_itself_is_an_invalid_spec_not_a_crashloo
 
 
 async def test_model_change_rolls_out_and_active_version_follows(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     await _create_ready(admin_client, namespace, "roll", minReplicas=2, maxReplicas=2)
     await admin_client.patch(ISVC, "roll", {"spec": {"modelUri": "s3://models/m/2"}}, namespace=namespace)
@@ -257,7 +258,7 @@ async def test_model_change_rolls_out_and_active_version_follows(
 
 
 async def test_kubectl_scale_replicas_follow_and_hpa_only_when_min_below_max(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager, kubectl: plugin.Kubectl
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager, kubectl: plugin.Kubectl
 ) -> None:
     await _create_ready(admin_client, namespace, "sc", minReplicas=1, maxReplicas=5)
     assert await probes.exists(admin_client, resources.HPA, namespace, "sc-predictor")  # min < max
@@ -290,7 +291,7 @@ async def test_kubectl_scale_replicas_follow_and_hpa_only_when_min_below_max(
 
 
 async def test_drift_is_repaired_and_delete_cascades(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     await _create_ready(admin_client, namespace, "drift", minReplicas=1, maxReplicas=3)
     uid = (await admin_client.get(resources.DEPLOYMENT, "drift-predictor", namespace))["metadata"]["uid"]
@@ -299,7 +300,7 @@ async def test_drift_is_repaired_and_delete_cascades(
     async def restored() -> bool:
         try:
             dep = await admin_client.get(resources.DEPLOYMENT, "drift-predictor", namespace)
-        except kclient.ApiError:
+        except rclient.ApiError:
             return False
         return dep["metadata"]["uid"] != uid
 
@@ -325,7 +326,7 @@ async def test_drift_is_repaired_and_delete_cascades(
 
 
 async def test_steady_state_makes_no_writes(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     """Every child kind present (Deployment, Service, HPA, NetworkPolicy, PrometheusRule,
     ServiceMonitor): 500 reconciles write nothing."""
@@ -341,7 +342,7 @@ async def test_steady_state_makes_no_writes(
         assert await probes.exists(admin_client, res, namespace, name), (res.kind, name)
     ctrl = operator.controllers[0]
     await wait.until(lambda: ctrl.queue.len() == 0, what="queue idle")
-    from mlops_platform.runtime.reconcile import Request
+    from mlops_platform.runtime.control.reconcile import Request
 
     writes_before = _writes(operator.client)
     for _ in range(500):
@@ -352,7 +353,7 @@ async def test_steady_state_makes_no_writes(
 
 
 async def test_monitoring_children_are_accepted_and_follow_the_spec(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     """PrometheusRule and ServiceMonitor pass the upstream CRD schemas; turned off, they go."""
     await admin_client.create(ISVC, _isvc("mon", framework="triton", minReplicas=2, maxReplicas=3), namespace)
@@ -383,7 +384,7 @@ async def test_monitoring_children_are_accepted_and_follow_the_spec(
 
 
 async def test_network_policy_selects_exactly_the_predictor_pods_of_its_service(
-    admin_client: kclient.Client, namespace: str, operator: rmanager.Manager
+    admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
     policy_on = {"networkPolicy": {"enabled": True}}
     await admin_client.create(
@@ -425,5 +426,5 @@ async def test_network_policy_selects_exactly_the_predictor_pods_of_its_service(
     ]
 
 
-def _writes(c: kclient.Client) -> int:
+def _writes(c: rclient.Client) -> int:
     return sum(n for (verb, _, _), n in c.requests.items() if verb in WRITE_VERBS)

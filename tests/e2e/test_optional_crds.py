@@ -21,9 +21,9 @@ from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import crds
-from mlops_platform.runtime import apiextensions
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import manager as rmanager
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import apiextensions
+from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import isvc, probes, wait
 
 ISVC = crd.RESOURCE
@@ -48,12 +48,12 @@ async def _is_ready(port: int) -> bool:
     return await _readyz(port) == 200
 
 
-async def _condition(c: kclient.Client, ns: str, type_: str, status: str, reason: str) -> dict[str, Any]:
+async def _condition(c: rclient.Client, ns: str, type_: str, status: str, reason: str) -> dict[str, Any]:
     return await wait.for_condition(c, ISVC, ns, "mon", type_, status, reason, timeout=60)
 
 
 @pytest.fixture
-async def without_monitoring_crds(admin_client: kclient.Client) -> AsyncIterator[None]:
+async def without_monitoring_crds(admin_client: rclient.Client) -> AsyncIterator[None]:
     await crd.install(admin_client)
     await apiextensions.uninstall(admin_client, NAMES)
     try:
@@ -63,9 +63,9 @@ async def without_monitoring_crds(admin_client: kclient.Client) -> AsyncIterator
 
 
 async def test_monitoring_crds_absent_then_installed_then_removed_without_a_restart(
-    without_monitoring_crds: None, admin_client: kclient.Client, kube_cluster: Path, namespace: str
+    without_monitoring_crds: None, admin_client: rclient.Client, kube_cluster: Path, namespace: str
 ) -> None:
-    async with kclient.Client.from_kubeconfig(str(kube_cluster)) as c:
+    async with rclient.Client.from_kubeconfig(str(kube_cluster)) as c:
         mgr = rmanager.Manager(
             c,
             rmanager.Options(

@@ -24,10 +24,10 @@ import pytest
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.deploy import rbac as deploy_rbac
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import resources
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import identity, isvc, probes, wait
 
 ISVC = crd.RESOURCE
@@ -72,7 +72,7 @@ class Case:
     objs: list[dict[str, Any]]
 
 
-async def _start_case(admin: kclient.Client, kubeconfig: Path, rule_name: str) -> Case:
+async def _start_case(admin: rclient.Client, kubeconfig: Path, rule_name: str) -> Case:
     ns = f"rbac-{rule_name.split('.')[0].replace('/', '-')[:20]}-{uuid.uuid4().hex[:5]}"
     await admin.create(
         resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
@@ -109,7 +109,7 @@ async def _start_case(admin: kclient.Client, kubeconfig: Path, rule_name: str) -
 
 
 @pytest.fixture(scope="module")
-async def cases(kube_cluster: Path, admin_client: kclient.Client) -> AsyncIterator[dict[str, Case]]:
+async def cases(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[dict[str, Case]]:
     await crd.install(admin_client)
     started = await asyncio.gather(*(_start_case(admin_client, kube_cluster, name) for name in EXPECT))
     yield {c.rule: c for c in started}
@@ -126,19 +126,19 @@ def test_every_generated_rule_has_a_case() -> None:
     assert sorted(EXPECT) == sorted(r.name for r in deploy_rbac.declared_rules())
 
 
-async def _reconciled(admin: kclient.Client, ns: str) -> dict[str, Any]:
+async def _reconciled(admin: rclient.Client, ns: str) -> dict[str, Any]:
     obj = await admin.get(ISVC, "m", ns)
     return probes.condition(obj, "Reconciled")
 
 
-async def _event_notes(admin: kclient.Client, ns: str, reason: str) -> list[str]:
+async def _event_notes(admin: rclient.Client, ns: str, reason: str) -> list[str]:
     items = (await admin.list(resources.EVENT, ns))["items"]
     return [e.get("note", "") for e in items if e["reason"] == reason and e["regarding"]["name"] == "m"]
 
 
 @pytest.mark.parametrize("rule", [r for r, (m, e) in EXPECT.items() if m or e])
 async def test_removing_a_rule_shows_on_the_inferenceservice(
-    rule: str, cases: dict[str, Case], admin_client: kclient.Client
+    rule: str, cases: dict[str, Case], admin_client: rclient.Client
 ) -> None:
     case = cases[rule]
     message, reason = EXPECT[rule]
@@ -168,7 +168,7 @@ async def test_without_list_on_inferenceservices_the_manager_fails_naming_it(cas
 
 
 async def test_without_the_lease_rule_the_replica_never_leads_nor_reports_ready(
-    cases: dict[str, Case], admin_client: kclient.Client
+    cases: dict[str, Case], admin_client: rclient.Client
 ) -> None:
     case = cases["leases.coordination.k8s.io"]
     # the others' isvcs got a status by now; this one never does, and the manager is not ready
@@ -183,7 +183,7 @@ async def test_without_the_lease_rule_the_replica_never_leads_nor_reports_ready(
 
 
 async def test_namespaced_rbac_is_denied_outside_its_namespace_and_says_so(
-    kube_cluster: Path, admin_client: kclient.Client
+    kube_cluster: Path, admin_client: rclient.Client
 ) -> None:
     """Namespace-scoped mode: Roles only in the watched namespace; outside it every call is a 403,
     and an operator configured to watch beyond its grant fails naming what it cannot list."""
@@ -201,7 +201,7 @@ async def test_namespaced_rbac_is_denied_outside_its_namespace_and_says_so(
         )
         async with c:
             await c.list(ISVC, inside)  # allowed
-            with pytest.raises(kclient.ApiError) as denied:
+            with pytest.raises(rclient.ApiError) as denied:
                 await c.list(ISVC, outside)
             assert denied.value.status == 403
             assert 'cannot list resource "inferenceservices"' in denied.value.message

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from mlops_platform.devcluster import crds, nodes
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import objects, resources
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
 
 
@@ -31,7 +32,7 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
 
 
 async def test_deployment_pods_become_ready_through_real_controllers(
-    admin_client: kclient.Client, namespace: str
+    admin_client: rclient.Client, namespace: str
 ) -> None:
     dep = _deployment("web", replicas=3)
     await admin_client.create(resources.DEPLOYMENT, dep, namespace)
@@ -49,7 +50,7 @@ async def test_deployment_pods_become_ready_through_real_controllers(
 
 
 async def test_deleting_an_owner_cascades_through_the_garbage_collector(
-    admin_client: kclient.Client, namespace: str
+    admin_client: rclient.Client, namespace: str
 ) -> None:
     owner = await admin_client.create(
         resources.CONFIG_MAP,
@@ -96,7 +97,7 @@ async def test_deleting_an_owner_cascades_through_the_garbage_collector(
     assert await wait.until(children_left, timeout=60, what="GC of child-* ConfigMaps") == ["bystander"]
 
 
-async def test_gpu_pods_schedule_only_onto_gpu_nodes(admin_client: kclient.Client, namespace: str) -> None:
+async def test_gpu_pods_schedule_only_onto_gpu_nodes(admin_client: rclient.Client, namespace: str) -> None:
     gpu_nodes = {
         n["metadata"]["name"]
         for n in nodes.fake_nodes()
@@ -129,7 +130,7 @@ async def test_gpu_pods_schedule_only_onto_gpu_nodes(admin_client: kclient.Clien
     assert not pods[0]["spec"].get("nodeName")
 
 
-async def test_third_party_crds_are_established(admin_client: kclient.Client) -> None:
+async def test_third_party_crds_are_established(admin_client: rclient.Client) -> None:
     for name in crds.names():
         crd = await admin_client.get(resources.CRD, name)
         conds = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
@@ -140,7 +141,7 @@ async def test_third_party_crds_are_established(admin_client: kclient.Client) ->
 
 
 async def test_rbac_is_enforced_and_service_account_tokens_are_signed(
-    admin_client: kclient.Client, namespace: str, kube_cluster: Any
+    admin_client: rclient.Client, namespace: str, kube_cluster: Any
 ) -> None:
     await admin_client.create(
         resources.SERVICE_ACCOUNT,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlops_platform.api import internal, v1alpha1
-from mlops_platform.runtime.client import Resource
+from mlops_platform.runtime.transport.client import Resource
 
 CRD_NAME = f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}"
 RESOURCE = Resource(v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL, v1alpha1.KIND)

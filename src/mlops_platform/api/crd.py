@@ -28,8 +28,9 @@ from typing import Any
 import msgspec
 
 from mlops_platform.api import CRD_NAME, RESOURCE, v1alpha1
-from mlops_platform.runtime import apiextensions, generated
-from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import generated
+from mlops_platform.runtime.transport import apiextensions
+from mlops_platform.runtime.transport import client as rclient
 
 __all__ = ["CRD_NAME", "RESOURCE", "Version", "crd_manifest", "install", "render", "structural_schema"]
 
@@ -209,7 +210,7 @@ def render(manifest: JSON | None = None) -> str:
     return _HEADER + generated.dump([manifest or crd_manifest()], sort_keys=True)
 
 
-async def install(client: kclient.Client, *, timeout: float = 60.0) -> JSON:
+async def install(client: rclient.Client, *, timeout: float = 60.0) -> JSON:
     """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery."""
     (live,) = await apiextensions.install(
         client, [crd_manifest()], field_manager=v1alpha1.FIELD_MANAGER, timeout=timeout

@@ -28,7 +28,8 @@ from typing import Any
 from mlops_platform import __version__
 from mlops_platform.api import crd
 from mlops_platform.deploy import rbac
-from mlops_platform.runtime import generated, manager
+from mlops_platform.runtime import generated
+from mlops_platform.runtime.control import manager
 
 __all__ = ["DEFAULT_IMAGE", "generated_files", "install_objects", "main", "render"]
 

@@ -24,7 +24,7 @@ Obj = dict[str, Any]
 def declared_rules() -> list[rbac.Rule]:
     """Every rule the operator's code declares (importing the modules registers them)."""
     import mlops_platform.controllers.inferenceservice.controller
-    import mlops_platform.runtime.manager  # noqa: F401
+    import mlops_platform.runtime.control.manager  # noqa: F401
 
     return rbac.declared()
 

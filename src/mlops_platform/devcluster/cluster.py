@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 
 from mlops_platform.devcluster import binaries, crds, nodes
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import objects, resources
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 DEFAULT_NAME = "mlops-dev"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -108,7 +109,7 @@ def _api_ready(name: str, timeout: float = 3.0) -> bool:
         return False
 
     async def probe() -> bool:
-        async with kclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
+        async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
             try:
                 await c.request("GET", "/readyz", resource="readyz", timeout=timeout)
                 return True
@@ -196,14 +197,14 @@ def _kwokctl_message(line: str) -> str:
 
 
 async def _populate(name: str, install_crds: bool, wait: float, started: float) -> None:
-    async with kclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
+    async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
         _log("installing kwok stages (upstream defaults) and fake nodes", started)
         for stage in nodes.default_stages():
             await _apply(c, stage)
         for node in nodes.fake_nodes():
             try:
                 await c.create(resources.NODE, node)
-            except kclient.ApiError as e:
+            except rclient.ApiError as e:
                 if not e.conflict:
                     raise
         if install_crds:
@@ -213,7 +214,7 @@ async def _populate(name: str, install_crds: bool, wait: float, started: float) 
         await nodes.wait_ready(c, [objects.name(n) for n in nodes.fake_nodes()], timeout=wait)
 
 
-async def _apply(c: kclient.Client, obj: dict[str, Any]) -> None:
+async def _apply(c: rclient.Client, obj: dict[str, Any]) -> None:
     res = await c.resource_for(obj["apiVersion"], obj["kind"])
     await c.apply(res, obj, field_manager=FIELD_MANAGER)
 

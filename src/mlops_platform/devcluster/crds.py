@@ -7,8 +7,9 @@ from typing import Any
 import yaml
 
 from mlops_platform.devcluster import gomod
-from mlops_platform.runtime import apiextensions, objects
-from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.transport import apiextensions
+from mlops_platform.runtime.transport import client as rclient
 
 FIELD_MANAGER = "mlops-platform-dev"
 
@@ -61,6 +62,6 @@ def names() -> list[str]:
     return [n for _, _, ns in SOURCES for n in ns]
 
 
-async def install(c: kclient.Client, *, timeout: float = 60.0) -> None:
+async def install(c: rclient.Client, *, timeout: float = 60.0) -> None:
     """Server-side apply every CRD and wait until each is Established."""
     await apiextensions.install(c, manifests(), field_manager=FIELD_MANAGER, timeout=timeout)

@@ -22,8 +22,9 @@ import yaml
 
 from mlops_platform.api import crd
 from mlops_platform.devcluster import binaries, cluster
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import objects, resources
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 NAMESPACE = "mlops-demo"
 EXPECT = "demo.mlops.platform/expect"
@@ -96,13 +97,13 @@ def _state(obj: dict[str, Any]) -> str:
 
 
 async def _run(name: str, timeout: float) -> None:
-    async with kclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
+    async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
         _log("installing the InferenceService CRD")
         await crd.install(c)
         _log("starting the operator")
         pid = start_operator(name)
         _log(f"operator PID {pid}, log {operator_log(name)}")
-        with contextlib.suppress(kclient.ApiError):
+        with contextlib.suppress(rclient.ApiError):
             await c.create(
                 resources.NAMESPACE,
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},

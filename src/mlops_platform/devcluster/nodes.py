@@ -7,8 +7,9 @@ from typing import Any
 import yaml
 
 from mlops_platform.devcluster import gomod
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import objects, resources, wait
+from mlops_platform.runtime import objects, wait
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 CPU_NODES = 3
 GPU_NODES = 2
@@ -73,7 +74,7 @@ def is_ready(node: dict[str, Any]) -> bool:
     return objects.condition_is(node, "Ready")
 
 
-async def wait_ready(c: kclient.Client, names: list[str], *, timeout: float) -> None:
+async def wait_ready(c: rclient.Client, names: list[str], *, timeout: float) -> None:
     """Wait until every named node reports Ready=True (TimeoutError names the laggards)."""
     pending = set(names)
 

@@ -20,10 +20,10 @@ import dataclasses
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal
 
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import informer as rinformer
-from mlops_platform.runtime import kinds, store
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import informer as rinformer
+from mlops_platform.runtime.caching import kinds, store
+from mlops_platform.runtime.transport import client as rclient
 
 JSON = dict[str, Any]
 WRITE_VERBS = frozenset({"apply", "replace", "delete", "create", "patch"})
@@ -54,7 +54,7 @@ class _Failure:
     resource: str | None
     name: str | None
     subresource: str | None
-    error: kclient.ApiError
+    error: rclient.ApiError
     times: int | None
 
     def matches(self, call: Call) -> bool:
@@ -67,21 +67,21 @@ class _Failure:
         )
 
 
-def api_error(status: int, message: str = "", reason: str | None = None) -> kclient.ApiError:
+def api_error(status: int, message: str = "", reason: str | None = None) -> rclient.ApiError:
     """An :class:`ApiError` as the API server would send it (``reason`` from the status code)."""
     reason = reason or REASONS.get(status, "Unknown")
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": status}
-    return kclient.ApiError(status, reason, message or reason, {**body, "message": message or reason})
+    return rclient.ApiError(status, reason, message or reason, {**body, "message": message or reason})
 
 
-class FakeClient(kclient.Client):
+class FakeClient(rclient.Client):
     """A client over a dict of objects: records every call, fails the calls it is told to."""
 
     def __init__(self) -> None:  # no HTTP client: every request goes through the overrides below
         self._max_retries = 0
-        self._resources: dict[tuple[str, str], kclient.Resource] = {}
+        self._resources: dict[tuple[str, str], rclient.Resource] = {}
         self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
-        self.observers: list[kclient.RequestObserver] = []
+        self.observers: list[rclient.RequestObserver] = []
         self.forbidden: collections.deque[str] = collections.deque(maxlen=200)
         self.calls: list[Call] = []
         self.objects: dict[tuple[str, str | None, str], JSON] = {}
@@ -100,7 +100,7 @@ class FakeClient(kclient.Client):
         message: str = "",
         subresource: str | None = None,
         times: int | None = None,
-    ) -> kclient.ApiError:
+    ) -> rclient.ApiError:
         """Make matching calls raise (``resource``/``name`` None: any; ``times`` None: always)."""
         if not message and status == 403:
             message = (
@@ -127,7 +127,7 @@ class FakeClient(kclient.Client):
     def status_writes(self) -> list[Call]:
         return [c for c in self.calls if c.verb in WRITE_VERBS and c.subresource == "status"]
 
-    def stored(self, res: kclient.Resource, namespace: str | None, name: str) -> JSON | None:
+    def stored(self, res: rclient.Resource, namespace: str | None, name: str) -> JSON | None:
         return self.objects.get((res.plural, namespace if res.namespaced else None, name))
 
     # -- the client ------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ class FakeClient(kclient.Client):
     async def request(self, method: str, path: str, **kw: Any) -> JSON:
         raise AssertionError(f"FakeClient: unexpected raw request {method} {path}")
 
-    async def get(self, res: kclient.Resource, name: str, namespace: str | None = None) -> JSON:
+    async def get(self, res: rclient.Resource, name: str, namespace: str | None = None) -> JSON:
         self._call("get", res, name, namespace)
         obj = self.stored(res, namespace, name)
         if obj is None:
@@ -151,7 +151,7 @@ class FakeClient(kclient.Client):
 
     async def list(
         self,
-        res: kclient.Resource,
+        res: rclient.Resource,
         namespace: str | None = None,
         *,
         label_selector: str | None = None,
@@ -169,7 +169,7 @@ class FakeClient(kclient.Client):
         ]
         return {"items": items, "metadata": {"resourceVersion": str(self._rv)}}
 
-    async def create(self, res: kclient.Resource, obj: JSON, namespace: str | None = None) -> JSON:
+    async def create(self, res: rclient.Resource, obj: JSON, namespace: str | None = None) -> JSON:
         meta = obj["metadata"]
         ns = namespace or meta.get("namespace")
         self._call("create", res, meta.get("name"), ns, body=obj)
@@ -177,14 +177,14 @@ class FakeClient(kclient.Client):
             raise api_error(409, f'{res.group_resource} "{meta["name"]}" already exists', "AlreadyExists")
         return self._store(res, obj)
 
-    async def replace(self, res: kclient.Resource, obj: JSON, *, subresource: str | None = None) -> JSON:
+    async def replace(self, res: rclient.Resource, obj: JSON, *, subresource: str | None = None) -> JSON:
         meta = obj["metadata"]
         self._call("replace", res, meta["name"], meta.get("namespace"), subresource, obj)
         return self._store(res, obj, subresource)
 
     async def apply(
         self,
-        res: kclient.Resource,
+        res: rclient.Resource,
         obj: JSON,
         *,
         field_manager: str,
@@ -198,12 +198,12 @@ class FakeClient(kclient.Client):
 
     async def patch(
         self,
-        res: kclient.Resource,
+        res: rclient.Resource,
         name: str,
         patch: Any,
         *,
         namespace: str | None = None,
-        patch_type: kclient.PatchType = "merge",
+        patch_type: rclient.PatchType = "merge",
         subresource: str | None = None,
         field_manager: str | None = None,
     ) -> JSON:
@@ -215,7 +215,7 @@ class FakeClient(kclient.Client):
 
     async def delete(
         self,
-        res: kclient.Resource,
+        res: rclient.Resource,
         name: str,
         namespace: str | None = None,
         *,
@@ -230,7 +230,7 @@ class FakeClient(kclient.Client):
 
     async def watch(
         self,
-        res: kclient.Resource,
+        res: rclient.Resource,
         namespace: str | None = None,
         *,
         resource_version: str | None = None,
@@ -250,7 +250,7 @@ class FakeClient(kclient.Client):
     def _call(
         self,
         verb: str,
-        res: kclient.Resource,
+        res: rclient.Resource,
         name: str | None,
         namespace: str | None,
         subresource: str | None = None,
@@ -266,7 +266,7 @@ class FakeClient(kclient.Client):
                     self.forbidden.append(f.error.message)
                 raise f.error
 
-    def _store(self, res: kclient.Resource, obj: JSON, subresource: str | None = None) -> JSON:
+    def _store(self, res: rclient.Resource, obj: JSON, subresource: str | None = None) -> JSON:
         meta = obj["metadata"]
         key = (res.plural, meta.get("namespace") if res.namespaced else None, meta["name"])
         old = self.objects.get(key)
@@ -310,7 +310,7 @@ class FakeRecorder:
 
     def __init__(self) -> None:
         self.events: list[RecordedEvent] = []
-        self.denied: dict[str, kclient.ApiError] = {}
+        self.denied: dict[str, rclient.ApiError] = {}
 
     def event(self, regarding: JSON, type_: str, reason: str, action: str, note: str) -> None:
         self.events.append(RecordedEvent(store.key_of(regarding), type_, reason, action, note))
@@ -322,7 +322,7 @@ class FakeRecorder:
 
 def seed(
     cache: rcache.Cache,
-    resource: kclient.Resource,
+    resource: rclient.Resource,
     objs: Iterable[JSON] = (),
     *,
     synced: bool = True,

@@ -12,30 +12,30 @@ from typing import Any
 
 import yaml
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 FIELD_MANAGER = "mlops-platform-tests"
 
 
-async def apply_objects(admin: kclient.Client, objs: list[dict[str, Any]]) -> None:
+async def apply_objects(admin: rclient.Client, objs: list[dict[str, Any]]) -> None:
     for obj in objs:
         res = await admin.resource_for(obj["apiVersion"], obj["kind"])
         await admin.apply(res, obj, field_manager=FIELD_MANAGER)
 
 
-async def delete_objects(admin: kclient.Client, objs: list[dict[str, Any]]) -> None:
+async def delete_objects(admin: rclient.Client, objs: list[dict[str, Any]]) -> None:
     for obj in reversed(objs):
         res = await admin.resource_for(obj["apiVersion"], obj["kind"])
         try:
             await admin.delete(res, obj["metadata"]["name"], obj["metadata"].get("namespace"))
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             if not e.not_found:
                 raise
 
 
 async def token_for(
-    admin: kclient.Client, namespace: str, service_account: str, *, seconds: int = 3600
+    admin: rclient.Client, namespace: str, service_account: str, *, seconds: int = 3600
 ) -> str:
     """A bound token from the TokenRequest API."""
     answer = await admin.request(
@@ -51,7 +51,7 @@ async def token_for(
     return str(answer["status"]["token"])
 
 
-def client_with_token(admin_kubeconfig: Path, token: str) -> kclient.Client:
+def client_with_token(admin_kubeconfig: Path, token: str) -> rclient.Client:
     """A client for the cluster of ``admin_kubeconfig`` that authenticates with ``token`` only."""
     conf = yaml.safe_load(admin_kubeconfig.read_text())
     current = conf.get("current-context")
@@ -61,7 +61,7 @@ def client_with_token(admin_kubeconfig: Path, token: str) -> kclient.Client:
     if ca:
         path = Path(ca) if Path(ca).is_absolute() else admin_kubeconfig.parent / ca
         cluster["certificate-authority-data"] = base64.b64encode(path.read_bytes()).decode()
-    return kclient.Client.from_kubeconfig_dict(
+    return rclient.Client.from_kubeconfig_dict(
         {
             "clusters": [{"name": "c", "cluster": cluster}],
             "users": [{"name": "sa", "user": {"token": token}}],

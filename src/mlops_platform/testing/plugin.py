@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import resources
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 TEST_NAMESPACE_LABEL = "mlops.platform/test"
 
@@ -103,8 +103,8 @@ def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kub
 
 
 @pytest.fixture(scope="session")
-async def admin_client(kube_cluster: Path) -> AsyncIterator[kclient.Client]:
-    c = kclient.Client.from_kubeconfig(kube_cluster)
+async def admin_client(kube_cluster: Path) -> AsyncIterator[rclient.Client]:
+    c = rclient.Client.from_kubeconfig(kube_cluster)
     yield c
     await c.close()
 
@@ -115,7 +115,7 @@ def _namespace_name(node_name: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def temporary_namespace(admin_client: kclient.Client, hint: str) -> AsyncIterator[str]:
+async def temporary_namespace(admin_client: rclient.Client, hint: str) -> AsyncIterator[str]:
     """A fresh namespace named after ``hint``, deleted on exit."""
     name = _namespace_name(hint)
     await admin_client.create(
@@ -131,12 +131,12 @@ async def temporary_namespace(admin_client: kclient.Client, hint: str) -> AsyncI
     finally:
         try:
             await admin_client.delete(resources.NAMESPACE, name, propagation_policy="Background")
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             if not e.not_found:
                 raise
 
 
 @pytest.fixture
-async def namespace(admin_client: kclient.Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+async def namespace(admin_client: rclient.Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     async with temporary_namespace(admin_client, request.node.name) as name:
         yield name

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import objects
+from mlops_platform.runtime.transport import client as rclient
 
 
 def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
@@ -17,12 +17,12 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
 
 
 async def exists(
-    client: kclient.Client, resource: kclient.Resource, namespace: str | None, name: str
+    client: rclient.Client, resource: rclient.Resource, namespace: str | None, name: str
 ) -> bool:
     """Whether ``name`` exists (a 404 is False; any other error propagates)."""
     try:
         await client.get(resource, name, namespace)
-    except kclient.ApiError as e:
+    except rclient.ApiError as e:
         if e.not_found:
             return False
         raise
@@ -30,7 +30,7 @@ async def exists(
 
 
 async def absent(
-    client: kclient.Client, resource: kclient.Resource, namespace: str | None, name: str
+    client: rclient.Client, resource: rclient.Resource, namespace: str | None, name: str
 ) -> bool:
     """Whether ``name`` is gone (the negation of :func:`exists`)."""
     return not await exists(client, resource, namespace, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.wait import until
 from mlops_platform.testing import probes
 
@@ -13,8 +13,8 @@ __all__ = ["for_condition", "until"]
 
 
 async def for_condition(
-    client: kclient.Client,
-    resource: kclient.Resource,
+    client: rclient.Client,
+    resource: rclient.Resource,
     namespace: str | None,
     name: str,
     type_: str,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from mlops_platform.api import crd, v1alpha1
-from mlops_platform.runtime import resources
-from mlops_platform.runtime.client import JSON, ApiError, Client
+from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport.client import JSON, ApiError, Client
 from mlops_platform.testing import isvc, plugin, wait
 
 ISVC = crd.RESOURCE

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from mlops_platform.deploy import manifests
-from mlops_platform.runtime import resources
-from mlops_platform.runtime.client import ApiError, Client
+from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport.client import ApiError, Client
 from mlops_platform.testing import plugin
 from mlops_platform.testing.plugin import TEST_NAMESPACE_LABEL
 

@@ -18,9 +18,9 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import resources
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,7 +55,7 @@ class Running:
 
 @pytest.fixture
 async def running(kube_cluster: Path, namespace: str) -> AsyncIterator[Running]:
-    c = kclient.Client.from_kubeconfig(kube_cluster)
+    c = rclient.Client.from_kubeconfig(kube_cluster)
     mgr = rmanager.Manager(
         c,
         rmanager.Options(
@@ -76,17 +76,17 @@ async def running(kube_cluster: Path, namespace: str) -> AsyncIterator[Running]:
     await c.close()
 
 
-async def _mirror_data(c: kclient.Client, ns: str, name: str) -> dict[str, str] | None:
+async def _mirror_data(c: rclient.Client, ns: str, name: str) -> dict[str, str] | None:
     try:
         return (await c.get(resources.CONFIG_MAP, f"{name}-mirror", ns)).get("data")
-    except kclient.ApiError as e:
+    except rclient.ApiError as e:
         if e.not_found:
             return None
         raise
 
 
 async def test_owned_children_are_created_and_repaired(
-    admin_client: kclient.Client, namespace: str, running: Running
+    admin_client: rclient.Client, namespace: str, running: Running
 ) -> None:
     await admin_client.create(resources.CONFIG_MAP, _parent("app", {"k": "v1"}), namespace)
     await wait.until(
@@ -113,7 +113,7 @@ async def test_owned_children_are_created_and_repaired(
 
 
 async def test_a_failing_object_does_not_block_others_and_is_retried_with_backoff(
-    admin_client: kclient.Client, namespace: str, running: Running
+    admin_client: rclient.Client, namespace: str, running: Running
 ) -> None:
     await admin_client.create(resources.CONFIG_MAP, _parent("broken", {"x": "1"}), namespace)
     for i in range(5):
@@ -123,14 +123,14 @@ async def test_a_failing_object_does_not_block_others_and_is_retried_with_backof
             lambda i=i: _eq(_mirror_data(admin_client, namespace, f"ok-{i}"), {"i": str(i)}), what=f"ok-{i}"
         )
     q = running.mgr.controllers[0].queue
-    from mlops_platform.runtime.reconcile import Request
+    from mlops_platform.runtime.control.reconcile import Request
 
     await wait.until(lambda: q.num_requeues(Request(namespace, "broken")) >= 3, what="broken retried")
     assert await _mirror_data(admin_client, namespace, "broken") is None
 
 
 async def test_steady_state_makes_no_writes(
-    admin_client: kclient.Client, namespace: str, running: Running
+    admin_client: rclient.Client, namespace: str, running: Running
 ) -> None:
     await admin_client.create(resources.CONFIG_MAP, _parent("calm", {"a": "b"}), namespace)
     await wait.until(lambda: _eq(_mirror_data(admin_client, namespace, "calm"), {"a": "b"}), what="mirror")
@@ -143,7 +143,7 @@ async def test_steady_state_makes_no_writes(
     assert _writes(c) == writes
 
 
-def _writes(c: kclient.Client) -> int:
+def _writes(c: rclient.Client) -> int:
     return sum(n for (verb, _, _), n in c.requests.items() if verb in ("create", "update", "patch", "delete"))
 
 
@@ -151,7 +151,7 @@ async def _idle(ctrl: Any) -> bool:
     return not ctrl.queue.len() and not ctrl.metrics.active_workers.labels(ctrl.name)._value.get()
 
 
-async def test_metrics_and_probes(admin_client: kclient.Client, namespace: str, running: Running) -> None:
+async def test_metrics_and_probes(admin_client: rclient.Client, namespace: str, running: Running) -> None:
     await admin_client.create(resources.CONFIG_MAP, _parent("m", {"a": "b"}), namespace)
     await wait.until(lambda: _eq(_mirror_data(admin_client, namespace, "m"), {"a": "b"}), what="mirror")
     async with httpx.AsyncClient() as http:
@@ -231,11 +231,11 @@ async def _ready(port: int) -> bool:
         return False
 
 
-def _lease_holder(c: kclient.Client, namespace: str) -> Callable[[], Awaitable[str | None]]:
+def _lease_holder(c: rclient.Client, namespace: str) -> Callable[[], Awaitable[str | None]]:
     async def holder() -> str | None:
         try:
             lease = await c.get(resources.LEASE, "configmap-mirror", namespace)
-        except kclient.ApiError:
+        except rclient.ApiError:
             return None
         return lease["spec"].get("holderIdentity") or None
 
@@ -243,7 +243,7 @@ def _lease_holder(c: kclient.Client, namespace: str) -> Callable[[], Awaitable[s
 
 
 async def test_two_managers_one_leader_and_failover_after_sigkill(
-    admin_client: kclient.Client, namespace: str, two_managers: dict[str, tuple[subprocess.Popen[bytes], int]]
+    admin_client: rclient.Client, namespace: str, two_managers: dict[str, tuple[subprocess.Popen[bytes], int]]
 ) -> None:
     holder = _lease_holder(admin_client, namespace)
     leader = await wait.until(holder, timeout=60, what="a leader")
@@ -273,7 +273,7 @@ async def test_two_managers_one_leader_and_failover_after_sigkill(
 
 
 async def test_sigterm_releases_the_lease_and_exits_zero(
-    admin_client: kclient.Client, namespace: str, two_managers: dict[str, tuple[subprocess.Popen[bytes], int]]
+    admin_client: rclient.Client, namespace: str, two_managers: dict[str, tuple[subprocess.Popen[bytes], int]]
 ) -> None:
     holder = _lease_holder(admin_client, namespace)
     leader = await wait.until(holder, timeout=60, what="a leader")

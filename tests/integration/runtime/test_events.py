@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from mlops_platform.runtime.client import JSON, Client
-from mlops_platform.runtime.events import EventRecorder
-from mlops_platform.runtime.resources import CONFIG_MAP, EVENT, NAMESPACE
+from mlops_platform.runtime.observability.events import EventRecorder
+from mlops_platform.runtime.transport.client import JSON, Client
+from mlops_platform.runtime.transport.resources import CONFIG_MAP, EVENT, NAMESPACE
 
 CONTROLLER = "mlops.platform/test-controller"
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from mlops_platform.devcluster import chaos
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import informer as inf
-from mlops_platform.runtime import resources
+from mlops_platform.runtime.caching import informer as rinformer
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
 
 
@@ -33,16 +33,16 @@ def _cm(name: str, value: str = "1") -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}}
 
 
-async def _server_truth(c: kclient.Client, ns: str) -> dict[str, str]:
+async def _server_truth(c: rclient.Client, ns: str) -> dict[str, str]:
     items = (await c.list(resources.CONFIG_MAP, ns))["items"]
     return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
 
 
-def _cache_view(informer: inf.Informer) -> dict[str, str]:
+def _cache_view(informer: rinformer.Informer) -> dict[str, str]:
     return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in informer.store.list()}
 
 
-async def _converged(c: kclient.Client, ns: str, informer: inf.Informer) -> None:
+async def _converged(c: rclient.Client, ns: str, informer: rinformer.Informer) -> None:
     async def same() -> bool:
         return _cache_view(informer) == await _server_truth(c, ns)
 
@@ -50,10 +50,10 @@ async def _converged(c: kclient.Client, ns: str, informer: inf.Informer) -> None
 
 
 @pytest.fixture
-async def informer(kube_cluster: Path, namespace: str) -> AsyncIterator[inf.Informer]:
+async def informer(kube_cluster: Path, namespace: str) -> AsyncIterator[rinformer.Informer]:
     # its own client: the API server restarts must break ITS connections
-    c = kclient.Client.from_kubeconfig(kube_cluster)
-    i = inf.Informer(c, resources.CONFIG_MAP, namespace=namespace, page_size=2, min_watch_timeout=30)
+    c = rclient.Client.from_kubeconfig(kube_cluster)
+    i = rinformer.Informer(c, resources.CONFIG_MAP, namespace=namespace, page_size=2, min_watch_timeout=30)
     i.start()
     await i.wait_for_sync(timeout=30)
     yield i
@@ -62,7 +62,7 @@ async def informer(kube_cluster: Path, namespace: str) -> AsyncIterator[inf.Info
 
 
 async def test_paged_list_then_watch_delivers_every_change(
-    admin_client: kclient.Client, namespace: str, informer: inf.Informer
+    admin_client: rclient.Client, namespace: str, informer: rinformer.Informer
 ) -> None:
     rec = Recorder()
     informer.add_event_handler(rec)
@@ -75,7 +75,7 @@ async def test_paged_list_then_watch_delivers_every_change(
     assert ("delete", "cm-2") in rec.events
     assert all("managedFields" not in o["metadata"] for o in informer.store.list())
     # a page size of 2 forced several LIST pages at start; a second informer sees all 4 via pages
-    c2 = inf.Informer(admin_client, resources.CONFIG_MAP, namespace=namespace, page_size=2)
+    c2 = rinformer.Informer(admin_client, resources.CONFIG_MAP, namespace=namespace, page_size=2)
     c2.start()
     await c2.wait_for_sync(timeout=30)
     assert sorted(_cache_view(c2)) == sorted(_cache_view(informer))
@@ -83,7 +83,7 @@ async def test_paged_list_then_watch_delivers_every_change(
 
 
 async def test_converges_after_apiserver_restart_with_changes_while_the_watch_is_down(
-    admin_client: kclient.Client, namespace: str, informer: inf.Informer, local_cluster_name: str
+    admin_client: rclient.Client, namespace: str, informer: rinformer.Informer, local_cluster_name: str
 ) -> None:
     for n in range(3):
         await admin_client.create(resources.CONFIG_MAP, _cm(f"before-{n}"), namespace)
@@ -101,7 +101,7 @@ async def test_converges_after_apiserver_restart_with_changes_while_the_watch_is
 
 
 async def test_relists_after_etcd_compaction_makes_the_watch_expire(
-    admin_client: kclient.Client, namespace: str, informer: inf.Informer, local_cluster_name: str
+    admin_client: rclient.Client, namespace: str, informer: rinformer.Informer, local_cluster_name: str
 ) -> None:
     await admin_client.create(resources.CONFIG_MAP, _cm("a"), namespace)
     await _converged(admin_client, namespace, informer)
@@ -126,7 +126,7 @@ async def test_relists_after_etcd_compaction_makes_the_watch_expire(
 
 
 async def test_resync_redelivers_cached_objects_without_requests(
-    admin_client: kclient.Client, namespace: str, informer: inf.Informer
+    admin_client: rclient.Client, namespace: str, informer: rinformer.Informer
 ) -> None:
     await admin_client.create(resources.CONFIG_MAP, _cm("x"), namespace)
     await _converged(admin_client, namespace, informer)
@@ -138,7 +138,7 @@ async def test_resync_redelivers_cached_objects_without_requests(
     assert sum(informer.client.requests.values()) == before
 
 
-async def _wait_api(c: kclient.Client) -> None:
+async def _wait_api(c: rclient.Client) -> None:
     async def ready() -> bool:
         await c.request("GET", "/readyz", resource="readyz", timeout=2)
         return True

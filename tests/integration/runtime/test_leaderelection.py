@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mlops_platform.runtime.client import JSON, Client
-from mlops_platform.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig, LeaderElector
-from mlops_platform.runtime.resources import LEASE
+from mlops_platform.runtime.control.leaderelection import JITTER_FACTOR, LeaderElectionConfig, LeaderElector
+from mlops_platform.runtime.transport.client import JSON, Client
+from mlops_platform.runtime.transport.resources import LEASE
 from mlops_platform.testing import wait
 
 LEASE_NAME = "test-election"

@@ -21,10 +21,11 @@ from mlops_platform import api
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels, reconciler
 from mlops_platform.controllers.inferenceservice.children import base, monitoring
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import crdwatch, resources
-from mlops_platform.runtime.reconcile import Request, Result, TerminalError
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes
 from mlops_platform.testing.isvc import manifest
 
@@ -74,7 +75,7 @@ def pod(reason: str, *, name: str = f"{NAME}-predictor-7d9f-abcde", of: str = NA
     }
 
 
-def healthy(res: kclient.Resource, obj: Obj) -> Obj:
+def healthy(res: rclient.Resource, obj: Obj) -> Obj:
     """``obj`` with the status its controller reports once it has done its job."""
     obj = copy.deepcopy(obj)
     meta = obj["metadata"]
@@ -146,19 +147,19 @@ class World:
             self.kinds.on_add(crd)
             fakes.seed(self.cache, kind.resource(), [], synced=synced, optional=True)
 
-    def put(self, res: kclient.Resource, obj: Obj) -> None:
+    def put(self, res: rclient.Resource, obj: Obj) -> None:
         """``obj`` exists in the cluster (the client's store and the cache)."""
         if res != resources.POD:
             key = (res.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])
             self.client.objects[key] = copy.deepcopy(obj)
         fakes.seed(self.cache, res, [obj], optional=res in (RULE, MONITOR))
 
-    def live(self, res: kclient.Resource, name: str) -> Obj:
+    def live(self, res: rclient.Resource, name: str) -> Obj:
         obj = self.cache.get(res, NS, name)
         assert obj is not None, f"{res.kind} {name} is not cached"
         return obj
 
-    def edit(self, res: kclient.Resource, name: str, fn: Callable[[Obj], None]) -> None:
+    def edit(self, res: rclient.Resource, name: str, fn: Callable[[Obj], None]) -> None:
         obj = copy.deepcopy(self.live(res, name))
         fn(obj)
         self.put(res, obj)
@@ -428,7 +429,7 @@ def forbid(verb: str, plural: str) -> Mutation:
     return mutate
 
 
-def list_error(res: kclient.Resource, err: Exception) -> Mutation:
+def list_error(res: rclient.Resource, err: Exception) -> Mutation:
     def mutate(w: World) -> None:
         w.cache.informer_for(res).last_error = err
 
@@ -909,7 +910,7 @@ async def test_monitoring_turned_off_per_object_deletes_only_what_the_cr_control
     ],
 )
 async def test_a_child_owned_by_someone_else_is_never_deleted(
-    res: kclient.Resource, name: str, spec: Obj, mon: str
+    res: rclient.Resource, name: str, spec: Obj, mon: str
 ) -> None:
     w = await world_with(spec, mon=mon)
     theirs = {
@@ -1260,7 +1261,7 @@ async def test_a_missing_or_deleted_cr_makes_no_call(state: str) -> None:
 async def test_a_failed_status_write_is_recorded_and_raised() -> None:
     w = await world_with()
     w.client.fail("apply", "inferenceservices", subresource="status")
-    with pytest.raises(kclient.ApiError):
+    with pytest.raises(rclient.ApiError):
         await w.reconcile()
     assert w.recorder.reasons[-1] == "StatusUpdateFailed"
     assert w.writes == [D, S, R, M]

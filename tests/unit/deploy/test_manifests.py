@@ -13,7 +13,8 @@ from mlops_platform import cli
 from mlops_platform.api import crd
 from mlops_platform.deploy import manifests
 from mlops_platform.devcluster import binaries
-from mlops_platform.runtime import generated, manager
+from mlops_platform.runtime import generated
+from mlops_platform.runtime.control import manager
 
 ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.runtime import childsync, diff, resources
-from mlops_platform.runtime import client as kclient
+from mlops_platform.runtime import diff
+from mlops_platform.runtime.control import childsync
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes
 
 Obj = dict[str, Any]
@@ -21,7 +23,7 @@ OWNER: Obj = {
 }
 
 
-def syncer(client: kclient.Client) -> childsync.ChildSyncer:
+def syncer(client: rclient.Client) -> childsync.ChildSyncer:
     return childsync.ChildSyncer(client, field_manager="test-manager", hash_annotation=HASH)
 
 
@@ -34,7 +36,7 @@ def desired(**data: str) -> Obj:
     }
 
 
-def prepared(client: kclient.Client, obj: Obj) -> Obj:
+def prepared(client: rclient.Client, obj: Obj) -> Obj:
     return syncer(client).prepare(obj, OWNER)
 
 
@@ -234,7 +236,7 @@ async def test_leftover_after_a_successful_apply_is_replaced() -> None:
     """Another manager's list entry survives the apply (e.g. a merged list): overwritten."""
 
     class Merging(fakes.FakeClient):
-        async def apply(self, res: kclient.Resource, obj: Obj, **kw: Any) -> Obj:
+        async def apply(self, res: rclient.Resource, obj: Obj, **kw: Any) -> Obj:
             out = await super().apply(res, obj, **kw)
             out["spec"]["items"].append({"name": "theirs"})
             return out
@@ -259,7 +261,7 @@ async def test_other_apply_errors_propagate(code: int, live: bool) -> None:
     want = prepared(client, desired())
     current = live_of(desired(a="old")) if live else None
     client.fail("apply", "configmaps", status=code)
-    with pytest.raises(kclient.ApiError) as e:
+    with pytest.raises(rclient.ApiError) as e:
         await syncer(client).ensure(CM, want, current)
     assert e.value.status == code
     assert [c.verb for c in client.calls] == ["apply"]
@@ -270,7 +272,7 @@ async def test_a_failing_replace_propagates() -> None:
     want = prepared(client, desired())
     client.fail("apply", "configmaps", status=409)
     client.fail("replace", "configmaps", status=409)
-    with pytest.raises(kclient.ApiError):
+    with pytest.raises(rclient.ApiError):
         await syncer(client).ensure(CM, want, live_of(desired(a="old")))
     assert [c.verb for c in client.calls] == ["apply", "replace"]
 
@@ -316,7 +318,7 @@ async def test_remove_of_an_already_deleted_object_is_fine() -> None:
 async def test_remove_propagates_other_errors(code: int) -> None:
     client = fakes.FakeClient()
     client.fail("delete", "configmaps", status=code)
-    with pytest.raises(kclient.ApiError) as e:
+    with pytest.raises(rclient.ApiError) as e:
         await syncer(client).remove(CM, _owned([childsync.owner_reference(OWNER)]), "uid-owner")
     assert e.value.status == code
 

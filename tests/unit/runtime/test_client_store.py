@@ -10,14 +10,16 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import controller, informer, reconcile, resources, store
+from mlops_platform.runtime.caching import informer, store
 from mlops_platform.runtime.clock import FakeClock
+from mlops_platform.runtime.control import controller, reconcile
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes
 
 
-def _client(handler: Any) -> kclient.Client:
-    return kclient.Client(
+def _client(handler: Any) -> rclient.Client:
+    return rclient.Client(
         httpx.AsyncClient(base_url="https://k8s.test", transport=httpx.MockTransport(handler))
     )
 
@@ -31,7 +33,7 @@ async def test_429_is_retried_after_retry_after_and_every_request_counted(
     async def fake_sleep(s: float) -> None:
         slept.append(s)
 
-    monkeypatch.setattr(kclient.asyncio, "sleep", fake_sleep)
+    monkeypatch.setattr(rclient.asyncio, "sleep", fake_sleep)
 
     def handler(req: httpx.Request) -> httpx.Response:
         calls.append(req)
@@ -55,7 +57,7 @@ async def test_errors_carry_status_reason_and_message() -> None:
         )
 
     c = _client(handler)
-    with pytest.raises(kclient.ApiError) as e:
+    with pytest.raises(rclient.ApiError) as e:
         await c.create(resources.CONFIG_MAP, {"metadata": {"name": "x"}}, "ns")
     assert e.value.status == 422
     assert e.value.reason == "Invalid"
@@ -103,7 +105,7 @@ async def test_watch_decodes_events_and_raises_error_events() -> None:
         async for ev in c.watch(resources.CONFIG_MAP, "ns", resource_version="1", timeout_seconds=5):
             got.append(ev["type"])
 
-    with pytest.raises(kclient.ApiError) as e:
+    with pytest.raises(rclient.ApiError) as e:
         await consume()
     assert got == ["ADDED", "BOOKMARK"]
     assert e.value.gone
@@ -187,7 +189,7 @@ class _OpenWatch(fakes.FakeClient):
     """LISTs answer from the fake (or fail as told); a WATCH stays open and sends nothing."""
 
     async def watch(
-        self, res: kclient.Resource, namespace: str | None = None, **kw: Any
+        self, res: rclient.Resource, namespace: str | None = None, **kw: Any
     ) -> AsyncIterator[Any]:
         self._call("watch", res, None, namespace)
         await asyncio.Event().wait()
@@ -206,7 +208,7 @@ async def test_the_informer_backs_off_list_failures_on_its_clock() -> None:
                 await asyncio.sleep(0)  # a scheduler yield: let the informer reach its wait
             deadline = clock.next_deadline()
             assert deadline is not None and clock.pending_timers() == 1
-            assert isinstance(inf.last_error, kclient.ApiError) and inf.last_error.status == 500
+            assert isinstance(inf.last_error, rclient.ApiError) and inf.last_error.status == 500
             waits.append(deadline - clock.now())
             clock.step(waits[-1] - 0.001)
             await asyncio.sleep(0)

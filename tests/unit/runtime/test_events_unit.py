@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
 from mlops_platform.runtime.clock import FakeClock
-from mlops_platform.runtime.events import EventRecorder, truncate_note
+from mlops_platform.runtime.observability.events import EventRecorder, truncate_note
+from mlops_platform.runtime.transport.client import JSON, ApiError, PatchType, Resource
 
 
 class FakeSink:

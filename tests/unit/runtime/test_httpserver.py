@@ -7,7 +7,7 @@ import asyncio
 import httpx2 as httpx
 import pytest
 
-from mlops_platform.runtime import httpserver
+from mlops_platform.runtime.transport import httpserver
 
 
 async def _ok(method: str, path: str, body: bytes) -> httpserver.Response:

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import controller as rcontroller
-from mlops_platform.runtime import crdwatch, kinds, resources
-from mlops_platform.runtime.client import Resource
-from mlops_platform.runtime.reconcile import Request, Result
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import crdwatch, kinds
+from mlops_platform.runtime.control import controller as rcontroller
+from mlops_platform.runtime.control.reconcile import Request, Result
+from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport.client import Resource
 from mlops_platform.testing import fakes
 
 Obj = dict[str, Any]

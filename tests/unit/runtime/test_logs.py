@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mlops_platform.runtime.logs import current_context, log_context, setup_logging
+from mlops_platform.runtime.observability.logs import current_context, log_context, setup_logging
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

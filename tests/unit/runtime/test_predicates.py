@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.runtime import predicates
+from mlops_platform.runtime.control import predicates
 
 
 def _obj(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlops_platform.runtime.clock import FakeClock
-from mlops_platform.runtime.ratelimiter import (
+from mlops_platform.runtime.queue.ratelimiter import (
     Backoff,
     BucketRateLimiter,
     Exponential,

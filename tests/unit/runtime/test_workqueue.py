@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mlops_platform.runtime.clock import FakeClock, RealClock, rfc3339
-from mlops_platform.runtime.delaying_queue import DelayingQueue
-from mlops_platform.runtime.rate_limiting_queue import RateLimitingQueue
-from mlops_platform.runtime.ratelimiter import ItemExponentialFailureRateLimiter
-from mlops_platform.runtime.workqueue import Queue, ShutDown
-from mlops_platform.runtime.workqueue_metrics import DURATION_BUCKETS, WorkqueueMetricsProvider
+from mlops_platform.runtime.queue.delaying_queue import DelayingQueue
+from mlops_platform.runtime.queue.rate_limiting_queue import RateLimitingQueue
+from mlops_platform.runtime.queue.ratelimiter import ItemExponentialFailureRateLimiter
+from mlops_platform.runtime.queue.workqueue import Queue, ShutDown
+from mlops_platform.runtime.queue.workqueue_metrics import DURATION_BUCKETS, WorkqueueMetricsProvider
 
 
 async def _yield_to_tasks(times: int = 3) -> None:

@@ -21,8 +21,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mlops_platform.runtime.clock import FakeClock
-from mlops_platform.runtime.delaying_queue import DelayingQueue
-from mlops_platform.runtime.workqueue import Queue, ShutDown
+from mlops_platform.runtime.queue.delaying_queue import DelayingQueue
+from mlops_platform.runtime.queue.workqueue import Queue, ShutDown
 
 MAX_WORKERS = 4
 ITEMS = st.sampled_from(["a", "b", "c"])

@@ -6,10 +6,12 @@ from typing import Any
 
 from mlops_platform.controllers.inferenceservice import children, labels, reconciler
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import controller as rcontroller
-from mlops_platform.runtime import manager as rmanager
-from mlops_platform.runtime import predicates, rbac, resources
-from mlops_platform.runtime.reconcile import Request
+from mlops_platform.runtime import rbac
+from mlops_platform.runtime.control import controller as rcontroller
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.control import predicates
+from mlops_platform.runtime.control.reconcile import Request
+from mlops_platform.runtime.transport import resources
 
 NAME = "inferenceservice"
 RBAC = (

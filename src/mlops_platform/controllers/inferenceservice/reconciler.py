@@ -6,7 +6,7 @@ One reconcile, from the CURRENT cached state of the InferenceService and its chi
    field, a Warning Event, no retry);
 2. for each slot (:func:`base.slots`: every child kind for every component): build the desired
    object; resolve the kind's served version (an optional kind whose CRD is absent is skipped and
-   reported, ``CRDNotInstalled``); then the generic engine (:mod:`~mlops_platform.runtime.childsync`)
+   reported, ``CRDNotInstalled``); then the generic engine (:mod:`~mlops_platform.runtime.control.childsync`)
    deletes a child no longer desired, or applies a desired one only when the live one does not
    already carry it (semantic subset compare + a hash) — so drift is repaired and steady state
    makes zero writes;
@@ -32,10 +32,14 @@ from mlops_platform import api
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import children, conditions, labels, status
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import childsync, crdwatch, events, objects, resources
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime.reconcile import Request, Result, TerminalError
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.control import childsync
+from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
+from mlops_platform.runtime.observability import events
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 ISVC = api.RESOURCE
@@ -57,7 +61,7 @@ class ReconcileError(Exception):
 
 
 class Recorder(Protocol):
-    denied: dict[str, kclient.ApiError]
+    denied: dict[str, rclient.ApiError]
 
     def event(self, regarding: Obj, type_: str, reason: str, action: str, note: str) -> None: ...
 
@@ -78,7 +82,7 @@ class InferenceServiceReconciler:
     def __init__(
         self,
         cache: rcache.Cache,
-        client: kclient.Client,
+        client: rclient.Client,
         recorder: Recorder | events.EventRecorder,
         optional_kinds: crdwatch.OptionalKinds,
         ctx: base.BuildContext,
@@ -120,7 +124,7 @@ class InferenceServiceReconciler:
         )
         try:
             wrote_status = await self._write_status(raw, new_status)
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             self.recorder.event(raw, "Warning", "StatusUpdateFailed", "UpdateStatus", f"patch status: {e}")
             raise
         all_actions = run.actions + (["status"] if wrote_status else [])
@@ -168,7 +172,7 @@ class InferenceServiceReconciler:
                 self.syncer.prepare(desired, run.raw)
                 settle = None if child.settle is None else _bind(child.settle, target)
                 outcome = await self.syncer.ensure(resource, desired, live, settle)
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             verb = "delete" if desired is None else "apply"
             run.failures.append(status.Failure(f"{verb} {what}", e))
             self.recorder.event(
@@ -189,17 +193,17 @@ class InferenceServiceReconciler:
         verb = "Created" if created else "Updated"
         self.recorder.event(run.raw, "Normal", verb, "Create" if created else "Update", note)
 
-    def kinds_synced(self, child: base.Child, resource: kclient.Resource) -> bool:
+    def kinds_synced(self, child: base.Child, resource: rclient.Resource) -> bool:
         """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""
         return not child.kind.optional or self.cache.synced(resource)
 
-    def _permission_problems(self, run: _Run) -> list[tuple[str, kclient.ApiError]]:
+    def _permission_problems(self, run: _Run) -> list[tuple[str, rclient.ApiError]]:
         """What the operator cannot see or record (a 403 on list/watch, or on writing Events)."""
-        problems: list[tuple[str, kclient.ApiError]] = []
+        problems: list[tuple[str, rclient.ApiError]] = []
         watched = [resources.POD, resources.CRD]
         watched += [r for c in children.CHILDREN if (r := self.kinds.resolve(c.kind)) is not None]
         for group_resource, err in sorted(self.cache.errors(watched).items()):
-            if isinstance(err, kclient.ApiError):
+            if isinstance(err, rclient.ApiError):
                 problems.append((f"list/watch {group_resource}", err))
         denied = self.recorder.denied.get(run.isvc.namespace)
         if denied is not None:

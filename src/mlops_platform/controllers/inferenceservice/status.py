@@ -26,8 +26,8 @@ from typing import Any
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import conditions, labels
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import objects
+from mlops_platform.runtime.transport import client as rclient
 
 Obj = dict[str, Any]
 POD_FAILURE_REASONS = frozenset(
@@ -60,7 +60,7 @@ class Observed:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Failure:
     what: str
-    error: kclient.ApiError
+    error: rclient.ApiError
 
 
 def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition:

@@ -43,7 +43,7 @@ from mlops_platform.controllers.inferenceservice.servers import (
     ServingRuntimeTable,
     default_table,
 )
-from mlops_platform.runtime import kinds
+from mlops_platform.runtime.caching import kinds
 
 Obj = dict[str, Any]
 Status = conditions.Status

@@ -22,7 +22,9 @@ from __future__ import annotations
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels, servers
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import kinds, objects, rbac, resources
+from mlops_platform.runtime import objects, rbac
+from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.transport import resources
 
 CONDITION = "DeploymentAvailable"
 CONTAINER = "predictor"

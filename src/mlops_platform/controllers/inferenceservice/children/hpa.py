@@ -13,7 +13,9 @@ True with reason ``NotRequired`` when no HPA is wanted.
 from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice.children import base, deployment
-from mlops_platform.runtime import kinds, objects, rbac, resources
+from mlops_platform.runtime import objects, rbac
+from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.transport import resources
 
 CONDITION = "AutoscalerReady"
 KIND = kinds.Kind.of(resources.HPA)

@@ -21,7 +21,8 @@ import dataclasses
 
 from mlops_platform.controllers.inferenceservice import alerts, labels
 from mlops_platform.controllers.inferenceservice.children import base, deployment, service
-from mlops_platform.runtime import kinds, rbac
+from mlops_platform.runtime import rbac
+from mlops_platform.runtime.caching import kinds
 
 CONDITION = "MonitoringReady"
 GROUP = "monitoring.coreos.com"

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base, service
-from mlops_platform.runtime import kinds, rbac, resources
+from mlops_platform.runtime import rbac
+from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.transport import resources
 
 CONDITION = "NetworkPolicyReady"
 KIND = kinds.Kind.of(resources.NETWORK_POLICY)

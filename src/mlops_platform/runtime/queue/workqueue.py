@@ -10,8 +10,8 @@ Guarantees (as in client-go's ``workqueue/doc.go``):
 - Shutdown notifications.
 
 Layers, as in client-go: :class:`Queue` (this module) → ``DelayingQueue``
-(:mod:`mlops_platform.runtime.delaying_queue`, adds ``add_after``) → ``RateLimitingQueue``
-(:mod:`mlops_platform.runtime.rate_limiting_queue`, adds ``add_rate_limited``/``forget``).
+(:mod:`mlops_platform.runtime.queue.delaying_queue`, adds ``add_after``) → ``RateLimitingQueue``
+(:mod:`mlops_platform.runtime.queue.rate_limiting_queue`, adds ``add_rate_limited``/``forget``).
 
 Usage contract: every item returned by :meth:`Queue.get` must be passed to
 :meth:`Queue.done` when its processing ends. ``get`` raises :class:`ShutDown` (instead of

@@ -16,12 +16,12 @@ Contract:
   with ``controller: true`` of the ``for_`` kind) — on update both the old and the new owner;
   ``watches`` enqueues whatever the mapper returns. Predicates filter events before enqueueing.
 - ``owns`` of an optional :class:`~mlops_platform.runtime.kinds.Kind` starts watching when the
-  kind's CRD is established (:mod:`~mlops_platform.runtime.crdwatch`), also long after start, and
+  kind's CRD is established (:mod:`~mlops_platform.runtime.caching.crdwatch`), also long after start, and
   stops when it goes away; either way every object of the ``for_`` kind is enqueued (once the new
   informer has synced), so reconcilers see the kind appear and disappear without a restart.
 - ``build`` raises :class:`BuildError` listing EVERY misconfiguration at once.
 - Each request is reconciled by at most one worker at a time; results and exceptions are handled as
-  documented in :mod:`mlops_platform.runtime.reconcile`. One failing object never blocks others.
+  documented in :mod:`mlops_platform.runtime.control.reconcile`. One failing object never blocks others.
 """
 
 from __future__ import annotations
@@ -35,14 +35,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import crdwatch, kinds, logs, rate_limiting_queue, ratelimiter, workqueue
-from mlops_platform.runtime import metrics as rmetrics
-from mlops_platform.runtime import predicates as preds
-from mlops_platform.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import crdwatch, kinds
+from mlops_platform.runtime.control import predicates as rpredicates
+from mlops_platform.runtime.control.reconcile import Reconciler, Request, Result, TerminalError
+from mlops_platform.runtime.observability import logs
+from mlops_platform.runtime.observability import metrics as rmetrics
+from mlops_platform.runtime.queue import rate_limiting_queue, ratelimiter, workqueue
+from mlops_platform.runtime.transport import client as rclient
 
-log = logging.getLogger("mlops_platform.runtime.controller")
+log = logging.getLogger("mlops_platform.runtime.control.controller")
 Obj = dict[str, Any]
 Mapper = Callable[[Obj], Iterable[Request]]
 
@@ -56,7 +58,7 @@ def request_for(obj: Obj) -> Request:
     return Request(meta.get("namespace"), meta["name"])
 
 
-def owner_mapper(owner: kclient.Resource) -> Mapper:
+def owner_mapper(owner: rclient.Resource) -> Mapper:
     """Map an object to its controller owner of kind ``owner`` (same namespace)."""
 
     def mapper(obj: Obj) -> Iterable[Request]:
@@ -74,9 +76,9 @@ def owner_mapper(owner: kclient.Resource) -> Mapper:
 
 @dataclasses.dataclass
 class _Watch:
-    resource: kclient.Resource
+    resource: rclient.Resource
     mapper: Mapper | None  # None: the object itself
-    predicate: preds.Predicate
+    predicate: rpredicates.Predicate
 
 
 class _Handler:
@@ -130,22 +132,22 @@ class Builder:
         self._kinds = optional_kinds
         self._for: list[_Watch] = []
         self._watches: list[_Watch] = []
-        self._owns: list[tuple[kclient.Resource, tuple[preds.Predicate, ...]]] = []
-        self._owns_optional: list[tuple[kinds.Kind, preds.Predicate]] = []
+        self._owns: list[tuple[rclient.Resource, tuple[rpredicates.Predicate, ...]]] = []
+        self._owns_optional: list[tuple[kinds.Kind, rpredicates.Predicate]] = []
         self._max_concurrent = 1
         self._rate_limiter: ratelimiter.RateLimiter[Request] | None = None
         self._errors: list[str] = []
 
-    def for_(self, resource: kclient.Resource, *predicates: preds.Predicate) -> Builder:
+    def for_(self, resource: rclient.Resource, *predicates: rpredicates.Predicate) -> Builder:
         """The reconciled kind: its events enqueue the object itself, after ``predicates``.
 
         ~ ``Builder.For(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForObject``);
         exactly one is required.
         """
-        self._for.append(_Watch(resource, None, preds.all_of(*predicates)))
+        self._for.append(_Watch(resource, None, rpredicates.all_of(*predicates)))
         return self
 
-    def owns(self, target: kclient.Resource | kinds.Kind, *predicates: preds.Predicate) -> Builder:
+    def owns(self, target: rclient.Resource | kinds.Kind, *predicates: rpredicates.Predicate) -> Builder:
         """A child kind: its events enqueue their controller owner of the ``for_`` kind.
 
         ~ ``Builder.Owns(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForOwner``
@@ -160,19 +162,21 @@ class Builder:
                 self._errors.append(f"owns({target.kind}): an optional kind needs the manager's builder")
                 return self
             else:
-                self._owns_optional.append((target, preds.all_of(*predicates)))
+                self._owns_optional.append((target, rpredicates.all_of(*predicates)))
                 return self
         self._owns.append((target, predicates))
         return self
 
-    def watches(self, resource: kclient.Resource, mapper: Mapper, *predicates: preds.Predicate) -> Builder:
+    def watches(
+        self, resource: rclient.Resource, mapper: Mapper, *predicates: rpredicates.Predicate
+    ) -> Builder:
         """Any other kind: its events enqueue the requests ``mapper(obj)`` returns.
 
         ~ ``Builder.Watches(obj, handler.EnqueueRequestsFromMapFunc(fn), builder.WithPredicates(...))``.
         """
         if not callable(mapper):
             self._errors.append(f"watches({resource.kind}): mapper is not callable")
-        self._watches.append(_Watch(resource, mapper, preds.all_of(*predicates)))
+        self._watches.append(_Watch(resource, mapper, rpredicates.all_of(*predicates)))
         return self
 
     def with_options(
@@ -208,7 +212,7 @@ class Builder:
         primary = self._for[0]
         watches = [primary, *self._watches]
         for res, ps in self._owns:
-            watches.append(_Watch(res, owner_mapper(primary.resource), preds.all_of(*ps)))
+            watches.append(_Watch(res, owner_mapper(primary.resource), rpredicates.all_of(*ps)))
         ctrl = Controller(
             self._name,
             self._cache,
@@ -257,7 +261,7 @@ class Controller:
             rate_limiter, name, metrics=qm
         )
         self._watches = watches
-        self._optional: dict[kinds.Kind, preds.Predicate] = {}
+        self._optional: dict[kinds.Kind, rpredicates.Predicate] = {}
         self._waiting: dict[kinds.Kind, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.metrics.max_concurrent.labels(name).set(max_concurrent_reconciles)
@@ -269,7 +273,7 @@ class Controller:
             self.cache.informer_for(w.resource).add_event_handler(_Handler(w, self.queue))
 
     def follow(
-        self, optional_kinds: crdwatch.OptionalKinds, owned: list[tuple[kinds.Kind, preds.Predicate]]
+        self, optional_kinds: crdwatch.OptionalKinds, owned: list[tuple[kinds.Kind, rpredicates.Predicate]]
     ) -> None:
         """Own optional kinds: watch each while its CRD is served (see the module contract)."""
         for kind, predicate in owned:
@@ -278,7 +282,7 @@ class Controller:
         optional_kinds.listen(self._kind_changed)
 
     def _kind_changed(
-        self, kind: kinds.Kind, old: kclient.Resource | None, new: kclient.Resource | None
+        self, kind: kinds.Kind, old: rclient.Resource | None, new: rclient.Resource | None
     ) -> None:
         predicate = self._optional.get(kind)
         if predicate is None:
@@ -309,12 +313,12 @@ class Controller:
             self.queue.add(request_for(obj))
 
     @property
-    def primary(self) -> kclient.Resource:
+    def primary(self) -> rclient.Resource:
         """The ``for_`` kind."""
         return self._watches[0].resource
 
     @property
-    def resources(self) -> list[kclient.Resource]:
+    def resources(self) -> list[rclient.Resource]:
         return [w.resource for w in self._watches]
 
     def start(self) -> None:
@@ -375,7 +379,7 @@ class Controller:
             log.error(
                 "reconcile failed, will retry",
                 extra={"error": f"{type(e).__name__}: {e}", "requeues": self.queue.num_requeues(req)},
-                exc_info=not isinstance(e, kclient.ApiError),
+                exc_info=not isinstance(e, rclient.ApiError),
             )
             return
         finally:

@@ -13,9 +13,9 @@ from collections.abc import Hashable
 from typing import TypeVar
 
 from mlops_platform.runtime.clock import Clock
-from mlops_platform.runtime.delaying_queue import DelayingQueue
-from mlops_platform.runtime.ratelimiter import RateLimiter, default_controller_rate_limiter
-from mlops_platform.runtime.workqueue import QueueMetrics
+from mlops_platform.runtime.queue.delaying_queue import DelayingQueue
+from mlops_platform.runtime.queue.ratelimiter import RateLimiter, default_controller_rate_limiter
+from mlops_platform.runtime.queue.workqueue import QueueMetrics
 
 __all__ = ["RateLimitingQueue"]
 

@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
 
 import httpx2 as httpx
 import msgspec
 from lightkube.config import client_adapter, kubeconfig
+
+# the REST types live in ``rest``; they are part of this module's API (``client.Resource``)
+from mlops_platform.runtime.transport.rest import ApiError as ApiError
+from mlops_platform.runtime.transport.rest import RequestRecord as RequestRecord
+from mlops_platform.runtime.transport.rest import Resource as Resource
+from mlops_platform.runtime.transport.rest import verb_of
 
 JSON = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic"]
@@ -43,90 +47,7 @@ _encoder = msgspec.json.Encoder()
 MAX_RETRY_AFTER_SECONDS = 30.0
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Resource:
-    """Where a kind lives in the REST API (a GroupVersionResource plus what the mapper knows)."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def group_resource(self) -> str:
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-        if subresource:
-            base += f"/{subresource}"
-        return base
-
-
-class ApiError(Exception):
-    """A non-2xx answer of the API server."""
-
-    def __init__(self, status: int, reason: str, message: str, body: JSON | None = None) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body or {}
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410 or self.reason == "Expired"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One finished request, as counted and handed to observers."""
-
-    verb: str
-    resource: str
-    namespace: str | None
-    code: int
-    seconds: float
-
-
 RequestObserver = Callable[[RequestRecord], None]
-
-
-def _verb(method: str, name: str | None, params: Mapping[str, Any] | None) -> str:
-    if params and params.get("watch") in (True, "true", "1", 1):
-        return "watch"
-    match method:
-        case "GET":
-            return "get" if name else "list"
-        case "POST":
-            return "create"
-        case "PUT":
-            return "update"
-        case "PATCH":
-            return "patch"
-        case "DELETE":
-            return "delete" if name else "deletecollection"
-    return method.lower()
 
 
 class Client:
@@ -205,7 +126,7 @@ class Client:
         timeout: float | None = None,
     ) -> JSON:
         """Send one request and decode the JSON answer; raise :class:`ApiError` on non-2xx."""
-        verb = _verb(method, name, params)
+        verb = verb_of(method, name, params)
         content = _encoder.encode(body) if body is not None else None
         headers = {"Accept": "application/json"}
         if content is not None:

@@ -28,12 +28,12 @@ from typing import Any, Protocol
 
 import httpx2 as httpx
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import ratelimiter
-from mlops_platform.runtime import store as cache_store
+from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.clock import Clock, RealClock
+from mlops_platform.runtime.queue import ratelimiter
+from mlops_platform.runtime.transport import client as rclient
 
-log = logging.getLogger("mlops_platform.runtime.informer")
+log = logging.getLogger("mlops_platform.runtime.caching.informer")
 Obj = dict[str, Any]
 Transform = Callable[[Obj], Obj]
 #: list/watch failures: 0.8 s doubling to 30 s, plus up to 100 % jitter; reset after 120 s healthy
@@ -57,8 +57,8 @@ class Informer:
 
     def __init__(
         self,
-        client: kclient.Client,
-        resource: kclient.Resource,
+        client: rclient.Client,
+        resource: rclient.Resource,
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -67,7 +67,7 @@ class Informer:
         transform: Transform | None = strip_managed_fields,
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
-        indexers: dict[str, cache_store.IndexFunc] | None = None,
+        indexers: dict[str, rstore.IndexFunc] | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.client = client
@@ -80,7 +80,7 @@ class Informer:
         self.transform = transform
         self.page_size = page_size
         self.min_watch_timeout = min_watch_timeout
-        self.store = cache_store.Store(indexers)
+        self.store = rstore.Store(indexers)
         self.handlers: list[EventHandler] = []
         self.last_resource_version: str | None = None
         self.relists = 0  # how many times the reflector had to LIST (1 = only the initial list)
@@ -139,7 +139,7 @@ class Informer:
                     await self._list_and_replace()
                     need_list = False
                 await self._watch_once()
-            except kclient.ApiError as e:
+            except rclient.ApiError as e:
                 if e.gone:
                     log.info(
                         "watch expired, re-listing",
@@ -197,7 +197,7 @@ class Informer:
         self._synced.set()
 
     def _replace(self, items: list[Obj]) -> None:
-        fresh = {cache_store.key_of(obj): obj for obj in items}
+        fresh = {rstore.key_of(obj): obj for obj in items}
         for k in self.store.list_keys():
             if k not in fresh:
                 gone = self.store.delete_key(k)
@@ -292,9 +292,9 @@ def _rv(obj: Obj) -> str | None:
     return str(rv) if rv is not None else None
 
 
-def _retry_after_seconds(e: kclient.ApiError) -> float:
+def _retry_after_seconds(e: rclient.ApiError) -> float:
     details = e.body.get("details") or {}
     try:
-        return max(0.1, min(float(details.get("retryAfterSeconds") or 1), kclient.MAX_RETRY_AFTER_SECONDS))
+        return max(0.1, min(float(details.get("retryAfterSeconds") or 1), rclient.MAX_RETRY_AFTER_SECONDS))
     except (TypeError, ValueError):
         return 1.0

@@ -3,7 +3,7 @@
 A :class:`Kind` names a kind by group and plural and lists the versions the caller can read and
 write (its builder's schema), most preferred first. Built-in kinds resolve statically to their
 first version. An ``optional`` kind is served by a CustomResourceDefinition that may be absent,
-appear or disappear while the process runs (:mod:`mlops_platform.runtime.crdwatch` follows it).
+appear or disappear while the process runs (:mod:`mlops_platform.runtime.caching.crdwatch` follows it).
 
 Version choice (:func:`served_version`) follows the API server's own preference order for CRD
 versions (``k8s.io/apimachinery/pkg/version.CompareKubeAwareVersionStrings``): GA before beta
@@ -19,7 +19,8 @@ import re
 from typing import Any
 
 from mlops_platform.runtime import objects
-from mlops_platform.runtime.client import Resource
+from mlops_platform.runtime.transport import apiextensions
+from mlops_platform.runtime.transport.client import Resource
 
 _KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
@@ -77,14 +78,9 @@ def version_priority(version: str) -> tuple[int, int, int, str]:
     return (rank, -major, -minor, "")
 
 
-def established(crd: dict[str, Any]) -> bool:
-    """The CRD is Established (its REST endpoints are served) and not being deleted."""
-    return not objects.deleting(crd) and objects.condition_is(crd, "Established")
-
-
 def served_version(kind: Kind, crd: dict[str, Any] | None) -> str | None:
     """The version to use for ``kind`` given its CRD object, or None when none we speak is served."""
-    if crd is None or not established(crd):
+    if crd is None or not apiextensions.established(crd):
         return None
     served = [v.get("name", "") for v in (crd.get("spec") or {}).get("versions") or () if v.get("served")]
     usable = sorted((v for v in served if v in kind.versions), key=version_priority)

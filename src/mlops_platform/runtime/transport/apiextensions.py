@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import objects, resources, wait
-from mlops_platform.runtime.kinds import established
+from mlops_platform.runtime import objects, wait
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+
+
+def established(crd: dict[str, Any]) -> bool:
+    """The CRD is Established (its REST endpoints are served) and not being deleted."""
+    return not objects.deleting(crd) and objects.condition_is(crd, "Established")
 
 
 async def install(
-    c: kclient.Client, manifests: list[dict[str, Any]], *, field_manager: str, timeout: float = 60.0
+    c: rclient.Client, manifests: list[dict[str, Any]], *, field_manager: str, timeout: float = 60.0
 ) -> list[dict[str, Any]]:
     """Apply every CRD (idempotent), wait until each is Established, refresh discovery; return them."""
     for manifest in manifests:
@@ -20,7 +25,7 @@ async def install(
     return live
 
 
-async def _established(c: kclient.Client, name: str, timeout: float) -> dict[str, Any]:
+async def _established(c: rclient.Client, name: str, timeout: float) -> dict[str, Any]:
     async def probe() -> dict[str, Any] | None:
         crd = await c.get(resources.CRD, name)
         return crd if established(crd) else None
@@ -29,12 +34,12 @@ async def _established(c: kclient.Client, name: str, timeout: float) -> dict[str
     return await wait.until(probe, timeout=timeout, what=f"CRD {name} Established", retry_on=())
 
 
-async def uninstall(c: kclient.Client, names: list[str], *, timeout: float = 60.0) -> None:
+async def uninstall(c: rclient.Client, names: list[str], *, timeout: float = 60.0) -> None:
     """Delete the CRDs (and with them every object of their kinds); wait until they are gone."""
     for name in names:
         try:
             await c.delete(resources.CRD, name)
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             if not e.not_found:
                 raise
     for name in names:
@@ -42,7 +47,7 @@ async def uninstall(c: kclient.Client, names: list[str], *, timeout: float = 60.
         async def gone(name: str = name) -> bool:
             try:
                 await c.get(resources.CRD, name)
-            except kclient.ApiError as e:
+            except rclient.ApiError as e:
                 if e.not_found:
                     return True
                 raise

@@ -24,13 +24,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import kinds, objects, rbac, resources
+from mlops_platform.runtime import objects, rbac
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
-log = logging.getLogger("mlops_platform.runtime.crdwatch")
+log = logging.getLogger("mlops_platform.runtime.caching.crdwatch")
 Obj = dict[str, Any]
-Listener = Callable[[kinds.Kind, kclient.Resource | None, kclient.Resource | None], None]
+Listener = Callable[[kinds.Kind, rclient.Resource | None, rclient.Resource | None], None]
 
 RBAC = rbac.requires(
     "apiextensions.k8s.io",
@@ -45,7 +47,7 @@ class OptionalKinds:
     def __init__(self, cache: rcache.Cache) -> None:
         self.cache = cache
         self._by_crd: dict[str, kinds.Kind] = {}
-        self._resolved: dict[kinds.Kind, kclient.Resource] = {}
+        self._resolved: dict[kinds.Kind, rclient.Resource] = {}
         self._listeners: list[Listener] = []
         self._stopping: set[asyncio.Task[None]] = set()
 
@@ -68,7 +70,7 @@ class OptionalKinds:
     def registered(self) -> list[kinds.Kind]:
         return list(self._by_crd.values())
 
-    def resolve(self, kind: kinds.Kind) -> kclient.Resource | None:
+    def resolve(self, kind: kinds.Kind) -> rclient.Resource | None:
         """The resource to use for ``kind`` now; None while an optional kind is not served."""
         if not kind.optional:
             return kind.resource()

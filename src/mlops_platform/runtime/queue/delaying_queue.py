@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle
-from mlops_platform.runtime.workqueue import Queue, QueueMetrics
+from mlops_platform.runtime.queue.workqueue import Queue, QueueMetrics
 
 __all__ = ["DelayingQueue"]
 

@@ -28,13 +28,16 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from mlops_platform.runtime import cache as rcache
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import controller as rcontroller
-from mlops_platform.runtime import crdwatch, events, httpserver, leaderelection
-from mlops_platform.runtime import metrics as rmetrics
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.control import controller as rcontroller
+from mlops_platform.runtime.control import leaderelection
+from mlops_platform.runtime.observability import events
+from mlops_platform.runtime.observability import metrics as rmetrics
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import httpserver
 
-log = logging.getLogger("mlops_platform.runtime.manager")
+log = logging.getLogger("mlops_platform.runtime.control.manager")
 
 
 class LeadershipLost(RuntimeError):
@@ -76,7 +79,7 @@ class Manager:
     :meth:`is_ready` is the ``/readyz`` check (``mgr.AddReadyzCheck``).
     """
 
-    def __init__(self, client: kclient.Client, options: Options | None = None) -> None:
+    def __init__(self, client: rclient.Client, options: Options | None = None) -> None:
         self.client = client
         self.options = options or Options()
         self.metrics = rmetrics.Metrics()

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import workqueue_metrics
+from mlops_platform.runtime.queue import workqueue_metrics
+from mlops_platform.runtime.transport import client as rclient
 
 _METHOD = {
     "get": "GET",
@@ -94,11 +94,11 @@ class Metrics:
         )
         self.workqueue = workqueue_metrics.WorkqueueMetricsProvider(reg)
 
-    def observe_client(self, c: kclient.Client) -> None:
+    def observe_client(self, c: rclient.Client) -> None:
         """Count every request ``c`` makes from now on."""
         host = urlsplit(c.base_url).netloc
 
-        def observe(rec: kclient.RequestRecord) -> None:
+        def observe(rec: rclient.RequestRecord) -> None:
             code = str(rec.code) if rec.code else "<error>"
             self.rest_requests.labels(code, _METHOD.get(rec.verb, rec.verb.upper()), host).inc()
             self.rest_requests_by_resource.labels(rec.verb, rec.resource, code).inc()

@@ -25,10 +25,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
-from mlops_platform.runtime import client as kclient
 from mlops_platform.runtime import diff, objects
+from mlops_platform.runtime.transport import client as rclient
 
-log = logging.getLogger("mlops_platform.runtime.childsync")
+log = logging.getLogger("mlops_platform.runtime.control.childsync")
 Obj = dict[str, Any]
 Action = Literal["none", "created", "updated", "deleted"]
 #: adjusts the desired object to the live one after hashing (fields another controller drives)
@@ -52,7 +52,7 @@ def controlled_by(obj: Obj, uid: str) -> bool:
     return any(r.get("uid") == uid and r.get("controller") for r in objects.owner_references(obj))
 
 
-class AlreadyOwned(kclient.ApiError):
+class AlreadyOwned(rclient.ApiError):
     """The live object of a child's name is controlled by another owner: it is left alone."""
 
     def __init__(self, what: str, owner: Obj) -> None:
@@ -78,7 +78,7 @@ class Outcome:
 
 
 class ChildSyncer:
-    def __init__(self, client: kclient.Client, *, field_manager: str, hash_annotation: str) -> None:
+    def __init__(self, client: rclient.Client, *, field_manager: str, hash_annotation: str) -> None:
         self.client = client
         self.field_manager = field_manager
         self.hash_annotation = hash_annotation
@@ -91,7 +91,7 @@ class ChildSyncer:
         return desired
 
     async def ensure(
-        self, resource: kclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
+        self, resource: rclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
     ) -> Outcome:
         """Make the cluster carry ``desired`` (prepared); no request when ``live`` already does."""
         if live is not None:
@@ -107,7 +107,7 @@ class ChildSyncer:
         applied = await self._apply_or_overwrite(resource, desired, live)
         return Outcome("created" if live is None else "updated", applied, changes)
 
-    async def remove(self, resource: kclient.Resource, live: Obj | None, owner_uid: str) -> Outcome:
+    async def remove(self, resource: rclient.Resource, live: Obj | None, owner_uid: str) -> Outcome:
         """Delete ``live`` if ``owner_uid`` controls it (a missing object is already removed)."""
         if live is None or not controlled_by(live, owner_uid):
             return Outcome("none", None)
@@ -115,15 +115,15 @@ class ChildSyncer:
             await self.client.delete(
                 resource, objects.name(live), objects.namespace(live), propagation_policy="Background"
             )
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             if not e.not_found:
                 raise
         return Outcome("deleted", None)
 
-    async def _apply_or_overwrite(self, resource: kclient.Resource, desired: Obj, live: Obj | None) -> Obj:
+    async def _apply_or_overwrite(self, resource: rclient.Resource, desired: Obj, live: Obj | None) -> Obj:
         try:
             applied = await self.client.apply(resource, desired, field_manager=self.field_manager, force=True)
-        except kclient.ApiError as e:
+        except rclient.ApiError as e:
             # an apply that cannot merge with entries another manager added (409/422 on a list
             # entry): fall through to overwriting the differing paths of the live object
             if live is None or e.status not in (409, 422):

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
-log = logging.getLogger("mlops_platform.runtime.httpserver")
+log = logging.getLogger("mlops_platform.runtime.transport.httpserver")
 Response = tuple[int, str, bytes]
 Handler = Callable[[str, str, bytes], Awaitable[Response]]
 MAX_BODY = 8 * 1024 * 1024

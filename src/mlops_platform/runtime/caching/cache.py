@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from mlops_platform.runtime import client as kclient
-from mlops_platform.runtime import informer as inf
-from mlops_platform.runtime import store as cache_store
+from mlops_platform.runtime.caching import informer as rinformer
+from mlops_platform.runtime.caching import store as rstore
+from mlops_platform.runtime.transport import client as rclient
 
 Obj = dict[str, Any]
 
@@ -43,7 +43,7 @@ class Cache:
 
     def __init__(
         self,
-        client: kclient.Client,
+        client: rclient.Client,
         *,
         namespace: str | None = None,
         resync_period: float = 10 * 3600.0,
@@ -53,13 +53,13 @@ class Cache:
         self.namespace = namespace  # None = all namespaces
         self.resync_period = resync_period
         self.min_watch_timeout = min_watch_timeout
-        self._informers: dict[tuple[kclient.Resource, str | None], inf.Informer] = {}
-        self._selectors: dict[kclient.Resource, str] = {}
-        self._transforms: dict[kclient.Resource, inf.Transform] = {}
-        self._optional: set[tuple[kclient.Resource, str | None]] = set()
+        self._informers: dict[tuple[rclient.Resource, str | None], rinformer.Informer] = {}
+        self._selectors: dict[rclient.Resource, str] = {}
+        self._transforms: dict[rclient.Resource, rinformer.Transform] = {}
+        self._optional: set[tuple[rclient.Resource, str | None]] = set()
         self._started = False
 
-    def restrict(self, resource: kclient.Resource, label_selector: str) -> None:
+    def restrict(self, resource: rclient.Resource, label_selector: str) -> None:
         """Cache only objects of ``resource`` matching ``label_selector`` (call before first use).
 
         Saves memory and watch traffic (e.g. only pods of our services); objects outside the
@@ -69,26 +69,26 @@ class Cache:
             raise RuntimeError(f"restrict({resource.kind}) after its informer was created")
         self._selectors[resource] = label_selector
 
-    def transform(self, resource: kclient.Resource, fn: inf.Transform) -> None:
+    def transform(self, resource: rclient.Resource, fn: rinformer.Transform) -> None:
         """Store objects of ``resource`` as ``fn`` returns them (call before first use), e.g. to drop
         large fields no reader needs. Replaces the default transform (dropping managedFields)."""
         if any(r == resource for r, _ in self._informers):
             raise RuntimeError(f"transform({resource.kind}) after its informer was created")
         self._transforms[resource] = fn
 
-    def _key(self, resource: kclient.Resource) -> tuple[kclient.Resource, str | None]:
+    def _key(self, resource: rclient.Resource) -> tuple[rclient.Resource, str | None]:
         return resource, self.namespace if resource.namespaced else None
 
-    def informer_for(self, resource: kclient.Resource, *, optional: bool = False) -> inf.Informer:
+    def informer_for(self, resource: rclient.Resource, *, optional: bool = False) -> rinformer.Informer:
         k = self._key(resource)
         if k not in self._informers:
-            informer = inf.Informer(
+            informer = rinformer.Informer(
                 self.client,
                 resource,
                 namespace=k[1],
                 label_selector=self._selectors.get(resource),
                 resync_period=self.resync_period,
-                transform=self._transforms.get(resource, inf.strip_managed_fields),
+                transform=self._transforms.get(resource, rinformer.strip_managed_fields),
                 min_watch_timeout=self.min_watch_timeout,
             )
             self._informers[k] = informer
@@ -98,29 +98,29 @@ class Cache:
                 informer.start()
         return self._informers[k]
 
-    def has_informer(self, resource: kclient.Resource) -> bool:
+    def has_informer(self, resource: rclient.Resource) -> bool:
         return self._key(resource) in self._informers
 
-    def synced(self, resource: kclient.Resource) -> bool:
+    def synced(self, resource: rclient.Resource) -> bool:
         """Whether an informer for ``resource`` exists and has stored its first LIST."""
         informer = self._informers.get(self._key(resource))
         return informer is not None and informer.has_synced()
 
-    def detach_informer(self, resource: kclient.Resource) -> inf.Informer | None:
+    def detach_informer(self, resource: rclient.Resource) -> rinformer.Informer | None:
         """Forget the informer of ``resource`` at once (a later :meth:`informer_for` creates a new
         one); the caller stops the returned informer (:meth:`Informer.stop`)."""
         k = self._key(resource)
         self._optional.discard(k)
         return self._informers.pop(k, None)
 
-    async def remove_informer(self, resource: kclient.Resource) -> None:
+    async def remove_informer(self, resource: rclient.Resource) -> None:
         """Forget and stop the informer of ``resource`` (its handlers and store go with it)."""
         informer = self.detach_informer(resource)
         if informer is not None:
             await informer.stop()
 
     @property
-    def informers(self) -> list[inf.Informer]:
+    def informers(self) -> list[rinformer.Informer]:
         return list(self._informers.values())
 
     def start(self) -> None:
@@ -132,7 +132,7 @@ class Cache:
         self._started = False
         await asyncio.gather(*(i.stop() for i in self._informers.values()))
 
-    def errors(self, resources: list[kclient.Resource] | None = None) -> dict[str, Exception]:
+    def errors(self, resources: list[rclient.Resource] | None = None) -> dict[str, Exception]:
         """Current list/watch errors by resource (e.g. a 403 when RBAC denies list or watch)."""
         out: dict[str, Exception] = {}
         for (res, _), informer in self._informers.items():
@@ -140,7 +140,7 @@ class Cache:
                 out[res.group_resource] = informer.last_error
         return out
 
-    def _required(self) -> list[inf.Informer]:
+    def _required(self) -> list[rinformer.Informer]:
         return [i for k, i in self._informers.items() if k not in self._optional]
 
     def has_synced(self) -> bool:
@@ -158,15 +158,15 @@ class Cache:
                 "(check RBAC list/watch permissions and that the CRDs are installed)"
             ) from None
 
-    def get(self, resource: kclient.Resource, namespace: str | None, name: str) -> Obj | None:
+    def get(self, resource: rclient.Resource, namespace: str | None, name: str) -> Obj | None:
         return self.informer_for(resource).store.get(namespace if resource.namespaced else None, name)
 
-    def by_index(self, resource: kclient.Resource, index: str, value: str) -> list[Obj]:
+    def by_index(self, resource: rclient.Resource, index: str, value: str) -> list[Obj]:
         return self.informer_for(resource).store.by_index(index, value)
 
     # defined last: inside the class body the name ``list`` means this method from here on
-    def list(self, resource: kclient.Resource, namespace: str | None = None) -> list[Obj]:
+    def list(self, resource: rclient.Resource, namespace: str | None = None) -> list[Obj]:
         st = self.informer_for(resource).store
         if namespace is None or not resource.namespaced:
             return st.list()
-        return st.by_index(cache_store.NAMESPACE_INDEX, namespace)
+        return st.by_index(rstore.NAMESPACE_INDEX, namespace)

@@ -41,9 +41,9 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from mlops_platform.runtime import rbac
-from mlops_platform.runtime.client import JSON, ApiError, Client
 from mlops_platform.runtime.clock import Clock, RealClock, rfc3339, utcnow
-from mlops_platform.runtime.resources import LEASE
+from mlops_platform.runtime.transport.client import JSON, ApiError, Client
+from mlops_platform.runtime.transport.resources import LEASE
 
 __all__ = ["JITTER_FACTOR", "LeaderElectionConfig", "LeaderElector"]
 
@@ -54,7 +54,7 @@ RBAC = rbac.requires(
     why="leader election Lease",
     scope="leader-election",
 )
-log = logging.getLogger("mlops_platform.runtime.leaderelection")
+log = logging.getLogger("mlops_platform.runtime.control.leaderelection")
 
 #: client-go's ``JitterFactor`` for acquire retries.
 JITTER_FACTOR = 1.2

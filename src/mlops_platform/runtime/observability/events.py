@@ -34,15 +34,16 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from mlops_platform.runtime import ratelimiter, rbac
-from mlops_platform.runtime.client import JSON, ApiError, PatchType, Resource
+from mlops_platform.runtime import rbac
 from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle, rfc3339, utcnow
-from mlops_platform.runtime.resources import EVENT
+from mlops_platform.runtime.queue import ratelimiter
+from mlops_platform.runtime.transport.client import JSON, ApiError, PatchType, Resource
+from mlops_platform.runtime.transport.resources import EVENT
 
 __all__ = ["EventRecorder", "EventSink", "EventType", "truncate_note"]
 
 RBAC = rbac.requires("events.k8s.io", "events", ["create", "patch"], why="Events about reconciled objects")
-log = logging.getLogger("mlops_platform.runtime.events")
+log = logging.getLogger("mlops_platform.runtime.observability.events")
 
 EventType = Literal["Normal", "Warning"]
 NOTE_LIMIT = 1024

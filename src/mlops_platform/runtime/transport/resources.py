@@ -1,6 +1,6 @@
 """Built-in resources the runtime and its users reach without discovery."""
 
-from mlops_platform.runtime.client import Resource
+from mlops_platform.runtime.transport.client import Resource
 
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODE = Resource("", "v1", "nodes", "Node", namespaced=False)
