@@ -5,14 +5,29 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from mlops_platform import __version__
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from mlops_platform.controllers.inferenceservice.children.base import BuildContext
+
+
+def _labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
+    """A repeatable ``KEY=VALUE`` option collected into a dict (bad items name the option)."""
+    return click.option(
+        flag,
+        dest,
+        multiple=True,
+        callback=lambda ctx, param, value: _labels(param, value),
+        metavar="KEY=VALUE",
+        help=f"{help}; repeatable",
+    )
 
 
 @click.group()
@@ -46,13 +61,10 @@ def main() -> None:
     show_default=True,
     help="PrometheusRule + ServiceMonitor per InferenceService where the Prometheus Operator CRDs exist",
 )
-@click.option(
+@_labels_option(
     "--monitoring-label",
     "monitoring_labels",
-    multiple=True,
-    callback=lambda ctx, param, value: _labels(param, value),
-    metavar="KEY=VALUE",
-    help="label on every PrometheusRule and ServiceMonitor (what Prometheus' selectors need); repeatable",
+    "label on every PrometheusRule and ServiceMonitor (what Prometheus' selectors need)",
 )
 @click.option(
     "--monitoring-namespace",
@@ -76,13 +88,10 @@ def main() -> None:
     show_default=True,
     help="a NetworkPolicy per InferenceService by default (per-object: spec.extensions.networkPolicy)",
 )
-@click.option(
+@_labels_option(
     "--network-policy-ingress-namespace-label",
     "ingress_namespace_labels",
-    multiple=True,
-    callback=lambda ctx, param, value: _labels(param, value),
-    metavar="KEY=VALUE",
-    help="namespaces with these labels may reach the serving ports (mesh/ingress gateways); repeatable",
+    "namespaces with these labels may reach the serving ports (mesh/ingress gateways)",
 )
 @click.option(
     "--network-policy-egress-cidr",

@@ -43,6 +43,7 @@ from mlops_platform.controllers.inferenceservice.servers import (
     ServingRuntimeTable,
     default_table,
 )
+from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import kinds
 
 Obj = dict[str, Any]
@@ -193,6 +194,26 @@ def slots(isvc: internal.InferenceService, children: tuple[Child, ...]) -> list[
 
 
 # -- helpers shared by the child modules ---------------------------------------------------------
+
+
+#: what owning a child kind takes: watch it (owns), server-side apply it (an apply that creates
+#: needs ``create`` as well as ``patch``), repair it (``update``) and delete it when not desired
+CHILD_VERBS = ("list", "watch", "create", "patch", "update", "delete")
+
+
+def child_rbac(kind: kinds.Kind, why: str) -> rbac.Rule:
+    """Declare the permissions a child kind needs (next to its module, like every declaration)."""
+    return rbac.requires(kind.group, kind.plural, CHILD_VERBS, why=why)
+
+
+def enabled(per_object: bool | None, operator_default: bool) -> bool:
+    """A feature switch: the InferenceService's own setting, else the operator's default."""
+    return operator_default if per_object is None else per_object
+
+
+def service_name(target: Target) -> str:
+    """``<name>``: children of the whole InferenceService (NetworkPolicy, monitoring) are named so."""
+    return target.isvc.name
 
 
 def component_name(target: Target) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels, servers
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import objects, rbac
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
 
@@ -202,12 +202,7 @@ def condition(
     return base.ChildCondition(CONDITION, "True", reason, summary)
 
 
-RBAC = rbac.requires(
-    "apps",
-    "deployments",
-    ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
-    why="the predictor Deployment: watched (owns), applied, repaired, deleted",
-)
+RBAC = base.child_rbac(KIND, why="the predictor Deployment: watched (owns), applied, repaired, deleted")
 
 
 def settle(target: base.Target, desired: base.Obj, live: base.Obj | None) -> None:

@@ -13,7 +13,7 @@ True with reason ``NotRequired`` when no HPA is wanted.
 from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice.children import base, deployment
-from mlops_platform.runtime import objects, rbac
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
 
@@ -82,11 +82,8 @@ def condition(
     return base.ChildCondition(CONDITION, "True", "ScalingActive", message)
 
 
-RBAC = rbac.requires(
-    "autoscaling",
-    "horizontalpodautoscalers",
-    ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
-    why="the predictor HPA: watched (owns), applied, repaired, deleted when not desired",
+RBAC = base.child_rbac(
+    KIND, why="the predictor HPA: watched (owns), applied, repaired, deleted when not desired"
 )
 # the autoscaler's health (e.g. no metrics yet) is reported, but does not stop a service serving
 CHILD = base.Child("autoscaler", KIND, CONDITION, name, build, condition, serving=False)

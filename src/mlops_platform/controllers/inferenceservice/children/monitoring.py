@@ -21,7 +21,6 @@ import dataclasses
 
 from mlops_platform.controllers.inferenceservice import alerts, labels
 from mlops_platform.controllers.inferenceservice.children import base, deployment, service
-from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import kinds
 
 CONDITION = "MonitoringReady"
@@ -31,13 +30,11 @@ SERVICE_MONITOR = kinds.Kind(GROUP, "ServiceMonitor", "servicemonitors", ("v1",)
 SCRAPE_INTERVAL = "30s"
 
 
-def name(target: base.Target) -> str:
-    return target.isvc.name
+name = base.service_name
 
 
 def enabled(target: base.Target, ctx: base.BuildContext) -> bool:
-    on = target.isvc.monitoring.enabled
-    return ctx.monitoring if on is None else on
+    return base.enabled(target.isvc.monitoring.enabled, ctx.monitoring)
 
 
 def settings(target: base.Target, ctx: base.BuildContext) -> alerts.AlertSettings:
@@ -127,13 +124,10 @@ def _condition(kind: kinds.Kind) -> base.ConditionFn:
 
 
 RBAC = [
-    rbac.requires(
-        GROUP,
-        plural,
-        ["list", "watch", "create", "patch", "update", "delete"],
-        why=f"the {kind_name}: watched (owns, while its CRD exists), applied, repaired, deleted",
+    base.child_rbac(
+        kind, why=f"the {kind.kind}: watched (owns, while its CRD exists), applied, repaired, deleted"
     )
-    for plural, kind_name in (("prometheusrules", "PrometheusRule"), ("servicemonitors", "ServiceMonitor"))
+    for kind in (PROMETHEUS_RULE, SERVICE_MONITOR)
 ]
 RULE = base.Child(
     "prometheusrule",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base, service
-from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
 
@@ -25,13 +24,11 @@ KIND = kinds.Kind.of(resources.NETWORK_POLICY)
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def name(target: base.Target) -> str:
-    return target.isvc.name
+name = base.service_name
 
 
 def enabled(target: base.Target, ctx: base.BuildContext) -> bool:
-    on = target.isvc.network_policy.enabled
-    return ctx.network_policy if on is None else on
+    return base.enabled(target.isvc.network_policy.enabled, ctx.network_policy)
 
 
 def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
@@ -79,11 +76,8 @@ def condition(
     return base.ChildCondition(CONDITION, "True", "PolicyApplied", f"NetworkPolicy {name(target)} applied")
 
 
-RBAC = rbac.requires(
-    "networking.k8s.io",
-    "networkpolicies",
-    ["list", "watch", "create", "patch", "update", "delete"],
-    why="the NetworkPolicy of an InferenceService: watched (owns), applied, repaired, deleted",
+RBAC = base.child_rbac(
+    KIND, why="the NetworkPolicy of an InferenceService: watched (owns), applied, repaired, deleted"
 )
 CHILD = base.Child(
     "networkpolicy", KIND, CONDITION, name, build, condition, serving=False, per_component=False

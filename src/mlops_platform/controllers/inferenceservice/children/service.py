@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
 
@@ -71,10 +70,5 @@ def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | Non
     return base.Contribution(url=cluster_url(target, ctx.cluster_domain) if ok else None)
 
 
-RBAC = rbac.requires(
-    "",
-    "services",
-    ["list", "watch", "create", "patch", "update", "delete"],  # server-side apply that creates needs create
-    why="the predictor Service: watched (owns), applied, repaired, deleted",
-)
+RBAC = base.child_rbac(KIND, why="the predictor Service: watched (owns), applied, repaired, deleted")
 CHILD = base.Child("service", KIND, CONDITION, name, build, condition, contribute=contribute)
