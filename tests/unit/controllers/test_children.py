@@ -676,3 +676,11 @@ def test_replica_owner_is_stated_once() -> None:
     assert base.replica_owner(make(minReplicas=2, maxReplicas=5).isvc) is base.ReplicaOwner.HPA
     for lo, hi in ((1, 1), (0, 3), (3, 3)):
         assert base.replica_owner(make(minReplicas=lo, maxReplicas=hi).isvc) is base.ReplicaOwner.OPERATOR
+
+
+def test_operator_labels_never_replace_the_operators_own() -> None:
+    ctx = base.BuildContext(monitoring_labels={"app.kubernetes.io/managed-by": "helm", "release": "kps"})
+    rule = monitoring.build_rule(make(), ctx)
+    assert rule is not None
+    assert rule["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "mlops-platform"
+    assert rule["metadata"]["labels"]["release"] == "kps"

@@ -1289,3 +1289,15 @@ async def test_a_wanted_child_controlled_by_another_owner_is_not_taken_over() ->
     assert "controlled by Other/" in reconciled["message"]
     assert w.client.stored(resources.SERVICE, NS, f"{NAME}-predictor") == theirs
     assert "ApplyFailed" in w.recorder.reasons
+
+
+async def test_an_accepted_but_unsupported_canary_is_said_on_the_object() -> None:
+    w = await world_with({"traffic": {"canaryVersion": "8", "canaryPercent": 20}})
+    await w.converge()
+    canary = cond(w.status, "CanaryReady")
+    assert (canary["status"], canary["reason"]) == ("False", "CanaryNotSupported")
+    assert "canaryPercent 20" in canary["message"]
+    assert cond(w.status, "Ready")["status"] == "True"  # the stable model still serves
+    plain = await world_with()
+    await plain.converge()
+    assert all(c["type"] != "CanaryReady" for c in plain.status["conditions"])

@@ -133,7 +133,7 @@ def compute(
             "Reconciled", "True", "ChildrenApplied", f"children match generation {isvc.generation}"
         )
         ready = _ready(isvc, serving_conds, pod_failure, counts)
-    wanted = [ready, reconciled, *slot_conds]
+    wanted = [ready, reconciled, *slot_conds, *_unsupported(isvc)]
     out: Obj = {
         "observedGeneration": isvc.generation,
         "conditions": conditions.merge(previous.get("conditions") or [], wanted, generation=isvc.generation),
@@ -149,6 +149,19 @@ def compute(
         if version:
             out["activeVersion"] = version
     return out
+
+
+def _unsupported(isvc: internal.InferenceService) -> list[base.ChildCondition]:
+    """Fields the API accepts that the operator does not act on yet, said on the object (never
+    silently ignored): ``spec.traffic`` until canary components and routes exist."""
+    t = isvc.traffic
+    if t is None or not (t.version or t.percent):
+        return []
+    message = (
+        f"spec.traffic (canaryVersion {t.version!r}, canaryPercent {t.percent}) is not acted on yet: "
+        "no canary is deployed and every request goes to spec.modelUri"
+    )
+    return [base.ChildCondition("CanaryReady", "False", "CanaryNotSupported", message)]
 
 
 def _ready(

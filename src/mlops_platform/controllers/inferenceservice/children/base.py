@@ -239,7 +239,8 @@ def metadata(
     meta: Obj = {
         "name": name,
         "namespace": target.isvc.namespace,
-        "labels": {**common, **(extra_labels or {})},
+        # extra labels (operator settings) never replace ours: the cache selects children by them
+        "labels": {**(extra_labels or {}), **common},
     }
     if annotations:
         meta["annotations"] = dict(annotations)
