@@ -23,17 +23,16 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from mlops_platform import __version__
 from mlops_platform.api import crd
 from mlops_platform.deploy import rbac
 from mlops_platform.runtime import generated
 from mlops_platform.runtime.control import manager
+from mlops_platform.runtime.objects import Obj
 
 __all__ = ["DEFAULT_IMAGE", "generated_files", "install_objects", "main", "render"]
 
-Obj = dict[str, Any]
 NAME = rbac.NAME
 DEFAULT_NAMESPACE = rbac.DEFAULT_NAMESPACE
 DEFAULT_IMAGE = f"{NAME}:{__version__}"

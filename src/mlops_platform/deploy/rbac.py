@@ -12,13 +12,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlops_platform.runtime import rbac
+from mlops_platform.runtime.objects import Obj
 
 NAME = "mlops-platform"
 DEFAULT_NAMESPACE = "mlops-system"
-Obj = dict[str, Any]
 
 
 def declared_rules() -> list[rbac.Rule]:

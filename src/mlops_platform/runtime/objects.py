@@ -1,12 +1,16 @@
 """Small typed views over Kubernetes objects held as plain dicts (kopf's ``Body.meta`` idea).
+
 The cache and the client hand out plain ``dict`` objects (no model decoding on the hot path). These
 helpers are the one way to read their common parts, so a missing ``metadata`` or ``status`` never
 raises and every module reads them the same way:
+
 - :func:`meta`, :func:`name`, :func:`namespace`, :func:`uid`, :func:`labels`, :func:`annotations`,
-  :func:`generation`, :func:`owner_references`, :func:`deleting` (the store's key of an object
-  is ``store.key_of``);
+  :func:`generation`, :func:`owner_references`, :func:`controller_ref`, :func:`deleting` (the
+  store's key of an object is ``store.key_of``);
 - :func:`condition` / :func:`condition_is` (``status.conditions`` entry by type, e.g. a
   Deployment's ``Progressing`` or a CRD's ``Established``).
+
+``Obj`` is the one alias for such an object (``dict[str, Any]``).
 """
 
 from collections.abc import Mapping
@@ -48,6 +52,11 @@ def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def owner_references(obj: Mapping[str, Any]) -> list[Obj]:
     return list(meta(obj).get("ownerReferences") or ())
+
+
+def controller_ref(obj: Mapping[str, Any]) -> Obj | None:
+    """The ownerReferences entry with ``controller: true`` (at most one exists), or None."""
+    return next((dict(r) for r in owner_references(obj) if r.get("controller")), None)
 
 
 def deleting(obj: Mapping[str, Any]) -> bool:

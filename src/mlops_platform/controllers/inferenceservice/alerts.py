@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mlops_platform.api import internal
-
-Obj = dict[str, Any]
+from mlops_platform.runtime.objects import Obj
 
 NO_READY_REPLICA = "InferenceServiceNoReadyReplica"
 BELOW_MIN_REPLICAS = "InferenceServiceBelowMinReplicas"

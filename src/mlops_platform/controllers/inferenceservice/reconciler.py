@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from mlops_platform import api
 from mlops_platform.api import internal
@@ -37,6 +37,7 @@ from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import childsync
 from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -44,7 +45,6 @@ from mlops_platform.runtime.transport import resources
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 ISVC = api.RESOURCE
 HASH_ANNOTATION = "mlops.platform/desired-hash"
-Obj = dict[str, Any]
 
 POD_INDEX = "inferenceservice"
 
@@ -155,7 +155,7 @@ class InferenceServiceReconciler:
         child, target = slot.child, slot.target
         desired = child.build(target, self.ctx)
         resource = self.kinds.resolve(child.kind)
-        if resource is None or not self.kinds_synced(child, resource):
+        if resource is None or not self._readable(child, resource):
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
             # read or write; the status says so where the child is wanted
             run.observed.append(
@@ -193,7 +193,7 @@ class InferenceServiceReconciler:
         verb = "Created" if created else "Updated"
         self.recorder.event(run.raw, "Normal", verb, "Create" if created else "Update", note)
 
-    def kinds_synced(self, child: base.Child, resource: rclient.Resource) -> bool:
+    def _readable(self, child: base.Child, resource: rclient.Resource) -> bool:
         """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""
         return not child.kind.optional or self.cache.synced(resource)
 

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import conditions, labels
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 
-Obj = dict[str, Any]
 POD_FAILURE_REASONS = frozenset(
     {
         "CrashLoopBackOff",

@@ -14,13 +14,11 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.caching import store as rstore
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
-
-Obj = dict[str, Any]
 
 
 class CacheSyncTimeout(TimeoutError):

@@ -22,16 +22,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from mlops_platform.runtime import objects, rbac
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 
 log = logging.getLogger("mlops_platform.runtime.caching.crdwatch")
-Obj = dict[str, Any]
 Listener = Callable[[kinds.Kind, rclient.Resource | None, rclient.Resource | None], None]
 
 RBAC = rbac.requires(

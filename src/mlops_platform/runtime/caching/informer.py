@@ -24,17 +24,17 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx2 as httpx
 
 from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.clock import Clock, RealClock
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import ratelimiter
 from mlops_platform.runtime.transport import client as rclient
 
 log = logging.getLogger("mlops_platform.runtime.caching.informer")
-Obj = dict[str, Any]
 Transform = Callable[[Obj], Obj]
 #: list/watch failures: 0.8 s doubling to 30 s, plus up to 100 % jitter; reset after 120 s healthy
 BACKOFF_INITIAL, BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_RESET = 0.8, 30.0, 1.0, 120.0

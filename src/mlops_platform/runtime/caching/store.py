@@ -11,9 +11,10 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
-Obj = dict[str, Any]
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.objects import Obj
+
 IndexFunc = Callable[[Obj], Iterable[str]]
 
 NAMESPACE_INDEX = "namespace"
@@ -37,10 +38,8 @@ def namespace_index(obj: Obj) -> Iterable[str]:
 
 def controller_owner_index(obj: Obj) -> Iterable[str]:
     """The UID of the object's controller owner (ownerReferences entry with controller=true)."""
-    for ref in obj["metadata"].get("ownerReferences") or ():
-        if ref.get("controller"):
-            return (ref["uid"],)
-    return ()
+    ref = objects.controller_ref(obj)
+    return (ref["uid"],) if ref is not None else ()
 
 
 DEFAULT_INDEXERS: dict[str, IndexFunc] = {

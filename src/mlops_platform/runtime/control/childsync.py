@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from mlops_platform.runtime import diff, objects
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 
 log = logging.getLogger("mlops_platform.runtime.control.childsync")
-Obj = dict[str, Any]
 Action = Literal["none", "created", "updated", "deleted"]
 #: adjusts the desired object to the live one after hashing (fields another controller drives)
 Settle = Callable[[Obj, Obj | None], None]
@@ -63,11 +63,6 @@ class AlreadyOwned(rclient.ApiError):
         super().__init__(409, "AlreadyOwned", message)
 
 
-def controller_of(obj: Obj) -> Obj | None:
-    """The ownerReferences entry with ``controller: true``, if any."""
-    return next((dict(r) for r in objects.owner_references(obj) if r.get("controller")), None)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
     """What one sync did: the action, the paths that differed, and the live object afterwards."""
@@ -95,8 +90,8 @@ class ChildSyncer:
     ) -> Outcome:
         """Make the cluster carry ``desired`` (prepared); no request when ``live`` already does."""
         if live is not None:
-            owner = controller_of(live)
-            ours = desired["metadata"]["ownerReferences"][0]["uid"]
+            owner = objects.controller_ref(live)
+            ours = objects.owner_references(desired)[0]["uid"]
             if owner is not None and owner.get("uid") != ours:
                 raise AlreadyOwned(f"{resource.kind} {objects.name(live)}", owner)
         if settle is not None:

@@ -33,19 +33,19 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
 
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.control import predicates as rpredicates
 from mlops_platform.runtime.control.reconcile import Reconciler, Request, Result, TerminalError
+from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.observability import logs
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.queue import rate_limiting_queue, ratelimiter, workqueue
 from mlops_platform.runtime.transport import client as rclient
 
 log = logging.getLogger("mlops_platform.runtime.control.controller")
-Obj = dict[str, Any]
 Mapper = Callable[[Obj], Iterable[Request]]
 
 
@@ -62,14 +62,12 @@ def owner_mapper(owner: rclient.Resource) -> Mapper:
     """Map an object to its controller owner of kind ``owner`` (same namespace)."""
 
     def mapper(obj: Obj) -> Iterable[Request]:
-        meta = obj.get("metadata") or {}
-        for ref in meta.get("ownerReferences") or ():
-            if not ref.get("controller") or ref.get("kind") != owner.kind:
-                continue
-            group = ref.get("apiVersion", "").rpartition("/")[0]
-            if group == owner.group:
-                return (Request(meta.get("namespace") if owner.namespaced else None, ref["name"]),)
-        return ()
+        ref = objects.controller_ref(obj)
+        if ref is None or ref.get("kind") != owner.kind:
+            return ()
+        if ref.get("apiVersion", "").rpartition("/")[0] != owner.group:
+            return ()
+        return (Request(objects.namespace(obj) if owner.namespaced else None, ref["name"]),)
 
     return mapper
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-Obj = dict[str, Any]
+from mlops_platform.runtime.objects import Obj
 
 
 class Predicate:

@@ -34,7 +34,6 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import alerts, conditions, labels
@@ -45,8 +44,8 @@ from mlops_platform.controllers.inferenceservice.servers import (
 )
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.objects import Obj as Obj
 
-Obj = dict[str, Any]
 Status = conditions.Status
 #: a child's condition is a :class:`conditions.Condition` (the one condition type of the status)
 ChildCondition = conditions.Condition
