@@ -62,12 +62,12 @@ def owner_mapper(owner: rclient.Resource) -> Mapper:
     """Map an object to its controller owner of kind ``owner`` (same namespace)."""
 
     def mapper(obj: Obj) -> Iterable[Request]:
-        ref = objects.controller_ref(obj)
-        if ref is None or ref.get("kind") != owner.kind:
-            return ()
-        if ref.get("apiVersion", "").rpartition("/")[0] != owner.group:
-            return ()
-        return (Request(objects.namespace(obj) if owner.namespaced else None, ref["name"]),)
+        for ref in objects.owner_references(obj):
+            if not ref.get("controller") or ref.get("kind") != owner.kind:
+                continue
+            if ref.get("apiVersion", "").rpartition("/")[0] == owner.group:
+                return (Request(objects.namespace(obj) if owner.namespaced else None, ref["name"]),)
+        return ()
 
     return mapper
 
