@@ -213,7 +213,7 @@ async def test_the_informer_backs_off_list_failures_on_its_clock() -> None:
             clock.step(waits[-1] - 0.001)
             await asyncio.sleep(0)
             assert [c.verb for c in client.calls] == ["list"] * failed  # no retry before the deadline
-            clock.step(0.001)
+            clock.step(0.002)  # past the deadline (more than float rounding of the two steps)
         await inf.wait_for_sync(timeout=5)  # a guard against hanging, not synchronisation
     finally:
         await inf.stop()
