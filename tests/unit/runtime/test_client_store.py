@@ -15,7 +15,7 @@ from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.control import controller, reconcile
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import fakes
+from mlops_platform.testing import fakes, wait
 
 
 def _client(handler: Any) -> rclient.Client:
@@ -204,15 +204,20 @@ async def test_the_informer_backs_off_list_failures_on_its_clock() -> None:
     waits: list[float] = []
     try:
         for failed in (1, 2):
-            for _ in range(3):
-                await asyncio.sleep(0)  # a scheduler yield: let the informer reach its wait
+            # the informer has failed `failed` times and sleeps on the fake clock
+            await wait.until(
+                lambda failed=failed: len(client.calls) == failed and clock.pending_timers() == 1,
+                timeout=5,
+                interval=0.001,
+                what=f"backoff sleep after failure {failed}",
+            )
             deadline = clock.next_deadline()
-            assert deadline is not None and clock.pending_timers() == 1
+            assert deadline is not None
             assert isinstance(inf.last_error, rclient.ApiError) and inf.last_error.status == 500
             waits.append(deadline - clock.now())
             clock.step(waits[-1] - 0.001)
-            await asyncio.sleep(0)
-            assert [c.verb for c in client.calls] == ["list"] * failed  # no retry before the deadline
+            assert clock.pending_timers() == 1  # not woken before the deadline
+            assert [c.verb for c in client.calls] == ["list"] * failed
             clock.step(0.002)  # past the deadline (more than float rounding of the two steps)
         await inf.wait_for_sync(timeout=5)  # a guard against hanging, not synchronisation
     finally:

@@ -362,11 +362,6 @@ async def drain(ctrl: rcontroller.Controller) -> list[Request]:
     return sorted(out)
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
 async def test_owning_an_optional_kind_enqueues_every_primary_when_it_appears_and_goes() -> None:
     cache = rcache.Cache(fakes.FakeClient())
     ok = crdwatch.OptionalKinds(cache)
@@ -386,10 +381,11 @@ async def test_owning_an_optional_kind_enqueues_every_primary_when_it_appears_an
         res = RULE.resource("v1")
         informer = cache.informer_for(res)
         assert len(informer.handlers) == 1  # the controller's, before anything is delivered
-        await settle()
+        waiting = ctrl._waiting[RULE]
+        assert not waiting.done()
         assert await drain(ctrl) == []  # not before the informer has listed
         fakes.seed(cache, res, [], optional=True)
-        await settle()
+        await asyncio.wait_for(waiting, 5)  # the wait ends with the first LIST (timeout: a guard)
         assert await drain(ctrl) == everyone
         # an owned object's events map to its controller owner
         rule = {
@@ -431,11 +427,12 @@ async def test_the_kind_disappearing_before_its_informer_synced_still_enqueues()
     )
     try:
         ok.on_add(fakes.crd(RULE))
-        assert len(ctrl._waiting) == 1  # waiting for the new informer's first LIST
+        waiting = ctrl._waiting[RULE]  # waiting for the new informer's first LIST
         ok.on_delete(fakes.crd(RULE))
         assert await drain(ctrl) == [Request("a", "w1")]
-        await settle()
         assert ctrl._waiting == {}  # the wait for a removed informer is cancelled, not left behind
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 5)
     finally:
         await ok.stop()
         await ctrl.stop(timeout=1)
