@@ -159,7 +159,7 @@ class InferenceServiceReconciler:
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
             # read or write; the status says so where the child is wanted
             run.observed.append(
-                status.Observed(slot, desired, None, missing=resource is None, syncing=resource is not None)
+                status.Observed(slot, desired, None, "missing" if resource is None else "syncing")
             )
             return
         what = f"{resource.kind}/{slot.name}"

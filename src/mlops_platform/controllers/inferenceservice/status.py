@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Literal
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import conditions, labels
@@ -50,10 +51,9 @@ class Observed:
     slot: base.Slot
     desired: Obj | None
     live: Obj | None
-    #: the kind is optional and its CRD is not installed
-    missing: bool = False
-    #: the kind's informer has not listed yet
-    syncing: bool = False
+    #: "served"; for an optional kind also "missing" (its CRD is not installed) or "syncing" (its
+    #: informer has not listed yet): then nothing was read or written for the slot
+    kind_state: Literal["served", "missing", "syncing"] = "served"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,11 +65,11 @@ class Failure:
 def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition:
     """The condition a slot reports, typed by its slot (``CanaryDeploymentAvailable``...)."""
     kind = o.slot.child.kind
-    if o.desired is not None and o.missing:
+    if o.desired is not None and o.kind_state == "missing":
         cond = base.ChildCondition(
             "", "False", "CRDNotInstalled", f"{kind.group} {kind.kind} is not installed"
         )
-    elif o.desired is not None and o.syncing:
+    elif o.desired is not None and o.kind_state == "syncing":
         cond = base.ChildCondition("", "Unknown", "WaitingForCache", f"listing {kind.group} {kind.kind}")
     else:
         cond = o.slot.child.condition(o.slot.target, ctx, o.desired, o.live)
@@ -94,7 +94,7 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
         for cs in (pod.get("status") or {}).get("containerStatuses") or ():
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in POD_FAILURE_REASONS:
-                msg = f"pod {pod['metadata']['name']} container {cs.get('name')}: {waiting['reason']}"
+                msg = f"pod {objects.name(pod)} container {cs.get('name')}: {waiting['reason']}"
                 if waiting.get("message"):
                     msg += f": {waiting['message']}"
                 return str(waiting["reason"]), msg
