@@ -1,91 +1,155 @@
-"""Client (over a mock transport), store indexes, builder validation, informer backoff."""
+"""Client (over HTTP to a local test server), store indexes, builder validation, informer backoff."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
+from aiohttp import web
+from lightkube.config import client_adapter
 
 from mlops_platform.runtime.caching import informer, store
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.control import controller, reconcile
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes, wait
 
 
-def _client(handler: Any) -> rclient.Client:
-    return rclient.Client(
-        httpx.AsyncClient(base_url="https://k8s.test", transport=httpx.MockTransport(handler))
-    )
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """A request as the test server received it."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    headers: dict[str, str]
+    content: bytes
+
+
+Answer = tuple[int, dict[str, str], bytes]
+Handler = Callable[[Seen], Answer]
+
+
+def answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Answer:
+    return status, headers or {}, b"" if body is None else json.dumps(body).encode()
+
+
+@contextlib.asynccontextmanager
+async def served(handler: Handler, auth: httpx.Auth | None = None) -> AsyncIterator[rclient.Client]:
+    """A Client talking HTTP to a real server on 127.0.0.1 whose answers come from ``handler``."""
+
+    async def route(request: web.Request) -> web.Response:
+        seen = Seen(
+            request.method,
+            request.path,
+            dict(request.query),
+            {k.lower(): v for k, v in request.headers.items()},
+            await request.read(),
+        )
+        status, headers, body = handler(seen)
+        return web.Response(status=status, headers=headers, body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", route)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = rclient.Client(rhttp.Transport(f"http://127.0.0.1:{port}", auth=auth))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runner.cleanup()
 
 
 async def test_429_is_retried_after_retry_after_and_every_request_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls: list[httpx.Request] = []
+    calls: list[Seen] = []
     slept: list[float] = []
+    real_sleep = asyncio.sleep
 
-    async def fake_sleep(s: float) -> None:
-        slept.append(s)
+    async def fake_sleep(s: float) -> None:  # asyncio.sleep everywhere: aiohttp's own sleep(0) too
+        if s:
+            slept.append(s)
+        await real_sleep(0)
 
     monkeypatch.setattr(rclient.asyncio, "sleep", fake_sleep)
 
-    def handler(req: httpx.Request) -> httpx.Response:
+    def handler(req: Seen) -> Answer:
         calls.append(req)
         if len(calls) < 3:
-            return httpx.Response(429, headers={"Retry-After": "2"}, json={"reason": "TooManyRequests"})
-        return httpx.Response(200, json={"metadata": {"name": "x"}})
+            return answer(429, {"reason": "TooManyRequests"}, {"Retry-After": "2"})
+        return answer(200, {"metadata": {"name": "x"}})
 
-    c = _client(handler)
-    obj = await c.get(resources.CONFIG_MAP, "x", "ns")
+    async with served(handler) as c:
+        obj = await c.get(resources.CONFIG_MAP, "x", "ns")
     assert obj["metadata"]["name"] == "x"
     assert slept == [2.0, 2.0]
     assert c.requests[("get", "configmaps", 429)] == 2
     assert c.requests[("get", "configmaps", 200)] == 1
-    assert str(calls[0].url) == "https://k8s.test/api/v1/namespaces/ns/configmaps/x"
+    assert calls[0].path == "/api/v1/namespaces/ns/configmaps/x"
+    assert calls[0].headers["user-agent"].startswith("mlops-platform/")
 
 
 async def test_errors_carry_status_reason_and_message() -> None:
-    def handler(req: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            422, json={"kind": "Status", "reason": "Invalid", "message": "spec.port: Invalid value: 0"}
-        )
+    def handler(req: Seen) -> Answer:
+        return answer(422, {"kind": "Status", "reason": "Invalid", "message": "spec.port: Invalid value: 0"})
 
-    c = _client(handler)
-    with pytest.raises(rclient.ApiError) as e:
-        await c.create(resources.CONFIG_MAP, {"metadata": {"name": "x"}}, "ns")
+    async with served(handler) as c:
+        with pytest.raises(rclient.ApiError) as e:
+            await c.create(resources.CONFIG_MAP, {"metadata": {"name": "x"}}, "ns")
     assert e.value.status == 422
     assert e.value.reason == "Invalid"
     assert "spec.port" in e.value.message
 
 
+async def test_no_http_answer_is_a_transport_error_and_counted_as_code_0() -> None:
+    c = rclient.Client(rhttp.Transport("http://127.0.0.1:9", connect_timeout=2))  # discard port: refused
+    try:
+        with pytest.raises(rclient.TransportError) as e:
+            await c.get(resources.CONFIG_MAP, "x", "ns")
+    finally:
+        await c.close()
+    assert isinstance(e.value, OSError)  # what the informer's reconnect loop catches
+    assert c.requests[("get", "configmaps", 0)] == 1
+
+
 async def test_apply_is_server_side_apply_with_field_manager_and_force() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Seen] = []
 
-    def handler(req: httpx.Request) -> httpx.Response:
+    def handler(req: Seen) -> Answer:
         seen.append(req)
-        return httpx.Response(200, json=json.loads(req.content))
+        return 200, {}, req.content
 
-    c = _client(handler)
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"}}
-    await c.apply(resources.DEPLOYMENT, dep, field_manager="me")
-    await c.apply(resources.DEPLOYMENT, dep, field_manager="me", subresource="status")
+    async with served(handler) as c:
+        await c.apply(resources.DEPLOYMENT, dep, field_manager="me")
+        await c.apply(resources.DEPLOYMENT, dep, field_manager="me", subresource="status")
     assert seen[0].method == "PATCH"
     assert seen[0].headers["content-type"] == "application/apply-patch+yaml"
-    assert seen[0].url.params["fieldManager"] == "me"
-    assert seen[0].url.params["force"] == "true"
-    assert seen[1].url.path == "/apis/apps/v1/namespaces/ns/deployments/d/status"
+    assert seen[0].params["fieldManager"] == "me"
+    assert seen[0].params["force"] == "true"
+    assert json.loads(seen[0].content) == dep
+    assert seen[1].path == "/apis/apps/v1/namespaces/ns/deployments/d/status"
     assert c.requests[("patch", "deployments.apps/status", 200)] == 1
 
 
 async def test_watch_decodes_events_and_raises_error_events() -> None:
+    big = "x" * 300_000  # one event larger than aiohttp's default line limit
     lines = [
-        {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "1"}}},
+        {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "1"}, "data": {"k": big}}},
         {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "5"}}},
         {
             "type": "ERROR",
@@ -93,22 +157,44 @@ async def test_watch_decodes_events_and_raises_error_events() -> None:
         },
     ]
 
-    def handler(req: httpx.Request) -> httpx.Response:
-        assert req.url.params["watch"] == "true"
-        assert req.url.params["allowWatchBookmarks"] == "true"
-        return httpx.Response(200, content="\n".join(json.dumps(x) for x in lines).encode())
+    def handler(req: Seen) -> Answer:
+        assert req.params["watch"] == "true"
+        assert req.params["allowWatchBookmarks"] == "true"
+        return 200, {}, "\n".join(json.dumps(x) for x in lines).encode()
 
-    c = _client(handler)
     got: list[str] = []
+    async with served(handler) as c:
 
-    async def consume() -> None:
-        async for ev in c.watch(resources.CONFIG_MAP, "ns", resource_version="1", timeout_seconds=5):
-            got.append(ev["type"])
+        async def consume() -> None:
+            async for ev in c.watch(resources.CONFIG_MAP, "ns", resource_version="1", timeout_seconds=5):
+                got.append(ev["type"])
+                if ev["type"] == "ADDED":
+                    assert ev["object"]["data"]["k"] == big
 
-    with pytest.raises(rclient.ApiError) as e:
-        await consume()
+        with pytest.raises(rclient.ApiError) as e:
+            await consume()
     assert got == ["ADDED", "BOOKMARK"]
     assert e.value.gone
+
+
+async def test_a_401_rereads_a_rotated_token_file_and_resends(tmp_path: Path) -> None:
+    """lightkube's in-cluster auth (a token file the kubelet rotates) driven by the transport."""
+    token = tmp_path / "token"
+    token.write_text("old")
+    seen: list[str] = []
+
+    def handler(req: Seen) -> Answer:
+        seen.append(req.headers["authorization"])
+        if req.headers["authorization"] != "Bearer new":
+            token.write_text("new")  # rotated meanwhile
+            return answer(401, {"reason": "Unauthorized"})
+        return answer(200, {"metadata": {"name": "x"}})
+
+    async with served(handler, auth=client_adapter.BearerTokenFileAuth(str(token))) as c:
+        await c.get(resources.CONFIG_MAP, "x", "ns")
+        await c.get(resources.CONFIG_MAP, "x", "ns")
+    assert seen == ["Bearer old", "Bearer new", "Bearer new"]
+    assert c.requests[("get", "configmaps", 200)] == 2  # the 401 is the transport's, not a retry
 
 
 def _obj(name: str, ns: str | None = "ns", owner: str | None = None) -> dict[str, Any]:

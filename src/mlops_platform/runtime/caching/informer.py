@@ -26,8 +26,6 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-import httpx2 as httpx
-
 from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.runtime.objects import Obj
@@ -158,7 +156,7 @@ class Informer:
                     },
                 )
                 await self.clock.sleep(delay)
-            except (httpx.HTTPError, OSError) as e:
+            except OSError as e:  # no HTTP answer (client.TransportError is one) or a socket error
                 self.last_error = e
                 delay = backoff.next_delay()
                 log.warning(

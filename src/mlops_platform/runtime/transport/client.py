@@ -1,8 +1,9 @@
 """A lean asyncio Kubernetes REST client that works on plain dicts.
 
 Authentication, kubeconfig contexts, in-cluster service accounts (token file re-read on rotation),
-exec credential plugins and TLS come from ``lightkube``'s config layer, which hands us a configured
-``httpx`` client. Everything above that is deliberately thin: requests go out as JSON, responses
+exec credential plugins and TLS come from ``lightkube``'s config layer, which hands us an SSL
+context and an auth flow; the HTTP connections are aiohttp's (:mod:`.http`: a third of the CPU per
+request). Everything above that is deliberately thin: requests go out as JSON, responses
 come back as ``dict`` decoded by ``msgspec`` (no typed-model decoding on the hot path), and every
 request is counted by (verb, resource, code) so tests and benchmarks can assert how many API calls
 the operator made.
@@ -25,15 +26,18 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx2 as httpx
 import msgspec
 from lightkube.config import client_adapter, kubeconfig
+
+from mlops_platform.runtime.transport import http as rhttp
 
 # the REST types live in ``rest``; they are part of this module's API (``client.Resource``)
 from mlops_platform.runtime.transport.rest import ApiError as ApiError
 from mlops_platform.runtime.transport.rest import RequestRecord as RequestRecord
 from mlops_platform.runtime.transport.rest import Resource as Resource
 from mlops_platform.runtime.transport.rest import verb_of
+
+TransportError = rhttp.TransportError
 
 JSON = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic"]
@@ -53,7 +57,7 @@ RequestObserver = Callable[[RequestRecord], None]
 class Client:
     """An asyncio client for one API server. Use :meth:`from_kubeconfig` or :meth:`in_cluster`."""
 
-    def __init__(self, http: httpx.AsyncClient, *, max_retries: int = 10) -> None:
+    def __init__(self, http: rhttp.Transport, *, max_retries: int = 10) -> None:
         self._http = http
         self._max_retries = max_retries
         self._resources: dict[tuple[str, str], Resource] = {}
@@ -87,11 +91,17 @@ class Client:
         single = config.get(context_name=context)
         if single is None:
             raise ValueError(f"kubeconfig {origin}: no context {context or '(current)'}")
-        params = client_adapter.ConnectionParams(timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False)
-        return cls(client_adapter.AsyncClient(single, params), **kw)
+        assert single.user is not None, "kubeconfig context without a user"
+        ssl_context = client_adapter.verify_cluster(
+            single.cluster, single.user, single.abs_file, trust_env=False
+        )
+        transport = rhttp.Transport(
+            single.cluster.server, ssl_context=ssl_context, auth=client_adapter.user_auth(single.user)
+        )
+        return cls(transport, **kw)
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self._http.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -101,7 +111,7 @@ class Client:
 
     @property
     def base_url(self) -> str:
-        return str(self._http.base_url)
+        return self._http.base_url
 
     # -- raw requests -------------------------------------------------------------------------
 
@@ -135,18 +145,13 @@ class Client:
         for attempt in range(self._max_retries + 1):
             started = loop.time()
             try:
-                response = await self._http.request(
-                    method,
-                    path,
-                    params=_clean(params),
-                    content=content,
-                    headers=headers,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                response = await self._http.send(
+                    method, path, params=_clean(params), content=content, headers=headers, timeout=timeout
                 )
-            except httpx.HTTPError:
+            except rhttp.TransportError:
                 self._record(verb, resource, namespace, 0, loop.time() - started)
                 raise
-            self._record(verb, resource, namespace, response.status_code, loop.time() - started)
+            self._record(verb, resource, namespace, response.status, loop.time() - started)
             retry_after = _retry_after(response)
             if retry_after is not None and attempt < self._max_retries:
                 await asyncio.sleep(retry_after)
@@ -299,13 +304,13 @@ class Client:
             path,
             params=_clean(params),
             headers={"Accept": "application/json"},
-            timeout=httpx.Timeout(30.0, read=read_timeout),
+            read_timeout=read_timeout,
         ) as response:
-            self._record("watch", res.group_resource, namespace, response.status_code, loop.time() - started)
-            if response.status_code >= 300:
-                await response.aread()
-                _decode(response)
-            async for line in response.aiter_lines():
+            self._record("watch", res.group_resource, namespace, response.status, loop.time() - started)
+            if response.status >= 300:
+                body = await response.read()
+                _decode(rhttp.Response(response.status, response.reason, response.headers, body))
+            async for line in response.lines():
                 if not line:
                     continue
                 event: JSON = _decoder.decode(line)
@@ -356,10 +361,8 @@ def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    if response.status_code != 429 and not (
-        response.status_code >= 500 and "Retry-After" in response.headers
-    ):
+def _retry_after(response: rhttp.Response) -> float | None:
+    if response.status != 429 and not (response.status >= 500 and "Retry-After" in response.headers):
         return None
     try:
         seconds = float(response.headers.get("Retry-After", "1"))
@@ -368,19 +371,19 @@ def _retry_after(response: httpx.Response) -> float | None:
     return max(0.0, min(seconds, MAX_RETRY_AFTER_SECONDS))
 
 
-def _decode(response: httpx.Response) -> JSON:
+def _decode(response: rhttp.Response) -> JSON:
     body: Any = None
-    if response.content:
+    if response.body:
         try:
-            body = _decoder.decode(response.content)
+            body = _decoder.decode(response.body)
         except msgspec.DecodeError:
             body = None
-    if response.status_code >= 300:
+    if response.status >= 300:
         status = body if isinstance(body, dict) else {}
         raise ApiError(
-            response.status_code,
-            str(status.get("reason") or response.reason_phrase),
-            str(status.get("message") or response.text[:500]),
+            response.status,
+            str(status.get("reason") or response.reason),
+            str(status.get("message") or response.body[:500].decode(errors="replace")),
             status,
         )
     return body if isinstance(body, dict) else {}
