@@ -302,8 +302,10 @@ async def test_first_reconcile_creates_the_children(
     assert brief(st, "ServiceReady") == ("True", "ClusterIPAssigned")
     assert st["observedGeneration"] == 1
     assert "url" not in st and "activeVersion" not in st
-    assert w.recorder.reasons == ["Created"] * len(writes)
-    assert w.recorder.events[0].note == f"Deployment/{NAME}-predictor created"
+    # one Event for the reconcile, listing every child it created in slot order
+    assert w.recorder.reasons == ["Created"]
+    created = ", ".join(f"{CHILD_RESOURCES[resource].kind}/{name}" for _, resource, name in writes)
+    assert w.recorder.events[0].note == f"created {created}"
 
 
 async def test_converged_service_is_ready_with_every_condition() -> None:
@@ -861,7 +863,8 @@ async def test_monitoring_crds_appearing_later_creates_the_monitoring_children()
     w.install_monitoring()
     await w.reconcile()
     assert w.writes == [R, M]
-    assert w.recorder.reasons == ["Created", "Created"]
+    assert w.recorder.reasons == ["Created"]
+    assert w.recorder.events[0].note == f"created PrometheusRule/{NAME}, ServiceMonitor/{NAME}"
     assert brief(w.status, "MonitoringReady") == ("True", "MonitoringConfigured")
 
 
@@ -886,7 +889,11 @@ async def test_monitoring_turned_off_per_object_deletes_only_what_the_cr_control
     await w.reconcile()
     want = [("delete", "prometheusrules", NAME), ("delete", "servicemonitors", NAME)] if deleted else []
     assert w.writes == want
-    assert w.recorder.reasons == (["Deleted", "Deleted"] if deleted else [])
+    assert w.recorder.reasons == (["Deleted"] if deleted else [])
+    if deleted:
+        assert w.recorder.events[0].note == (
+            f"deleted PrometheusRule/{NAME}, ServiceMonitor/{NAME} (no longer desired)"
+        )
     c = cond(w.status, "MonitoringReady")
     assert (c["status"], c["reason"]) == ("True", "MonitoringDisabled")
     assert "spec.extensions.monitoring.enabled" in c["message"]
@@ -1301,3 +1308,17 @@ async def test_an_accepted_but_unsupported_canary_is_said_on_the_object() -> Non
     plain = await world_with()
     await plain.converge()
     assert all(c["type"] != "CanaryReady" for c in plain.status["conditions"])
+
+
+async def test_one_event_lists_every_child_a_mixed_reconcile_changed() -> None:
+    """Autoscaling turned off: the HPA goes, the Deployment takes over spec.replicas; one Event."""
+    w = await world_with({"minReplicas": 1, "maxReplicas": 5}, mon="absent")
+    await w.converge()
+    w.edit_spec(minReplicas=2, maxReplicas=2)
+    await w.reconcile()
+    assert w.writes == [D, ("delete", "horizontalpodautoscalers", f"{NAME}-predictor")]
+    assert w.recorder.reasons == ["Updated"]
+    note = w.recorder.events[0].note
+    assert note.startswith(f"updated Deployment/{NAME}-predictor (")
+    assert "spec.replicas" in note
+    assert note.endswith(f"; deleted HorizontalPodAutoscaler/{NAME}-predictor (no longer desired)")

@@ -1,9 +1,9 @@
 """One module per child kind, each a pure ``build(target, ctx) -> dict | None``.
 
 Every module exposes its :class:`base.Child` (``CHILD``, or ``RULE``/``MONITOR`` for the two
-monitoring kinds); :data:`CHILDREN` lists them in apply order: the Deployment first (pods take
-longest), then the Service in front of it, the HPA that scales it, the network policy, and the
-optional monitoring kinds last.
+monitoring kinds); :data:`CHILDREN` lists them in slot order: the Deployment first, then the Service in
+front of it, the HPA that scales it, the network policy, and the optional monitoring kinds last.
+A reconcile writes them in parallel and reports them (status, Event, log) in this order.
 """
 
 from mlops_platform.controllers.inferenceservice.children import (
