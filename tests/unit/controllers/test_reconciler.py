@@ -23,6 +23,7 @@ from mlops_platform.controllers.inferenceservice import labels, reconciler
 from mlops_platform.controllers.inferenceservice.children import base, monitoring
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -1322,3 +1323,45 @@ async def test_one_event_lists_every_child_a_mixed_reconcile_changed() -> None:
     assert note.startswith(f"updated Deployment/{NAME}-predictor (")
     assert "spec.replicas" in note
     assert note.endswith(f"; deleted HorizontalPodAutoscaler/{NAME}-predictor (no longer desired)")
+
+
+def _pod(phase: str, waiting: dict[str, str] | None = None) -> Obj:
+    state = {"waiting": waiting} if waiting else {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ml",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {labels.INFERENCESERVICE: NAME},
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"containers": [{"name": "predictor", "image": "x" * 500}]},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "predictor", "ready": phase == "Running", "state": state}],
+        },
+    }
+
+
+CRASH = {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}
+
+
+def test_the_pod_cache_keeps_what_the_reconciler_reads_and_nothing_more() -> None:
+    crashing = _pod("Running", CRASH)
+    slim = reconciler.slim_pod(copy.deepcopy(crashing))
+    assert reconciler.pod_index(slim) == reconciler.pod_index(crashing) == [f"ml/{NAME}"]
+    assert reconciler.pod_failure(slim) == reconciler.pod_failure(crashing) is not None
+    assert "spec" not in slim and "managedFields" not in slim["metadata"]
+    assert reconciler.pod_failure(reconciler.slim_pod(_pod("Running"))) is None
+
+
+def test_pod_events_enqueue_only_when_a_failure_appears_changes_or_goes() -> None:
+    p = predicates.projection_changed(reconciler.pod_failure)
+    pending, running, crashing = _pod("Pending"), _pod("Running"), _pod("Running", CRASH)
+    assert not p.create(pending) and not p.delete(running)  # a healthy pod changes nothing
+    assert not p.update(pending, running)  # scheduled -> running -> ready: the Deployment says it
+    assert p.update(running, crashing) and p.update(crashing, running)
+    assert p.create(crashing) and p.delete(crashing)
+    assert p.update(running, running)  # a resync (old is new) still reaches the reconciler

@@ -38,6 +38,7 @@ def setup(
     """
     ctx = settings or base.BuildContext()
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE)
+    mgr.cache.transform(resources.POD, reconciler.slim_pod)
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
         for version in child.kind.versions:  # an optional kind's served version is known later
@@ -51,7 +52,9 @@ def setup(
         .for_(
             reconciler.ISVC, predicates.any_of(predicates.generation_changed(), predicates.labels_changed())
         )
-        .watches(resources.POD, _pod_to_service)
+        # a pod matters only through its failure (CrashLoopBackOff...): its other status changes
+        # (scheduled, started, ready) are seen through the Deployment's status, once
+        .watches(resources.POD, _pod_to_service, predicates.projection_changed(reconciler.pod_failure))
         .with_options(max_concurrent_reconciles=workers)
     )
     for kind in dict.fromkeys(c.kind for c in children.CHILDREN):

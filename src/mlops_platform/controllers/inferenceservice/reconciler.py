@@ -54,6 +54,27 @@ HASH_ANNOTATION = "mlops.platform/desired-hash"
 POD_INDEX = "inferenceservice"
 
 
+def pod_failure(pod: Obj) -> tuple[str, str] | None:
+    """All the reconciler reads of one pod: its first failing container (see status.pod_problem)."""
+    return status.pod_problem((pod,))
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """The cache transform of pods: what :func:`pod_index` and :func:`pod_failure` read, and no more
+    (a pod's spec is most of its bytes; at thousands of pods it would be most of the cache)."""
+    meta = pod.get("metadata") or {}
+    statuses = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting")
+        statuses.append({"name": cs.get("name"), "state": {"waiting": waiting} if waiting else {}})
+    return {
+        "metadata": {
+            k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels") if k in meta
+        },
+        "status": {"containerStatuses": statuses},
+    }
+
+
 def pod_index(pod: Obj) -> list[str]:
     """Index pods by ``namespace/<InferenceService name>`` (from the label every component carries)."""
     name = objects.labels(pod).get(labels.INFERENCESERVICE)

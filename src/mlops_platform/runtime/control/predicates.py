@@ -66,6 +66,28 @@ def resource_version_changed() -> Predicate:
     return from_update(lambda old, new: _meta(old, "resourceVersion") != _meta(new, "resourceVersion"))
 
 
+class _Projection(Predicate):
+    def __init__(self, fn: Callable[[Obj], Any]) -> None:
+        self._fn = fn
+
+    def create(self, obj: Obj) -> bool:
+        return self._fn(obj) is not None
+
+    def update(self, old: Obj, new: Obj) -> bool:
+        return old is new or self._fn(old) != self._fn(new)
+
+    def delete(self, obj: Obj) -> bool:
+        return self._fn(obj) is not None
+
+
+def projection_changed(fn: Callable[[Obj], Any]) -> Predicate:
+    """For a watch the reconciler reads only ``fn(obj)`` of (a pod's failure, say), where ``None``
+    means "nothing to report": an update passes when the projection changed, a create or delete when
+    the object contributes something (``fn(obj) is not None``); resyncs (old is new) pass. Exact when
+    the reconciler reads nothing else of these objects."""
+    return _Projection(fn)
+
+
 class _Combined(Predicate):
     def __init__(self, preds: tuple[Predicate, ...], combine: Callable[[Any], bool]) -> None:
         self._preds, self._combine = preds, combine
