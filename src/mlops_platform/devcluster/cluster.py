@@ -66,8 +66,13 @@ def _kwokctl(bins: binaries.Binaries, *args: str, check: bool = True) -> subproc
     )
 
 
-def kwokctl_config(bins: binaries.Binaries) -> str:
-    """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML)."""
+def kwokctl_config(bins: binaries.Binaries, *, unthrottled: bool = False) -> str:
+    """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML).
+
+    ``unthrottled``: kwokctl's ``disableQPSLimits``: kube-controller-manager's and kube-scheduler's
+    clients without QPS limits (defaults 20 and 50 requests/s) and kube-apiserver without in-flight
+    limits or priority and fairness, so that a scale benchmark measures the operator, not a
+    throttled controller-manager."""
     v = binaries.versions()
     conf: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -82,6 +87,7 @@ def kwokctl_config(bins: binaries.Binaries) -> str:
             "etcdVersion": v["ETCD_VERSION"].lstrip("v"),
             "kwokVersion": v["KWOK_VERSION"],
             "enableCRDs": ["Stage"],
+            "disableQPSLimits": unthrottled,
             "etcdBinary": str(bins["etcd"]),
             "kubeApiserverBinary": str(bins["kube-apiserver"]),
             "kubeControllerManagerBinary": str(bins["kube-controller-manager"]),
@@ -119,8 +125,18 @@ def _api_ready(name: str, timeout: float = 3.0) -> bool:
     return asyncio.run(probe())
 
 
-def up(name: str = DEFAULT_NAME, *, install_crds: bool = True, wait: float = 180.0) -> Path:
-    """Start (or reuse) the cluster ``name``; return its kubeconfig path."""
+def up(
+    name: str = DEFAULT_NAME,
+    *,
+    install_crds: bool = True,
+    wait: float = 180.0,
+    cpu_nodes: int = nodes.CPU_NODES,
+    unthrottled: bool = False,
+) -> Path:
+    """Start (or reuse) the cluster ``name``; return its kubeconfig path.
+
+    ``cpu_nodes``: fake CPU nodes (each fits :data:`nodes.PODS_PER_NODE` pods), added to a running
+    cluster too; ``unthrottled`` (see :func:`kwokctl_config`) applies when the cluster is created."""
     started = time.monotonic()
     _log("resolving control-plane binaries", started)
     bins = binaries.find()
@@ -132,18 +148,18 @@ def up(name: str = DEFAULT_NAME, *, install_crds: bool = True, wait: float = 180
         if result.returncode != 0:
             _log(f"restart failed ({result.stderr.strip()[-300:]}); re-creating {name!r}", started)
             down(name)
-            _create(bins, name, wait, started)
+            _create(bins, name, wait, started, unthrottled)
     else:
-        _create(bins, name, wait, started)
-    asyncio.run(_populate(name, install_crds, wait, started))
+        _create(bins, name, wait, started, unthrottled)
+    asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
 
 
-def _create(bins: binaries.Binaries, name: str, wait: float, started: float) -> None:
+def _create(bins: binaries.Binaries, name: str, wait: float, started: float, unthrottled: bool) -> None:
     workdir().mkdir(parents=True, exist_ok=True)
     config_file = workdir() / f"{name}.kwokctl.yaml"
-    config_file.write_text(kwokctl_config(bins))
+    config_file.write_text(kwokctl_config(bins, unthrottled=unthrottled))
     _log(
         f"creating cluster {name!r} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)",
         started,
@@ -196,12 +212,13 @@ def _kwokctl_message(line: str) -> str:
     return f"{rec.get('msg', '')} {extra}".strip()[:200]
 
 
-async def _populate(name: str, install_crds: bool, wait: float, started: float) -> None:
+async def _populate(name: str, install_crds: bool, wait: float, started: float, cpu_nodes: int) -> None:
+    fake = nodes.fake_nodes(cpu_nodes)
     async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
-        _log("installing kwok stages (upstream defaults) and fake nodes", started)
+        _log(f"installing kwok stages (upstream defaults) and {len(fake)} fake nodes", started)
         for stage in nodes.default_stages():
             await _apply(c, stage)
-        for node in nodes.fake_nodes():
+        for node in fake:
             try:
                 await c.create(resources.NODE, node)
             except rclient.ApiError as e:
@@ -211,7 +228,7 @@ async def _populate(name: str, install_crds: bool, wait: float, started: float) 
             _log("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)", started)
             await crds.install(c)
         _log("waiting for the nodes to be Ready", started)
-        await nodes.wait_ready(c, [objects.name(n) for n in nodes.fake_nodes()], timeout=wait)
+        await nodes.wait_ready(c, [objects.name(n) for n in fake], timeout=wait)
 
 
 async def _apply(c: rclient.Client, obj: dict[str, Any]) -> None:

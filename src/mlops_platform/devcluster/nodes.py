@@ -36,7 +36,8 @@ def default_stages() -> list[dict[str, Any]]:
 
 
 def _node(name: str, pool: str, extra: dict[str, str]) -> dict[str, Any]:
-    capacity = {"cpu": "32", "memory": "256Gi", "pods": "250", "ephemeral-storage": "1Ti", **extra}
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": str(PODS_PER_NODE), "ephemeral-storage": "1Ti"}
+    capacity |= extra
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -63,9 +64,13 @@ def _node(name: str, pool: str, extra: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def fake_nodes() -> list[dict[str, Any]]:
-    """3 CPU nodes and 2 GPU nodes (``nvidia.com/gpu`` capacity), managed by kwok."""
-    cpu = [_node(f"kwok-cpu-{i}", "cpu", {}) for i in range(CPU_NODES)]
+PODS_PER_NODE = 250
+
+
+def fake_nodes(cpu_nodes: int = CPU_NODES) -> list[dict[str, Any]]:
+    """``cpu_nodes`` CPU nodes (default 3) and 2 GPU nodes (``nvidia.com/gpu`` capacity), managed by
+    kwok, each with room for :data:`PODS_PER_NODE` pods."""
+    cpu = [_node(f"kwok-cpu-{i}", "cpu", {}) for i in range(cpu_nodes)]
     gpu = [_node(f"kwok-gpu-{i}", "gpu", {"nvidia.com/gpu": str(GPUS_PER_NODE)}) for i in range(GPU_NODES)]
     return cpu + gpu
 

@@ -130,6 +130,12 @@ class Cache:
         self._started = False
         await asyncio.gather(*(i.stop() for i in self._informers.values()))
 
+    def resync(self) -> None:
+        """Replay every synced informer's cache to its handlers now (as the resync period does)."""
+        for inf in self._informers.values():
+            if inf.has_synced():
+                inf.resync()
+
     def errors(self, resources: list[rclient.Resource] | None = None) -> dict[str, Exception]:
         """Current list/watch errors by resource (e.g. a 403 when RBAC denies list or watch)."""
         out: dict[str, Exception] = {}

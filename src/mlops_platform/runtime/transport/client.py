@@ -164,6 +164,16 @@ class Client:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def request_text(self, path: str, *, resource: str = "nonresource") -> str:
+        """GET a non-JSON endpoint (``/metrics``, ``/version`` text) and return its body."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await self._http.send("GET", path, headers={"Accept": "text/plain"})
+        self._record("get", resource, None, response.status, loop.time() - started)
+        if response.status >= 300:
+            _decode(response)
+        return response.body.decode(errors="replace")
+
     # -- typed verbs ----------------------------------------------------------------------------
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""The raw writer: the scale benchmark's ceiling (``bench/scale.py``).
+
+It makes the writes the job needs and nothing else, straight from watch events: no cache, no work
+queue, no level-based reconcile, no diff. For every InferenceService ADDED to ``--namespace``: the
+operator's own children (the same pure builders, owner reference and desired-hash annotation: the
+same bytes on the wire) server-side applied, one status write (``Ready=False``) and one Event; for
+every Deployment whose ``availableReplicas`` first reaches 1, one status write (``Ready=True``) on
+its InferenceService. At most ``--concurrency`` requests are in flight.
+
+On SIGTERM it writes its request counts (verb, resource, code) as JSON to ``--report`` and exits.
+Run by ``bench.scale``; standalone::
+
+    .venv/bin/python -m bench.raw_writer --kubeconfig K --namespace bench --concurrency 64 --report F
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+FIELD_MANAGER = "mlops-platform"
+
+
+async def watch_forever(
+    client: Any, resource: Any, namespace: str, on_event: Callable[[str, dict[str, Any]], None]
+) -> None:
+    """LIST once, then WATCH from there, re-listing on 410 (every object is seen as ADDED once)."""
+    from mlops_platform.runtime.transport import client as rclient
+
+    while True:
+        listing = await client.list(resource, namespace)
+        for obj in listing.get("items", []):
+            on_event("ADDED", obj)
+        rv = listing["metadata"]["resourceVersion"]
+        try:
+            async for ev in client.watch(resource, namespace, resource_version=rv, timeout_seconds=3600):
+                if ev["type"] == "BOOKMARK":
+                    continue
+                on_event(ev["type"], ev["object"])
+        except rclient.ApiError as e:
+            if not e.gone:
+                raise
+
+
+class RawWriter:
+    def __init__(self, client: Any, namespace: str, concurrency: int) -> None:
+        from mlops_platform.controllers.inferenceservice.children import base
+
+        self.client = client
+        self.namespace = namespace
+        self.slots = asyncio.Semaphore(concurrency)
+        self.ctx = base.BuildContext(monitoring=False)
+        self.started: set[str] = set()
+        self.ready: set[str] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failures = 0
+
+    def spawn(self, aw: Awaitable[None]) -> None:
+        async def guarded() -> None:
+            try:
+                await aw
+            except Exception as e:  # count and keep going: the benchmark reports it
+                self.failures += 1
+                print(f"raw writer: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        async with self.slots:
+            yield
+
+    # -- InferenceServices ----------------------------------------------------------------------
+
+    def on_isvc(self, type_: str, raw: dict[str, Any]) -> None:
+        name = raw["metadata"]["name"]
+        if type_ != "ADDED" or name in self.started:
+            return
+        self.started.add(name)
+        self.spawn(self.create_children(raw))
+
+    async def create_children(self, raw: dict[str, Any]) -> None:
+        from mlops_platform import api
+        from mlops_platform.controllers.inferenceservice import children, reconciler
+        from mlops_platform.controllers.inferenceservice.children import base
+        from mlops_platform.runtime import diff
+        from mlops_platform.runtime.control import childsync
+
+        isvc = api.decode(raw)
+        writes: list[Awaitable[Any]] = []
+        created: list[str] = []
+        for slot in base.slots(isvc, children.CHILDREN):
+            if slot.child.kind.optional:
+                continue
+            desired = slot.child.build(slot.target, self.ctx)
+            if desired is None:
+                continue
+            resource = slot.child.kind.resource()
+            desired["apiVersion"] = resource.api_version
+            meta = desired.setdefault("metadata", {})
+            meta["ownerReferences"] = [childsync.owner_reference(raw)]
+            meta.setdefault("annotations", {})[reconciler.HASH_ANNOTATION] = diff.desired_hash(desired)
+            writes.append(self.apply(resource, desired))
+            created.append(f"{resource.kind}/{meta['name']}")
+        await asyncio.gather(*writes)
+        await asyncio.gather(
+            self.status(raw, "False", "RollingOut", "children created; waiting for pods"),
+            self.event(raw, "created " + ", ".join(created)),
+        )
+
+    async def apply(self, resource: Any, obj: dict[str, Any]) -> None:
+        async with self.slot():
+            await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+
+    async def status(self, raw: dict[str, Any], ready: str, reason: str, message: str) -> None:
+        from mlops_platform import api
+        from mlops_platform.runtime import clock
+
+        now = clock.rfc3339(clock.utcnow())
+        body = {
+            "apiVersion": raw["apiVersion"],
+            "kind": raw["kind"],
+            "metadata": {"name": raw["metadata"]["name"], "namespace": self.namespace},
+            "status": {
+                "observedGeneration": raw["metadata"].get("generation", 1),
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": ready,
+                        "reason": reason,
+                        "message": message,
+                        "lastTransitionTime": now,
+                        "observedGeneration": raw["metadata"].get("generation", 1),
+                    }
+                ],
+            },
+        }
+        async with self.slot():
+            await self.client.apply(
+                api.RESOURCE, body, field_manager=FIELD_MANAGER, force=True, subresource="status"
+            )
+
+    async def event(self, raw: dict[str, Any], note: str) -> None:
+        from mlops_platform.runtime import clock
+        from mlops_platform.runtime.transport import resources
+
+        name = raw["metadata"]["name"]
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
+            "eventTime": clock.rfc3339(clock.utcnow(), 6),
+            "reportingController": "mlops.platform/raw-writer",
+            "reportingInstance": "raw-writer",
+            "action": "Create",
+            "reason": "Created",
+            "type": "Normal",
+            "note": note,
+            "regarding": {
+                "apiVersion": raw["apiVersion"],
+                "kind": raw["kind"],
+                "name": name,
+                "namespace": self.namespace,
+                "uid": raw["metadata"]["uid"],
+            },
+        }
+        async with self.slot():
+            await self.client.create(resources.EVENT, body, self.namespace)
+
+    # -- Deployments ------------------------------------------------------------------------------
+
+    def on_deployment(self, type_: str, dep: dict[str, Any]) -> None:
+        owner = next((r for r in dep["metadata"].get("ownerReferences", []) if r.get("controller")), None)
+        if owner is None or owner["name"] in self.ready:
+            return
+        if (dep.get("status") or {}).get("availableReplicas", 0) < 1:
+            return
+        self.ready.add(owner["name"])
+        raw = {
+            "apiVersion": owner["apiVersion"],
+            "kind": owner["kind"],
+            "metadata": {"name": owner["name"], "uid": owner["uid"], "generation": 1},
+        }
+        self.spawn(self.status(raw, "True", "Serving", "1 replica available"))
+
+
+async def run(args: argparse.Namespace) -> int:
+    from mlops_platform import api
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.runtime.transport import resources
+
+    client = rclient.Client.from_kubeconfig(args.kubeconfig)
+    writer = RawWriter(client, args.namespace, args.concurrency)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    watches = [
+        asyncio.create_task(watch_forever(client, api.RESOURCE, args.namespace, writer.on_isvc)),
+        asyncio.create_task(
+            watch_forever(client, resources.DEPLOYMENT, args.namespace, writer.on_deployment)
+        ),
+    ]
+    print("raw writer: watching", flush=True)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopper, *watches], return_when=asyncio.FIRST_COMPLETED)
+    for t in watches:
+        t.cancel()
+    for t in list(writer.tasks):
+        t.cancel()
+    await asyncio.gather(*watches, *writer.tasks, return_exceptions=True)
+    await client.close()
+    counts = sorted(client.requests.items())
+    report = {
+        "requests": [{"verb": v, "resource": r, "code": c, "count": n} for (v, r, c), n in counts],
+        "failures": writer.failures,
+    }
+    with open(args.report, "w") as out:  # noqa: ASYNC230 (once, at exit)
+        json.dump(report, out, indent=2)
+    failed = [t for t in watches if t in done and not t.cancelled() and t.exception() is not None]
+    if failed:
+        print(f"raw writer: a watch failed: {failed[0].exception()!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--report", required=True)
+    return asyncio.run(run(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

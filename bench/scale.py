@@ -1,0 +1,826 @@
+#!/usr/bin/env python3
+"""Scale: N InferenceServices converged by the operator, by a raw writer and by a Go reference.
+
+For every N (``--counts``, default 100 1000 5000) and every implementation (``--impls``):
+
+- ``operator``: ours, ``python -m mlops_platform.cli run --no-monitoring --workers W``;
+- ``raw``: ``bench.raw_writer``, the same child and status writes straight from watch events, no
+  cache, no queue: the ceiling; run at each of ``--raw-concurrency`` (requests in flight) and the
+  best is the ceiling (more in flight stops helping once the API server is the limit);
+- ``reference``: ``bench/reference-operator``, the same job in Go with controller-runtime (built
+  from pinned modules by ``hack/build-reference-operator``), ``--workers W``;
+
+each on a FRESH local cluster sized for the load (``dev up --nodes K --unthrottled``: fake nodes
+for N pods, and no client QPS limits in kube-controller-manager and kube-scheduler, so the
+benchmark measures the implementation, not a throttled controller-manager), in ONE run:
+
+1. N InferenceServices created, ``--create-concurrency`` in flight (framework triton, seldon,
+   torchserve in turn; maxReplicas 1, 1, 2, 3 in turn, so half get an HPA);
+2. the time until every child exists and until every InferenceService is ``Ready=True``, seen by
+   this benchmark's own watches (informers; no polling LISTs);
+3. settle (the implementation's CPU still for ``--quiet-seconds``), then ``--idle-seconds`` of
+   steady state: every request it makes then (expected: none);
+4. for the operator and the reference: ``--changes`` spec changes one after another (a new
+   ``modelUri``), each timed from the API server's answer to the patch until this benchmark sees
+   the Deployment carry it (event-to-child-write latency, p50/p99);
+5. for the operator at N in ``--resync-counts``: a forced full resync (SIGUSR1: every informer
+   replays its cache, as a resync period does): its mutating and GET/LIST requests (expected: 0)
+   and CPU seconds; and a restart with N objects present, with ``--changes`` spec changes during
+   its initial sync (p50/p99: user changes must not wait behind the initial backlog);
+6. the implementation's requests by verb and resource (its own counters; the API server's
+   ``apiserver_request_total`` APPLY counts cross-check the child and status applies), CPU seconds
+   (``/proc``), RSS peak and steady; etcd's database size and bytes per InferenceService; the
+   latency of a full paged LIST of the InferenceServices (the seed's concern at 1,000-5,000).
+
+Output: a Markdown table on stdout; ``--out DIR`` (default ``docs/benchmarks``) gets
+``scale.json`` (every figure), ``scale.md`` (the tables and the machine) and PNG plots
+(time to Ready vs N, requests per InferenceService, RSS vs N). Progress bars on stderr.
+
+    .venv/bin/python -m bench.scale                     # the whole matrix (an hour or more)
+    .venv/bin/python -m bench.scale --counts 1000 --impls operator raw
+    .venv/bin/python -m bench.scale --smoke             # make bench-smoke: N=50, fails on any
+                                                        # steady-state write or uncached read
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+from bench._common import (
+    cli_binary,
+    dev_cluster_down,
+    log,
+    machine_info,
+    markdown_table,
+    mib,
+    read_proc,
+    write_json,
+)
+from bench.operator_footprint import free_port, inference_service
+
+if TYPE_CHECKING:
+    from mlops_platform.runtime.objects import Obj
+    from mlops_platform.runtime.transport.client import Client
+
+REPO = Path(__file__).resolve().parents[1]
+IMPLS = ("operator", "raw", "reference")
+NAMESPACE = "bench"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "apply"})
+READ_VERBS = frozenset({"get", "list"})
+PODS_PER_NODE = 250
+
+
+# ---------------------------------------------------------------------------------------------------
+# the implementations, as processes
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Impl:
+    """A running implementation: its process, how to read its request counts, its log."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    metrics_url: str | None  # None: counts come from the report file at exit (raw writer)
+    report_path: Path | None = None
+    concurrency: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def requests(self) -> Counter[tuple[str, str]]:
+        """(verb, resource) -> count so far (the raw writer's only after it exited)."""
+        if self.metrics_url is None:
+            if self.report_path is None or not self.report_path.exists():
+                return Counter()
+            report = json.loads(self.report_path.read_text())
+            out: Counter[tuple[str, str]] = Counter()
+            for r in report["requests"]:
+                out[(r["verb"], r["resource"])] += r["count"]
+            return out
+        return parse_requests(fetch(self.metrics_url))
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def fetch(url: str, timeout: float = 10.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return str(r.read().decode())
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN|[+-]Inf)\s*$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str, metric: str) -> Iterable[tuple[dict[str, str], float]]:
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == metric:
+            yield dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
+
+
+def parse_requests(text: str) -> Counter[tuple[str, str]]:
+    """Request counts from an operator's /metrics: ours by (verb, resource); controller-runtime's
+    ``rest_client_requests_total`` has only (method, code): resource is then ``*``."""
+    out: Counter[tuple[str, str]] = Counter()
+    ours = list(samples(text, "rest_client_requests_by_resource_total"))
+    if ours:
+        for labels, v in ours:
+            out[(labels.get("verb", "?"), labels.get("resource", "?"))] += int(v)
+        return out
+    for labels, v in samples(text, "rest_client_requests_total"):
+        out[(labels.get("method", "?").lower(), "*")] += int(v)
+    return out
+
+
+def writes(requests: Mapping[tuple[str, str], int]) -> int:
+    return sum(n for (verb, _), n in requests.items() if verb in WRITE_VERBS)
+
+
+def reads(requests: Mapping[tuple[str, str], int]) -> int:
+    return sum(n for (verb, _), n in requests.items() if verb in READ_VERBS)
+
+
+def diff(after: Counter[tuple[str, str]], before: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+    return Counter({k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)})
+
+
+def reference_binary() -> Path:
+    script = REPO / "hack" / "build-reference-operator"
+    log("building (or reusing) the Go reference operator")
+    subprocess.run([str(script)], check=True, stdout=sys.stderr)
+    out = subprocess.run([str(script), "--print-dir"], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip()) / "reference-operator"
+
+
+def start_impl(name: str, kubeconfig: str, log_dir: Path, workers: int, concurrency: int) -> Impl:
+    port = free_port()
+    log_path = log_dir / f"{name}-{concurrency or workers}.log"
+    report: Path | None = None
+    metrics: str | None = f"http://127.0.0.1:{port}/metrics"
+    if name == "operator":
+        cmd = [
+            sys.executable, "-m", "mlops_platform.cli", "run", "--kubeconfig", kubeconfig,
+            "--no-monitoring", "--workers", str(workers),
+            "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
+        ]  # fmt: skip
+    elif name == "reference":
+        cmd = [
+            str(reference_binary()), "--kubeconfig", kubeconfig, "--workers", str(workers),
+            "--kube-api-qps", "100000", "--kube-api-burst", "100000",
+            "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
+        ]  # fmt: skip
+    elif name == "raw":
+        report = log_dir / f"raw-{concurrency}.json"
+        metrics = None
+        cmd = [
+            sys.executable, "-m", "bench.raw_writer", "--kubeconfig", kubeconfig,
+            "--namespace", NAMESPACE, "--concurrency", str(concurrency), "--report", str(report),
+        ]  # fmt: skip
+    else:
+        raise ValueError(name)
+    log(f"starting {name}: {' '.join(cmd)}")
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+    return Impl(name, proc, log_path, metrics, report, concurrency or workers)
+
+
+async def wait_impl_started(impl: Impl, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if impl.proc.poll() is not None:
+            raise SystemExit(f"{impl.name} exited with {impl.proc.returncode} at start:\n{impl.tail()}")
+        text = impl.log_path.read_text(errors="replace")
+        if impl.metrics_url is None:
+            if "raw writer: watching" in text:
+                return
+        else:
+            with contextlib.suppress(OSError):
+                fetch(impl.metrics_url, timeout=2)
+                # ours logs "caches synced"; controller-runtime "Starting workers"
+                if '"caches synced"' in text or "Starting workers" in text:
+                    return
+        await asyncio.sleep(0.2)
+    raise SystemExit(f"{impl.name} did not start within {timeout:.0f} s:\n{impl.tail()}")
+
+
+def stop_impl(impl: Impl, timeout: float = 60.0) -> int | None:
+    if impl.proc.poll() is None:
+        impl.proc.send_signal(signal.SIGTERM)
+        try:
+            impl.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            impl.proc.kill()
+            impl.proc.wait()
+    return impl.proc.returncode
+
+
+# ---------------------------------------------------------------------------------------------------
+# the benchmark's own eyes: watches of the InferenceServices and their children
+# ---------------------------------------------------------------------------------------------------
+
+
+class Observer:
+    """Informers (this package's runtime) on the InferenceServices, Deployments, Services and HPAs
+    of the namespace; counts what exists and what is Ready, and wakes waiters on every event."""
+
+    def __init__(self, client: Client, expected_hpas: int) -> None:
+        from mlops_platform import api
+        from mlops_platform.runtime.caching import informer
+        from mlops_platform.runtime.transport import resources
+
+        self.expected_hpas = expected_hpas
+        self.changed = asyncio.Event()
+        self.informers = {
+            "isvc": informer.Informer(client, api.RESOURCE, namespace=NAMESPACE),
+            "deployments": informer.Informer(client, resources.DEPLOYMENT, namespace=NAMESPACE),
+            "services": informer.Informer(client, resources.SERVICE, namespace=NAMESPACE),
+            "hpas": informer.Informer(client, resources.HPA, namespace=NAMESPACE),
+        }
+        self.ready: set[str] = set()
+        self.watchers: list[Callable[[str, Obj], None]] = []
+        for kind, inf in self.informers.items():
+            inf.add_event_handler(_Notify(self, kind))
+
+    def start(self) -> None:
+        for inf in self.informers.values():
+            inf.start()
+
+    async def stop(self) -> None:
+        for inf in self.informers.values():
+            await inf.stop()
+
+    async def synced(self) -> None:
+        for inf in self.informers.values():
+            await inf.wait_for_sync(120)
+
+    def count(self, kind: str) -> int:
+        return len(self.informers[kind].store)
+
+    def children_exist(self, n: int) -> bool:
+        return (
+            self.count("deployments") >= n
+            and self.count("services") >= n
+            and self.count("hpas") >= self.expected_hpas
+        )
+
+    def on_event(self, kind: str, obj: Obj) -> None:
+        from mlops_platform.runtime import objects
+
+        if kind == "isvc":
+            if objects.condition_is(obj, "Ready"):
+                self.ready.add(objects.name(obj))
+            else:
+                self.ready.discard(objects.name(obj))
+        for w in self.watchers:
+            w(kind, obj)
+        self.changed.set()
+
+    async def until(self, predicate: Callable[[], bool], timeout: float, what: str) -> float:
+        """Wait until ``predicate()`` holds, re-checked on every event; the monotonic time it held."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+        return time.monotonic()
+
+
+class _Notify:
+    def __init__(self, observer: Observer, kind: str) -> None:
+        self.o, self.kind = observer, kind
+
+    def on_add(self, obj: Obj) -> None:
+        self.o.on_event(self.kind, obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        self.o.on_event(self.kind, new)
+
+    def on_delete(self, obj: Obj) -> None:
+        self.o.on_event(self.kind, obj)
+
+
+# ---------------------------------------------------------------------------------------------------
+# one run
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Latency:
+    samples_ms: list[float]
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.samples_ms, 50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples_ms, 99)
+
+
+def percentile(xs: Sequence[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+@dataclass
+class Run:
+    impl: str
+    count: int
+    concurrency: int  # workers (operator, reference) or requests in flight (raw)
+    children_s: float | None = None
+    ready_s: float | None = None
+    cpu_s: float = 0.0  # CPU seconds from start to the end of the steady window
+    converge_cpu_s: float = 0.0  # CPU seconds from the first create until settled
+    rss_peak: int = 0
+    rss_steady: int = 0
+    requests: dict[str, int] = field(default_factory=dict)  # "verb resource" -> n, until settled
+    steady_requests: dict[str, int] = field(default_factory=dict)
+    apiserver_applies: dict[str, int] = field(default_factory=dict)  # resource -> APPLY count
+    change_idle: Latency | None = None
+    change_initial_sync: Latency | None = None
+    initial_sync_s: float | None = None
+    resync: dict[str, Any] | None = None
+    etcd_db_bytes: int | None = None
+    etcd_db_in_use_bytes: int | None = None
+    bytes_per_isvc: float | None = None
+    list_ms: float | None = None
+    exit_code: int | None = None
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def writes_per_isvc(self) -> float:
+        return sum(n for k, n in self.requests.items() if k.split()[0] in WRITE_VERBS) / self.count
+
+
+def _key(k: tuple[str, str]) -> str:
+    return f"{k[0]} {k[1]}"
+
+
+async def apiserver_metrics(client: Client) -> str:
+    return await client.request_text("/metrics")
+
+
+def apiserver_applies(text: str) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for labels, v in samples(text, "apiserver_request_total"):
+        if labels.get("verb") == "APPLY":
+            sub = labels.get("subresource", "")
+            out[labels.get("resource", "?") + (f"/{sub}" if sub else "")] += int(v)
+    return out
+
+
+def etcd_sizes(cluster: str) -> tuple[int | None, int | None]:
+    from mlops_platform.devcluster import chaos
+
+    try:
+        text = fetch(chaos.etcd_endpoint(cluster) + "/metrics")
+    except (OSError, LookupError) as e:
+        log(f"etcd metrics unavailable: {e}")
+        return None, None
+    total = next((int(v) for _, v in samples(text, "etcd_mvcc_db_total_size_in_bytes")), None)
+    in_use = next((int(v) for _, v in samples(text, "etcd_mvcc_db_total_size_in_use_in_bytes")), None)
+    return total, in_use
+
+
+async def list_latency_ms(client: Client, repeat: int = 5) -> float:
+    from mlops_platform import api
+
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        cont: str | None = None
+        while True:
+            page = await client.list(api.RESOURCE, NAMESPACE, limit=500, continue_=cont)
+            cont = page["metadata"].get("continue")
+            if not cont:
+                break
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+async def create_all(client: Client, n: int, concurrency: int, bar: tqdm[Any]) -> None:
+    from mlops_platform import api
+
+    todo = iter(range(n))
+
+    async def worker() -> None:
+        for i in todo:
+            await client.create(api.RESOURCE, inference_service(NAMESPACE, i), NAMESPACE)
+            bar.update()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def wait_quiet(impl: Impl, quiet: float, timeout: float) -> float:
+    """Until the process's CPU time stays still (< 20 ms) for ``quiet`` seconds."""
+    t0 = time.monotonic()
+    last, since = read_proc(impl.pid).cpu_seconds, time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        await asyncio.sleep(0.5)
+        now = read_proc(impl.pid).cpu_seconds
+        if now - last > 0.02:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return time.monotonic() - t0
+    log(f"{impl.name} never went quiet within {timeout:.0f} s")
+    return time.monotonic() - t0
+
+
+async def spec_changes(
+    client: Client, observer: Observer, names: Sequence[str], tag: str, timeout: float
+) -> Latency:
+    """One spec change at a time (``modelUri`` -> a new value): the time from the patch's answer
+    until this benchmark's watch sees the Deployment carry it."""
+    from mlops_platform import api
+
+    seen: dict[str, float] = {}
+    wanted: dict[str, str] = {}
+
+    def watch(kind: str, obj: Obj) -> None:
+        if kind != "deployments":
+            return
+        name = obj["metadata"]["name"].removesuffix("-predictor")
+        uri = (obj["metadata"].get("annotations") or {}).get("mlops.platform/model-uri")
+        if name in wanted and uri == wanted[name] and name not in seen:
+            seen[name] = time.monotonic()
+
+    observer.watchers.append(watch)
+    out: list[float] = []
+    try:
+        for name in tqdm(names, desc=f"spec changes ({tag})", unit="change", leave=False):
+            uri = f"s3://models/bench/{name}/{tag}"
+            wanted[name] = uri
+            await client.patch(api.RESOURCE, name, {"spec": {"modelUri": uri}}, namespace=NAMESPACE)
+            t0 = time.monotonic()
+            t1 = await observer.until(lambda n=name: n in seen, timeout, f"{name} rolled to {uri}")  # type: ignore[misc]
+            out.append((max(t1, seen[name]) - t0) * 1000 if seen[name] >= t0 else 0.0)
+    finally:
+        observer.watchers.remove(watch)
+    return Latency(out)
+
+
+def nodes_for(n: int) -> int:
+    # one pod per InferenceService (minReplicas 1) + 20 % headroom, 250 pods per fake node; the 2
+    # GPU nodes take pods too but are not counted
+    return max(3, math.ceil(n * 1.2 / PODS_PER_NODE))
+
+
+def fresh_cluster(name: str, n: int) -> str:
+    dev_cluster_down(name)
+    cmd = [*cli_binary(), "dev", "up", "--name", name, "--nodes", str(nodes_for(n)), "--unthrottled"]
+    log(f"fresh cluster: {' '.join(cmd)}")
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency: int, log_dir: Path) -> Run:
+    from mlops_platform import api
+    from mlops_platform.api import crd
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.runtime.transport import resources
+
+    kubeconfig = fresh_cluster(args.cluster_name, n)
+    run = Run(impl_name, n, concurrency)
+    expected_hpas = sum(1 for i in range(n) if inference_service(NAMESPACE, i)["spec"]["maxReplicas"] > 1)
+    async with rclient.Client.from_kubeconfig(kubeconfig) as client:
+        await crd.install(client)
+        await client.create(resources.NAMESPACE, {"metadata": {"name": NAMESPACE}})
+        observer = Observer(client, expected_hpas)
+        observer.start()
+        await observer.synced()
+        impl = start_impl(
+            impl_name, kubeconfig, log_dir, args.workers, concurrency if impl_name == "raw" else 0
+        )
+        try:
+            await wait_impl_started(impl)
+            cpu0 = read_proc(impl.pid).cpu_seconds
+            before = impl.requests()
+            api0 = apiserver_applies(await apiserver_metrics(client))
+            t0 = time.monotonic()
+            with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
+                creating = asyncio.create_task(create_all(client, n, args.create_concurrency, bar))
+                t_children = await observer.until(
+                    lambda: observer.children_exist(n), args.timeout, "all children exist"
+                )
+                run.children_s = t_children - t0
+                await creating
+            log(f"{impl_name} N={n}: all children exist after {run.children_s:.1f} s")
+            with tqdm(total=n, desc=f"{impl_name} N={n}: Ready", unit="isvc", leave=False) as bar:
+
+                def all_ready() -> bool:
+                    bar.n = len(observer.ready)
+                    bar.refresh()
+                    return len(observer.ready) >= n
+
+                run.ready_s = await observer.until(all_ready, args.timeout, "all Ready") - t0
+            log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s")
+            await wait_quiet(impl, args.quiet_seconds, args.timeout)
+            run.converge_cpu_s = read_proc(impl.pid).cpu_seconds - cpu0
+            settled = impl.requests()
+            run.requests = {_key(k): v for k, v in sorted(diff(settled, before).items())}
+            api1 = apiserver_applies(await apiserver_metrics(client))
+            run.apiserver_applies = dict(sorted((api1 - api0).items()))
+            await asyncio.sleep(args.idle_seconds)  # the steady window itself: nothing may happen
+            run.steady_requests = {_key(k): v for k, v in sorted(diff(impl.requests(), settled).items())}
+            p = read_proc(impl.pid)
+            run.rss_steady, run.rss_peak = p.rss, p.hwm
+            if impl_name != "raw" and args.changes:
+                names = [f"bench-{i:04d}" for i in range(0, n, max(1, n // args.changes))][: args.changes]
+                run.change_idle = await spec_changes(client, observer, names, "idle", 60)
+                log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
+                    f"p99 {run.change_idle.p99:.0f} ms")  # fmt: skip
+                await wait_quiet(impl, args.quiet_seconds, args.timeout)
+            if impl_name == "operator" and n in args.resync_counts:
+                run.resync = await forced_resync(impl, args)
+                impl = await restart_with_changes(args, client, observer, impl, run, kubeconfig, log_dir)
+            run.cpu_s = read_proc(impl.pid).cpu_seconds
+            run.rss_peak = max(run.rss_peak, read_proc(impl.pid).hwm)
+        finally:
+            run.exit_code = stop_impl(impl)
+            if impl.name == "raw":
+                run.requests = {_key(k): v for k, v in sorted(impl.requests().items())}
+                run.steady_requests = {}
+        run.etcd_db_bytes, run.etcd_db_in_use_bytes = etcd_sizes(args.cluster_name)
+        if run.etcd_db_in_use_bytes:
+            run.bytes_per_isvc = run.etcd_db_in_use_bytes / n
+        run.list_ms = await list_latency_ms(client)
+        await observer.stop()
+        del api
+    return run
+
+
+async def forced_resync(impl: Impl, args: argparse.Namespace) -> dict[str, Any]:
+    """SIGUSR1: the operator's informers replay their caches (as a resync period does)."""
+    before, cpu0 = impl.requests(), read_proc(impl.pid).cpu_seconds
+    impl.proc.send_signal(signal.SIGUSR1)
+    took = await wait_quiet(impl, args.quiet_seconds, args.timeout)
+    delta = diff(impl.requests(), before)
+    out = {
+        "mutating": writes(delta),
+        "get_list": reads(delta),
+        "cpu_s": round(read_proc(impl.pid).cpu_seconds - cpu0, 3),
+        "seconds_until_quiet": round(took - args.quiet_seconds, 2),
+        "requests": {_key(k): v for k, v in delta.items()},
+    }
+    log(f"forced resync: {out}")
+    return out
+
+
+async def restart_with_changes(
+    args: argparse.Namespace,
+    client: Client,
+    observer: Observer,
+    impl: Impl,
+    run: Run,
+    kubeconfig: str,
+    log_dir: Path,
+) -> Impl:
+    """Restart the operator with N objects present and change specs during its initial sync."""
+    stop_impl(impl)
+    fresh = start_impl("operator", kubeconfig, log_dir, args.workers, 0)
+    t0 = time.monotonic()
+    await wait_impl_started(fresh)
+    names = [f"bench-{i:04d}" for i in range(1, run.count, max(1, run.count // args.changes))]
+    run.change_initial_sync = await spec_changes(client, observer, names[: args.changes], "restart", 120)
+    await wait_quiet(fresh, args.quiet_seconds, args.timeout)
+    run.initial_sync_s = time.monotonic() - t0
+    log(f"operator N={run.count}: spec change during the initial sync p50 "
+        f"{run.change_initial_sync.p50:.0f} ms, p99 {run.change_initial_sync.p99:.0f} ms")  # fmt: skip
+    return fresh
+
+
+# ---------------------------------------------------------------------------------------------------
+# render
+# ---------------------------------------------------------------------------------------------------
+
+
+def fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def best_raw(runs: Sequence[Run], n: int) -> Run | None:
+    raws = [r for r in runs if r.impl == "raw" and r.count == n and r.ready_s is not None]
+    return min(raws, key=lambda r: r.children_s or 1e9) if raws else None
+
+
+def render(runs: Sequence[Run]) -> str:
+    rows = []
+    for r in runs:
+        steady = _counter(r.steady_requests)
+        idle = r.change_idle
+        rows.append([
+            r.impl, str(r.count), str(r.concurrency), fmt(r.children_s), fmt(r.ready_s),
+            fmt(r.converge_cpu_s, 2), fmt(r.converge_cpu_s / r.count * 1000, 2),
+            mib(r.rss_peak), mib(r.rss_steady), fmt(r.writes_per_isvc, 2),
+            str(writes(steady)), str(reads(steady)),
+            f"{fmt(idle.p50 if idle else None, 0)} / {fmt(idle.p99 if idle else None, 0)}",
+            fmt(r.bytes_per_isvc, 0), fmt(r.list_ms, 0),
+        ])  # fmt: skip
+    header = [
+        "impl", "N", "workers / in flight", "children s", "Ready s", "CPU s", "CPU ms / ISVC",
+        "RSS peak MiB", "RSS steady MiB", "writes / ISVC", "steady writes", "steady GET/LIST",
+        "spec change idle p50 / p99 ms", "etcd bytes / ISVC", "LIST all ms",
+    ]  # fmt: skip
+    out = [markdown_table(header, rows)]
+    ratio_rows = []
+    for n in sorted({r.count for r in runs}):
+        raw = best_raw(runs, n)
+        for r in runs:
+            if r.count != n or r.impl == "raw" or raw is None or not raw.children_s or not raw.ready_s:
+                continue
+            ratio_rows.append([
+                r.impl, str(n), f"{raw.concurrency}", fmt((r.children_s or math.nan) / raw.children_s, 2),
+                fmt((r.ready_s or math.nan) / raw.ready_s, 2),
+            ])  # fmt: skip
+    if ratio_rows:
+        out.append("\nAgainst the best raw writer (targets: children <= 1.3, Ready <= 1.05):\n")
+        out.append(
+            markdown_table(["impl", "N", "raw in flight", "children / raw", "Ready / raw"], ratio_rows)
+        )
+    resync = [
+        [str(r.count), str(r.resync["mutating"]), str(r.resync["get_list"]), fmt(r.resync["cpu_s"], 2),
+         fmt(r.change_initial_sync.p50 if r.change_initial_sync else None, 0),
+         fmt(r.change_initial_sync.p99 if r.change_initial_sync else None, 0), fmt(r.initial_sync_s)]
+        for r in runs if r.resync
+    ]  # fmt: skip
+    if resync:
+        out.append("\nOperator: forced full resync, and spec changes during the initial sync after a restart "
+                   "(targets: 0 mutating, 0 GET/LIST, CPU <= 2 s; p99 <= 1000 ms):\n")  # fmt: skip
+        out.append(markdown_table(
+            ["N", "resync mutating", "resync GET/LIST", "resync CPU s", "change p50 ms", "change p99 ms",
+             "restart until quiet s"], resync))  # fmt: skip
+    return "\n".join(out)
+
+
+def _counter(d: Mapping[str, int]) -> Counter[tuple[str, str]]:
+    out: Counter[tuple[str, str]] = Counter()
+    for k, v in d.items():
+        verb, _, resource = k.partition(" ")
+        out[(verb, resource)] += v
+    return out
+
+
+def plots(runs: Sequence[Run], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    series: dict[str, list[Run]] = {}
+    for r in runs:
+        label = r.impl if r.impl != "raw" else "raw (best)"
+        if r.impl == "raw" and best_raw(runs, r.count) is not r:
+            continue
+        series.setdefault(label, []).append(r)
+    charts: list[tuple[str, str, Callable[[Run], float | None]]] = [
+        ("scale-ready.png", "seconds until all Ready", lambda r: r.ready_s),
+        ("scale-children.png", "seconds until all children exist", lambda r: r.children_s),
+        ("scale-requests.png", "writes per InferenceService", lambda r: r.writes_per_isvc),
+        ("scale-rss.png", "RSS peak (MiB)", lambda r: r.rss_peak / 2**20),
+    ]
+    for name, ylabel, value in charts:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, rs in sorted(series.items()):
+            rs = sorted(rs, key=lambda r: r.count)
+            ys = [math.nan if (v := value(r)) is None else v for r in rs]
+            if name == "scale-rss.png" and label.startswith("raw"):
+                continue
+            ax.plot([r.count for r in rs], ys, marker="o", label=label)
+        ax.set_xlabel("InferenceServices (N)")
+        ax.set_ylabel(ylabel)
+        ax.set_xscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+# ---------------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--counts", type=int, nargs="+", default=[100, 1000, 5000])
+    p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    p.add_argument("--workers", type=int, default=4, help="operator and reference workers")
+    p.add_argument("--raw-concurrency", type=int, nargs="+", default=[32, 64, 128])
+    p.add_argument("--create-concurrency", type=int, default=32)
+    p.add_argument("--changes", type=int, default=200)
+    p.add_argument("--resync-counts", type=int, nargs="*", default=[5000])
+    p.add_argument("--quiet-seconds", type=float, default=5.0)
+    p.add_argument("--idle-seconds", type=float, default=20.0)
+    p.add_argument("--timeout", type=float, default=1800.0, help="per phase")
+    p.add_argument("--cluster-name", default="mlops-bench-scale")
+    p.add_argument("--keep-cluster", action="store_true")
+    p.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
+    p.add_argument("--smoke", action="store_true", help="N=50, operator only; exit 1 on a steady write/read")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.counts, a.impls, a.changes, a.resync_counts = [50], ["operator"], 20, [50]
+        a.idle_seconds, a.out = 10.0, None
+    return a
+
+
+async def amain(a: argparse.Namespace) -> list[Run]:
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="mlops-bench-scale-") as tmp:
+        log_dir = Path(os.environ.get("BENCH_LOG_DIR", tmp))
+        try:
+            for n in a.counts:
+                for impl in a.impls:
+                    for c in a.raw_concurrency if impl == "raw" else [a.workers]:
+                        try:
+                            run = await one_run(a, impl, n, c, log_dir)
+                        except (TimeoutError, SystemExit) as e:
+                            log(f"{impl} N={n} failed: {e}")
+                            run = Run(impl, n, c, failures=[str(e)])
+                        runs.append(run)
+                        log(f"{impl} N={n} done: {asdict(run) | {'requests': '...'}}")
+        finally:
+            if not a.keep_cluster:
+                dev_cluster_down(a.cluster_name)
+    return runs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parse_args(argv)
+    if "BENCH_LOG_DIR" in os.environ:
+        Path(os.environ["BENCH_LOG_DIR"]).mkdir(parents=True, exist_ok=True)
+    runs = asyncio.run(amain(a))
+    table = render(runs)
+    print(table)
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        data = {"machine": machine_info(), "args": vars(a), "runs": [asdict(r) for r in runs]}
+        write_json(out / "scale.json", data)
+        made = plots(runs, out)
+        machine = data["machine"]
+        (out / "scale.md").write_text(
+            "# Scale benchmark\n\n`.venv/bin/python -m bench.scale "
+            + " ".join(sys.argv[1:])
+            + "`\n\nMachine: "
+            + json.dumps(machine)
+            + "\n\n"
+            + table
+            + "\n\n"
+            + "\n".join(f"![{p.stem}]({p.name})" for p in made)
+            + "\n"
+        )
+        log(f"wrote {out / 'scale.md'} and {len(made)} plots")
+    if a.smoke:
+        bad = [
+            r for r in runs
+            if r.failures or writes(_counter(r.steady_requests)) or reads(_counter(r.steady_requests))
+            or (r.resync and (r.resync["mutating"] or r.resync["get_list"]))
+        ]  # fmt: skip
+        for r in bad:
+            log(f"SMOKE FAILED: {r.impl} N={r.count}: failures {r.failures}, steady {r.steady_requests}, "
+                f"resync {r.resync}")  # fmt: skip
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
