@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -137,6 +138,12 @@ class World:
         self.rec = reconciler.InferenceServiceReconciler(
             self.cache, self.client, self.recorder, self.kinds, ctx or base.BuildContext()
         )
+        self._rv = itertools.count(1000)
+
+    def _changed(self, obj: Obj) -> Obj:
+        """``obj`` as the API server returns a changed object: with a new resourceVersion."""
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        return obj
 
     # -- setting the scene -------------------------------------------------------------------------
 
@@ -153,7 +160,7 @@ class World:
         if res != resources.POD:
             key = (res.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])
             self.client.objects[key] = copy.deepcopy(obj)
-        fakes.seed(self.cache, res, [obj], optional=res in (RULE, MONITOR))
+        fakes.seed(self.cache, res, [self._changed(copy.deepcopy(obj))], optional=res in (RULE, MONITOR))
 
     def live(self, res: rclient.Resource, name: str) -> Obj:
         obj = self.cache.get(res, NS, name)
@@ -185,13 +192,13 @@ class World:
             for key, obj in fresh.items():
                 if simulate:  # the Deployment and HPA controllers write their status
                     obj = self.client.objects[key] = healthy(res, obj)
-                informer.store.upsert(copy.deepcopy(obj))
+                informer.store.upsert(self._changed(copy.deepcopy(obj)))
         stored = self.client.stored(ISVC, NS, NAME)
         cr = self.cache.get(ISVC, NS, NAME)
         if stored is not None and cr is not None and "status" in stored:
             cr = copy.deepcopy(cr)
             cr["status"] = copy.deepcopy(stored["status"])
-            fakes.seed(self.cache, ISVC, [cr])
+            fakes.seed(self.cache, ISVC, [self._changed(cr)])
 
     async def converge(self) -> None:
         """Reconcile and play the cluster until a reconcile makes no call; then forget the calls."""
@@ -1365,3 +1372,22 @@ def test_pod_events_enqueue_only_when_a_failure_appears_changes_or_goes() -> Non
     assert p.update(running, crashing) and p.update(crashing, running)
     assert p.create(crashing) and p.delete(crashing)
     assert p.update(running, running)  # a resync (old is new) still reaches the reconciler
+
+
+async def test_a_reconcile_with_the_inputs_of_a_settled_one_decides_nothing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A resync replays the cache: equal inputs (every resourceVersion, the pods' failure, what is
+    denied) give equal decisions, so nothing is built, compared or computed; any change is seen."""
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3})
+    await w.converge()
+    await w.reconcile()  # settled: no write, its inputs remembered
+    computed: list[int] = []
+    real = reconciler.status.compute
+    monkeypatch.setattr(reconciler.status, "compute", lambda *a, **k: computed.append(1) or real(*a, **k))
+    await w.reconcile()
+    assert (w.client.calls, computed) == ([], [])
+    drift_image(w)  # someone edits the Deployment: a new resourceVersion
+    await w.reconcile()
+    assert computed == [1]
+    assert w.writes == [D]

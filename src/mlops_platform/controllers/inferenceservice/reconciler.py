@@ -130,10 +130,14 @@ class InferenceServiceReconciler:
         self.syncer = childsync.ChildSyncer(
             client, field_manager=labels.MANAGER, hash_annotation=HASH_ANNOTATION
         )
+        #: per InferenceService, the inputs of its last reconcile that wrote nothing (see _inputs)
+        self._settled: dict[tuple[str, str], tuple[object, ...]] = {}
 
     async def reconcile(self, request: Request) -> Result:
+        key = (request.namespace or "", request.name)
         raw = self.cache.get(ISVC, request.namespace, request.name)
         if raw is None or objects.deleting(raw):
+            self._settled.pop(key, None)
             return Result()  # gone: the garbage collector removes the children
         started = time.perf_counter()
         try:
@@ -143,19 +147,22 @@ class InferenceServiceReconciler:
             await self._invalid(raw, str(e))
             raise TerminalError(f"invalid spec: {e}") from None
 
+        slots = list(base.slots(isvc, children.CHILDREN))
+        pod_failure = status.pod_problem(self.cache.by_index(resources.POD, POD_INDEX, isvc.key))
+        problems = self._permission_problems(isvc.namespace)
+        inputs = self._inputs(raw, isvc, slots, pod_failure, problems)
+        if self._settled.get(key) == inputs:
+            # exactly the inputs of the last reconcile, which found nothing to write: the same
+            # decisions again (a resync, a no-op event); nothing to build, compare or write
+            return Result()
         run = _Run(raw, isvc)
-        await self._sync_all(run, list(base.slots(isvc, children.CHILDREN)))
+        await self._sync_all(run, slots)
         self._event_for_changes(run)
-        for what, err in self._permission_problems(run):
+        for what, err in problems:
             run.failures.append(status.Failure(what, err))
             self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
         new_status = status.compute(
-            isvc,
-            raw.get("status") or {},
-            run.observed,
-            run.failures,
-            status.pod_problem(self.cache.by_index(resources.POD, POD_INDEX, isvc.key)),
-            self.ctx,
+            isvc, raw.get("status") or {}, run.observed, run.failures, pod_failure, self.ctx
         )
         try:
             wrote_status = await self._write_status(raw, new_status)
@@ -174,8 +181,38 @@ class InferenceServiceReconciler:
             },
         )
         if run.failures:
+            self._settled.pop(key, None)
             raise ReconcileError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
+        if all_actions:
+            self._settled.pop(key, None)  # our writes change the inputs: the next reconcile looks
+        else:
+            self._settled[key] = inputs
         return Result()
+
+    def _inputs(
+        self,
+        raw: Obj,
+        isvc: internal.InferenceService,
+        slots: list[base.Slot],
+        pod_failure: tuple[str, str] | None,
+        problems: list[tuple[str, rclient.ApiError]],
+    ) -> tuple[object, ...]:
+        """Everything a reconcile decides from: the CR's resourceVersion (spec, labels, status), for
+        each slot the kind's served version and the live child's resourceVersion, the pods' failure,
+        and what cannot be read or recorded. The builders are pure and the settings fixed, so equal
+        inputs give equal decisions."""
+        parts: list[object] = [objects.meta(raw).get("resourceVersion"), pod_failure]
+        for slot in slots:
+            resource = self.kinds.resolve(slot.child.kind)
+            if resource is None or not self._readable(slot.child, resource):
+                parts.append(None if resource is None else "syncing")
+                continue
+            live = self.cache.get(resource, isvc.namespace, slot.name)
+            parts.append(
+                (resource.version, None if live is None else objects.meta(live).get("resourceVersion"))
+            )
+        parts.append(tuple((what, str(err)) for what, err in problems))
+        return tuple(parts)
 
     def _validate_runtime(self, isvc: internal.InferenceService) -> None:
         """What only the runtime table can tell: spec.port must not be a port the server binds itself
@@ -252,7 +289,7 @@ class InferenceServiceReconciler:
         """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""
         return not child.kind.optional or self.cache.synced(resource)
 
-    def _permission_problems(self, run: _Run) -> list[tuple[str, rclient.ApiError]]:
+    def _permission_problems(self, namespace: str) -> list[tuple[str, rclient.ApiError]]:
         """What the operator cannot see or record (a 403 on list/watch, or on writing Events)."""
         problems: list[tuple[str, rclient.ApiError]] = []
         watched = [resources.POD, resources.CRD]
@@ -260,7 +297,7 @@ class InferenceServiceReconciler:
         for group_resource, err in sorted(self.cache.errors(watched).items()):
             if isinstance(err, rclient.ApiError):
                 problems.append((f"list/watch {group_resource}", err))
-        denied = self.recorder.denied.get(run.isvc.namespace)
+        denied = self.recorder.denied.get(namespace)
         if denied is not None:
             problems.append(("create events.events.k8s.io", denied))
         return problems
