@@ -16,7 +16,7 @@ from mlops_platform.runtime.clock import FakeClock, RealClock, rfc3339
 from mlops_platform.runtime.queue.delaying_queue import DelayingQueue
 from mlops_platform.runtime.queue.rate_limiting_queue import RateLimitingQueue
 from mlops_platform.runtime.queue.ratelimiter import ItemExponentialFailureRateLimiter
-from mlops_platform.runtime.queue.workqueue import Queue, ShutDown
+from mlops_platform.runtime.queue.workqueue import LOW, Queue, ShutDown
 from mlops_platform.runtime.queue.workqueue_metrics import DURATION_BUCKETS, WorkqueueMetricsProvider
 
 
@@ -162,7 +162,7 @@ async def test_done_of_an_item_not_processing_is_a_noop() -> None:
     q: Queue[str] = Queue()
     q.add("a")
     q.done("a")
-    assert list(q._queue) == ["a"]
+    assert q.queued() == ["a"]
 
 
 async def test_shutdown_ignores_adds_and_get_raises_once_empty() -> None:
@@ -285,10 +285,10 @@ def test_add_after_earliest_ready_time_wins() -> None:
     q.add_after("a", 3.0)  # later: ignored
     assert q.waiting_len() == 1
     clock.step(1.0)
-    assert list(q._queue) == ["a"]
+    assert q.queued() == ["a"]
     assert q.waiting_len() == 0
     clock.step(10.0)
-    assert list(q._queue) == ["a"]  # the replaced entries never fire
+    assert q.queued() == ["a"]  # the replaced entries never fire
 
 
 async def test_replaced_entry_does_not_fire_for_a_later_add_after() -> None:
@@ -371,7 +371,7 @@ def test_default_rate_limiter_uses_the_queue_clock() -> None:
     clock.step(0.004)
     assert q.len() == 0
     clock.step(0.001)
-    assert list(q._queue) == ["a", "b"]
+    assert q.queued() == ["a", "b"]
 
 
 # -- metrics ---------------------------------------------------------------------------
@@ -463,3 +463,31 @@ def test_metrics_labels_and_buckets() -> None:
         "workqueue_longest_running_processor_seconds",
         "workqueue_retries",
     } <= names
+
+
+async def test_higher_priority_first_fifo_within_a_priority() -> None:
+    q: Queue[str] = Queue()
+    for item in ("l1", "l2"):
+        q.add(item, LOW)  # an informer's initial list
+    q.add("n1")
+    q.add("l3", LOW)
+    q.add("n2")  # a user's change
+    assert q.queued() == ["n1", "n2", "l1", "l2", "l3"]
+    assert [await q.get() for _ in range(5)] == ["n1", "n2", "l1", "l2", "l3"]
+
+
+async def test_a_queued_item_moves_up_never_down_and_keeps_its_priority_while_processed() -> None:
+    q: Queue[str] = Queue()
+    q.add("a", LOW)
+    q.add("b", LOW)
+    q.add("c")
+    q.add("b")  # changed by a user while it waits behind the backlog: moves up
+    q.add("c", LOW)  # a resync of a waiting normal item: stays where it is
+    assert q.queued() == ["c", "b", "a"]
+    assert len(q) == 3
+    item = await q.get()
+    assert item == "c"
+    q.add("c", LOW)
+    q.add("c")  # re-added while processed: re-queued at the highest priority it was added with
+    q.done("c")
+    assert q.queued() == ["b", "c", "a"]

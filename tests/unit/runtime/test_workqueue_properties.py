@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.queue.delaying_queue import DelayingQueue
-from mlops_platform.runtime.queue.workqueue import Queue, ShutDown
+from mlops_platform.runtime.queue.workqueue import LOW, NORMAL, Queue, ShutDown
 
 MAX_WORKERS = 4
 ITEMS = st.sampled_from(["a", "b", "c"])
@@ -30,6 +30,7 @@ WORKER = st.integers(0, MAX_WORKERS - 1)
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("add"), ITEMS),
+        st.tuples(st.just("add_low"), ITEMS),
         st.tuples(st.just("add_held"), WORKER),
         st.tuples(st.just("release"), WORKER),
         st.tuples(st.just("yield"), st.integers(1, 3)),
@@ -49,7 +50,7 @@ def _run(coro_factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def _check_invariants(q: Queue[str]) -> None:
-    queued = list(q._queue)
+    queued = q.queued()
     assert q.len() >= 0
     assert len(queued) == len(set(queued)), "an item is queued twice"
     assert set(queued) == q._dirty - q._processing
@@ -101,10 +102,10 @@ class _Harness:
         self.held = [None] * self.workers
         self.gates = [asyncio.Event() for _ in range(self.workers)]
 
-    def add(self, item: str) -> None:
+    def add(self, item: str, priority: int = NORMAL) -> None:
         if not self.q.shutting_down():
             self.last_add[item] = next(self.tick)
-        self.q.add(item)
+        self.q.add(item, priority)
 
     def release(self, worker: int) -> None:
         if self.held[worker] is not None:
@@ -169,9 +170,9 @@ def test_concurrent_workers_never_share_an_item_and_lose_nothing(
         h = _Harness(q, workers, yield_after_done=yield_after_done)
         tasks = [asyncio.create_task(h.worker(i)) for i in range(workers)]
         for op, arg in ops:
-            if op == "add":
+            if op in ("add", "add_low"):
                 assert isinstance(arg, str)
-                h.add(arg)
+                h.add(arg, LOW if op == "add_low" else NORMAL)
             elif op == "add_held":
                 assert isinstance(arg, int)
                 held = h.held[arg % workers]
@@ -204,7 +205,7 @@ def test_concurrent_workers_never_share_an_item_and_lose_nothing(
             await asyncio.gather(*tasks)
 
         _check_invariants(q)
-        assert not q._queue
+        assert not q.queued()
         assert not q._dirty
         assert not q._processing
         assert not h.in_flight
@@ -257,7 +258,7 @@ def test_add_after_matches_an_earliest_wins_model(ops: list[tuple[str, str, int]
                 taken = await q.get()
                 q.done(taken)
                 assert taken == expected.pop(0)
-            assert list(q._queue) == expected
+            assert q.queued() == expected
             assert q._dirty == set(expected)
             assert q.waiting_len() == len(waiting)
 

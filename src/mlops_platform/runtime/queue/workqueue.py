@@ -2,7 +2,11 @@
 
 Guarantees (as in client-go's ``workqueue/doc.go``):
 
-- Fair: items processed in the order they are added.
+- Fair: items processed in the order they are added, within a priority: an item added with a
+  higher ``priority`` is handed out before every item of a lower one (controller-runtime's
+  priority queue: objects of an informer's initial list and of resyncs go in at :data:`LOW`, so
+  a user's change never waits behind thousands of them). Re-adding a queued item with a higher
+  priority moves it up; never down.
 - Stingy: a single item will not be processed multiple times concurrently, and if an item
   is added multiple times before it can be processed, it will only be processed once.
 - Multiple consumers and producers. In particular, it is allowed for an item to be
@@ -26,7 +30,10 @@ import collections
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["NoopQueueMetrics", "Queue", "QueueMetrics", "ShutDown"]
+__all__ = ["LOW", "NORMAL", "NoopQueueMetrics", "Queue", "QueueMetrics", "ShutDown"]
+
+#: controller-runtime's ``handler.LowPriority`` (-100) and the default priority (0)
+LOW, NORMAL = -100, 0
 
 T = TypeVar("T", bound=Hashable)
 T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
@@ -82,9 +89,13 @@ class Queue(Generic[T]):
     def __init__(self, name: str = "", *, metrics: QueueMetrics[T] | None = None) -> None:
         self.name = name
         self._metrics: QueueMetrics[T] = metrics if metrics is not None else NoopQueueMetrics()
-        # Order in which items will be handed out. Invariant: every element is in ``_dirty``
-        # and not in ``_processing``, and appears once; as sets, queue == dirty - processing.
-        self._queue: collections.deque[T] = collections.deque()
+        # Order in which items will be handed out: one FIFO per priority, the highest first.
+        # Invariant: every element is in ``_dirty`` and not in ``_processing``, and appears once
+        # in all of them; as sets, queued == dirty - processing.
+        self._queues: dict[int, collections.deque[T]] = {}
+        # The priority of every dirty item (the highest it was added with since it last was got).
+        self._priority: dict[T, int] = {}
+        self._len = 0
         # Every item that needs processing: queued items, plus items re-added while being
         # processed (those are queued again by ``done``).
         self._dirty: set[T] = set()
@@ -97,16 +108,37 @@ class Queue(Generic[T]):
 
     # -- producers -------------------------------------------------------------------
 
-    def add(self, item: T) -> None:
-        """Mark ``item`` as needing processing (ignored after shutdown)."""
-        if self._shutting_down or item in self._dirty:
+    def add(self, item: T, priority: int = NORMAL) -> None:
+        """Mark ``item`` as needing processing at ``priority`` (ignored after shutdown)."""
+        if self._shutting_down:
+            return
+        if item in self._dirty:
+            old = self._priority[item]
+            if priority > old:  # move it up (if it waits; a processing one is re-queued by done)
+                self._priority[item] = priority
+                if item not in self._processing:
+                    self._queues[old].remove(item)
+                    self._queues.setdefault(priority, collections.deque()).append(item)
             return
         self._metrics.add(item)
         self._dirty.add(item)
+        self._priority[item] = priority
         if item in self._processing:
             return  # re-queued by done()
-        self._queue.append(item)
+        self._push(item)
         self._wake_one_getter()
+
+    def _push(self, item: T) -> None:
+        self._queues.setdefault(self._priority[item], collections.deque()).append(item)
+        self._len += 1
+
+    def _pop(self) -> T:
+        for p in sorted(self._queues, reverse=True):
+            q = self._queues[p]
+            if q:
+                self._len -= 1
+                return q.popleft()
+        raise IndexError("pop from an empty queue")
 
     # -- consumers -------------------------------------------------------------------
 
@@ -116,7 +148,7 @@ class Queue(Generic[T]):
         The caller owns the item until it calls :meth:`done`. Waiting getters are served in
         FIFO order. Cancelling a waiting ``get`` loses no item.
         """
-        while not self._queue and not self._shutting_down:
+        while not self._len and not self._shutting_down:
             waiter = asyncio.get_running_loop().create_future()
             self._getters.append(waiter)
             try:
@@ -127,12 +159,13 @@ class Queue(Generic[T]):
                 elif waiter.done() and not waiter.cancelled():
                     self._wake_one_getter()  # pass on the wake-up we were given
                 raise
-        if not self._queue:
+        if not self._len:
             raise ShutDown
-        item = self._queue.popleft()
+        item = self._pop()
         self._metrics.get(item)
         self._processing.add(item)
         self._dirty.discard(item)
+        del self._priority[item]
         return item
 
     def done(self, item: T) -> None:
@@ -146,7 +179,7 @@ class Queue(Generic[T]):
         self._metrics.done(item)
         self._processing.discard(item)
         if item in self._dirty:
-            self._queue.append(item)
+            self._push(item)
             self._wake_one_getter()
         if not self._processing:
             self._wake_drainers()
@@ -155,10 +188,14 @@ class Queue(Generic[T]):
 
     def len(self) -> int:
         """Number of items waiting to be handed out (informational only)."""
-        return len(self._queue)
+        return self._len
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return self._len
+
+    def queued(self) -> list[T]:
+        """The waiting items in the order they will be handed out (informational, O(n))."""
+        return [item for p in sorted(self._queues, reverse=True) for item in self._queues[p]]
 
     def shutting_down(self) -> bool:
         return self._shutting_down
