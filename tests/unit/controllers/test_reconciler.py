@@ -1391,3 +1391,18 @@ async def test_a_reconcile_with_the_inputs_of_a_settled_one_decides_nothing_agai
     await w.reconcile()
     assert computed == [1]
     assert w.writes == [D]
+
+
+async def test_the_watch_echo_of_our_own_child_write_is_not_enqueued() -> None:
+    w = await world_with(mon="absent")
+    await w.reconcile()  # creates the Deployment and the Service; the answers carry versions
+    dep = copy.deepcopy(w.client.stored(DEP, NS, f"{NAME}-predictor"))
+    assert dep is not None and dep["metadata"]["resourceVersion"]
+    f = w.rec.own_writes
+    assert not f.create(copy.deepcopy(dep))  # our own write coming back: nothing new to decide
+    assert f.update(dep, copy.deepcopy(dep))  # the next event of it passes (echo consumed)
+    later = copy.deepcopy(dep)
+    later["metadata"]["resourceVersion"] = "999999"  # the Deployment controller's status write
+    f.wrote(dep)
+    assert f.update(dep, later)
+    assert f.update(later, later)  # a resync passes

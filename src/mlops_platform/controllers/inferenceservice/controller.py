@@ -58,7 +58,7 @@ def setup(
         .with_options(max_concurrent_reconciles=workers)
     )
     for kind in dict.fromkeys(c.kind for c in children.CHILDREN):
-        builder.owns(kind)
+        builder.owns(kind, rec.own_writes)
     ctrl: rcontroller.Controller = builder.build(rec)
     mgr.add(ctrl)
     return rec

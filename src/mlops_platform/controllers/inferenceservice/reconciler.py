@@ -40,7 +40,7 @@ from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
-from mlops_platform.runtime.control import childsync
+from mlops_platform.runtime.control import childsync, predicates
 from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.observability import events
@@ -79,6 +79,40 @@ def pod_index(pod: Obj) -> list[str]:
     """Index pods by ``namespace/<InferenceService name>`` (from the label every component carries)."""
     name = objects.labels(pod).get(labels.INFERENCESERVICE)
     return [f"{objects.namespace(pod)}/{name}"] if name else []
+
+
+class OwnWrites(predicates.Predicate):
+    """The echoes of our own child writes, filtered out of the owned-kind watches.
+
+    A write answers with the object as stored; the reconcile that wrote it already decided from
+    that answer (status included). Its watch event, arriving a moment later with the same
+    resourceVersion, would only run the same decisions again: it is not enqueued. Any other
+    version (another writer, the Deployment controller's status) passes, and so do resyncs.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[tuple[str, str, str], str] = {}
+
+    @staticmethod
+    def _key(obj: Obj) -> tuple[str, str, str]:
+        return str(obj.get("kind", "")), objects.namespace(obj) or "", objects.name(obj)
+
+    def wrote(self, obj: Obj) -> None:
+        rv = objects.meta(obj).get("resourceVersion")
+        if rv:
+            self._versions[self._key(obj)] = str(rv)
+
+    def _echo(self, obj: Obj) -> bool:
+        # any event of the object ends the wait: the watch delivers versions in order, so ours
+        # is either this one or was folded into a later one (a relist)
+        rv = self._versions.pop(self._key(obj), None)
+        return rv is not None and rv == objects.meta(obj).get("resourceVersion")
+
+    def create(self, obj: Obj) -> bool:
+        return not self._echo(obj)
+
+    def update(self, old: Obj, new: Obj) -> bool:
+        return old is new or not self._echo(new)
 
 
 class ReconcileError(Exception):
@@ -130,6 +164,8 @@ class InferenceServiceReconciler:
         self.syncer = childsync.ChildSyncer(
             client, field_manager=labels.MANAGER, hash_annotation=HASH_ANNOTATION
         )
+        #: the watch filter of owned kinds that drops the echoes of our own writes
+        self.own_writes = OwnWrites()
         #: per InferenceService, the inputs of its last reconcile that wrote nothing (see _inputs)
         self._settled: dict[tuple[str, str], tuple[object, ...]] = {}
 
@@ -264,6 +300,8 @@ class InferenceServiceReconciler:
                 run.raw, "Warning", f"{verb.capitalize()}Failed", verb.capitalize(), f"{verb} {what}: {e}"
             )
             return status.Observed(slot, desired, live), None
+        if outcome.action in ("created", "updated") and outcome.live is not None:
+            self.own_writes.wrote(outcome.live)
         return status.Observed(slot, desired, outcome.live), _Outcome(what, outcome.action, outcome.changes)
 
     def _event_for_changes(self, run: _Run) -> None:
