@@ -1406,3 +1406,18 @@ async def test_the_watch_echo_of_our_own_child_write_is_not_enqueued() -> None:
     f.wrote(dep)
     assert f.update(dep, later)
     assert f.update(later, later)  # a resync passes
+
+
+async def test_the_state_our_own_writes_produced_is_settled_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watches deliver exactly what our writes answered with: nothing new to decide."""
+    w = await world_with(mon="absent")
+    await w.reconcile()  # creates the children and writes the status
+    for res in (DEP, SVC, ISVC):  # the informers catch up with our writes, versions unchanged
+        for (plural, _, _), obj in w.client.objects.items():
+            if plural == res.plural:
+                w.cache.informer_for(res).store.upsert(copy.deepcopy(obj))
+    computed: list[int] = []
+    real = reconciler.status.compute
+    monkeypatch.setattr(reconciler.status, "compute", lambda *a, **k: computed.append(1) or real(*a, **k))
+    await w.reconcile()
+    assert (w.client.calls, computed) == ([], [])

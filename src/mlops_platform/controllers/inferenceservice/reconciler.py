@@ -166,7 +166,7 @@ class InferenceServiceReconciler:
         )
         #: the watch filter of owned kinds that drops the echoes of our own writes
         self.own_writes = OwnWrites()
-        #: per InferenceService, the inputs of its last reconcile that wrote nothing (see _inputs)
+        #: per InferenceService, the inputs under which its last reconcile's decisions hold (_inputs)
         self._settled: dict[tuple[str, str], tuple[object, ...]] = {}
 
     async def reconcile(self, request: Request) -> Result:
@@ -186,7 +186,8 @@ class InferenceServiceReconciler:
         slots = list(base.slots(isvc, children.CHILDREN))
         pod_failure = status.pod_problem(self.cache.by_index(resources.POD, POD_INDEX, isvc.key))
         problems = self._permission_problems(isvc.namespace)
-        inputs = self._inputs(raw, isvc, slots, pod_failure, problems)
+        cached = {slot.key: self._cached(isvc, slot) for slot in slots}
+        inputs = self._inputs(objects.meta(raw).get("resourceVersion"), slots, cached, pod_failure, problems)
         if self._settled.get(key) == inputs:
             # exactly the inputs of the last reconcile, which found nothing to write: the same
             # decisions again (a resync, a no-op event); nothing to build, compare or write
@@ -201,11 +202,11 @@ class InferenceServiceReconciler:
             isvc, raw.get("status") or {}, run.observed, run.failures, pod_failure, self.ctx
         )
         try:
-            wrote_status = await self._write_status(raw, new_status)
+            written = await self._write_status(raw, new_status)
         except rclient.ApiError as e:
             self.recorder.event(raw, "Warning", "StatusUpdateFailed", "UpdateStatus", f"patch status: {e}")
             raise
-        all_actions = run.actions + (["status"] if wrote_status else [])
+        all_actions = run.actions + (["status"] if written is not None else [])
         log.log(
             logging.INFO if all_actions or run.failures else logging.DEBUG,
             "reconciled",
@@ -219,17 +220,27 @@ class InferenceServiceReconciler:
         if run.failures:
             self._settled.pop(key, None)
             raise ReconcileError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
-        if all_actions:
-            self._settled.pop(key, None)  # our writes change the inputs: the next reconcile looks
-        else:
-            self._settled[key] = inputs
+        # what the next reconcile will read once the watches deliver our writes: the objects our
+        # writes answered with. Deciding from those gives nothing to write (every write made the
+        # cluster carry what was decided), so that is settled too; the echo filter drops those
+        # events, and anything else that changes (a controller's status) is a new input.
+        after = (written or raw, {o.slot.key: o.live for o in run.observed})
+        self._settled[key] = self._inputs(
+            objects.meta(after[0]).get("resourceVersion"), slots, after[1], pod_failure, problems
+        )
         return Result()
+
+    def _cached(self, isvc: internal.InferenceService, slot: base.Slot) -> Obj | None:
+        resource = self.kinds.resolve(slot.child.kind)
+        if resource is None or not self._readable(slot.child, resource):
+            return None
+        return self.cache.get(resource, isvc.namespace, slot.name)
 
     def _inputs(
         self,
-        raw: Obj,
-        isvc: internal.InferenceService,
+        cr_version: str | None,
         slots: list[base.Slot],
+        live: dict[str, Obj | None],
         pod_failure: tuple[str, str] | None,
         problems: list[tuple[str, rclient.ApiError]],
     ) -> tuple[object, ...]:
@@ -237,15 +248,15 @@ class InferenceServiceReconciler:
         each slot the kind's served version and the live child's resourceVersion, the pods' failure,
         and what cannot be read or recorded. The builders are pure and the settings fixed, so equal
         inputs give equal decisions."""
-        parts: list[object] = [objects.meta(raw).get("resourceVersion"), pod_failure]
+        parts: list[object] = [cr_version, pod_failure]
         for slot in slots:
             resource = self.kinds.resolve(slot.child.kind)
             if resource is None or not self._readable(slot.child, resource):
                 parts.append(None if resource is None else "syncing")
                 continue
-            live = self.cache.get(resource, isvc.namespace, slot.name)
+            obj = live.get(slot.key)
             parts.append(
-                (resource.version, None if live is None else objects.meta(live).get("resourceVersion"))
+                (resource.version, None if obj is None else objects.meta(obj).get("resourceVersion"))
             )
         parts.append(tuple((what, str(err)) for what, err in problems))
         return tuple(parts)
@@ -342,19 +353,21 @@ class InferenceServiceReconciler:
 
     # -- status -------------------------------------------------------------------------------------
 
-    async def _write_status(self, raw: Obj, new: Obj) -> bool:
+    async def _write_status(self, raw: Obj, new: Obj) -> Obj | None:
+        """Apply the status when it changed; the answer (the CR as stored), or None if unchanged."""
         previous = dict(raw.get("status") or {})
         previous.pop("lastReconcileTime", None)
         if previous == new:
-            return False
+            return None
         body = {
             "apiVersion": raw.get("apiVersion", ISVC.api_version),
             "kind": raw.get("kind", ISVC.kind),
             "metadata": {"name": objects.name(raw), "namespace": objects.namespace(raw)},
             "status": {**new, "lastReconcileTime": conditions.now_rfc3339()},
         }
-        await self.client.apply(ISVC, body, field_manager=labels.MANAGER, force=True, subresource="status")
-        return True
+        return await self.client.apply(
+            ISVC, body, field_manager=labels.MANAGER, force=True, subresource="status"
+        )
 
     async def _invalid(self, raw: Obj, message: str) -> None:
         self.recorder.event(raw, "Warning", "InvalidSpec", "Validate", message)
