@@ -31,6 +31,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 from mlops_platform import api
@@ -141,6 +142,15 @@ class _Run:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class _Settled:
+    """The inputs under which a reconcile's decisions hold, and the CR decoded at their version."""
+
+    inputs: tuple[object, ...]
+    isvc: internal.InferenceService
+    slots: list[base.Slot]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Outcome:
     what: str  # "Kind/name"
     action: childsync.Action
@@ -167,7 +177,7 @@ class InferenceServiceReconciler:
         #: the watch filter of owned kinds that drops the echoes of our own writes
         self.own_writes = OwnWrites()
         #: per InferenceService, the inputs under which its last reconcile's decisions hold (_inputs)
-        self._settled: dict[tuple[str, str], tuple[object, ...]] = {}
+        self._settled: dict[tuple[str, str], _Settled] = {}
 
     async def reconcile(self, request: Request) -> Result:
         key = (request.namespace or "", request.name)
@@ -176,19 +186,28 @@ class InferenceServiceReconciler:
             self._settled.pop(key, None)
             return Result()  # gone: the garbage collector removes the children
         started = time.perf_counter()
-        try:
-            isvc = api.decode(raw)
-            self._validate_runtime(isvc)
-        except api.ValidationError as e:
-            await self._invalid(raw, str(e))
-            raise TerminalError(f"invalid spec: {e}") from None
-
-        slots = list(base.slots(isvc, children.CHILDREN))
+        version = objects.meta(raw).get("resourceVersion")
+        settled = self._settled.get(key)
+        if settled is not None and settled.inputs[0] == version:
+            isvc, slots = settled.isvc, settled.slots  # the same CR: decoded already
+        else:
+            try:
+                isvc = api.decode(raw)
+                self._validate_runtime(isvc)
+            except api.ValidationError as e:
+                self._settled.pop(key, None)
+                await self._invalid(raw, str(e))
+                raise TerminalError(f"invalid spec: {e}") from None
+            slots = list(base.slots(isvc, children.CHILDREN))
         pod_failure = status.pod_problem(self.cache.by_index(resources.POD, POD_INDEX, isvc.key))
         problems = self._permission_problems(isvc.namespace)
-        cached = {slot.key: self._cached(isvc, slot) for slot in slots}
-        inputs = self._inputs(objects.meta(raw).get("resourceVersion"), slots, cached, pod_failure, problems)
-        if self._settled.get(key) == inputs:
+        namespace = isvc.namespace
+
+        def cached(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
+            return self.cache.get(resource, namespace, slot.name)
+
+        inputs = self._inputs(version, slots, cached, pod_failure, problems)
+        if settled is not None and settled.inputs == inputs:
             # exactly the inputs of the last reconcile, which found nothing to write: the same
             # decisions again (a resync, a no-op event); nothing to build, compare or write
             return Result()
@@ -224,23 +243,22 @@ class InferenceServiceReconciler:
         # writes answered with. Deciding from those gives nothing to write (every write made the
         # cluster carry what was decided), so that is settled too; the echo filter drops those
         # events, and anything else that changes (a controller's status) is a new input.
-        after = (written or raw, {o.slot.key: o.live for o in run.observed})
-        self._settled[key] = self._inputs(
-            objects.meta(after[0]).get("resourceVersion"), slots, after[1], pod_failure, problems
+        lives = {o.slot.key: o.live for o in run.observed}
+
+        def answered(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
+            return lives.get(slot.key)
+
+        after = objects.meta(written or raw).get("resourceVersion")
+        self._settled[key] = _Settled(
+            self._inputs(after, slots, answered, pod_failure, problems), isvc, slots
         )
         return Result()
-
-    def _cached(self, isvc: internal.InferenceService, slot: base.Slot) -> Obj | None:
-        resource = self.kinds.resolve(slot.child.kind)
-        if resource is None or not self._readable(slot.child, resource):
-            return None
-        return self.cache.get(resource, isvc.namespace, slot.name)
 
     def _inputs(
         self,
         cr_version: str | None,
         slots: list[base.Slot],
-        live: dict[str, Obj | None],
+        live: Callable[[base.Slot, rclient.Resource], Obj | None],
         pod_failure: tuple[str, str] | None,
         problems: list[tuple[str, rclient.ApiError]],
     ) -> tuple[object, ...]:
@@ -254,10 +272,8 @@ class InferenceServiceReconciler:
             if resource is None or not self._readable(slot.child, resource):
                 parts.append(None if resource is None else "syncing")
                 continue
-            obj = live.get(slot.key)
-            parts.append(
-                (resource.version, None if obj is None else objects.meta(obj).get("resourceVersion"))
-            )
+            obj = live(slot, resource)
+            parts.append((resource.version, None if obj is None else obj["metadata"].get("resourceVersion")))
         parts.append(tuple((what, str(err)) for what, err in problems))
         return tuple(parts)
 

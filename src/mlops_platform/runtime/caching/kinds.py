@@ -15,6 +15,7 @@ serves ``gateway.networking.k8s.io`` at v1 or only at v1beta1 works with the sam
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -53,7 +54,7 @@ class Kind:
 
     def resource(self, version: str | None = None) -> Resource:
         """The REST resource at ``version`` (default: the most preferred version we speak)."""
-        return Resource(self.group, version or self.versions[0], self.plural, self.kind, self.namespaced)
+        return _resource(self, version or self.versions[0])
 
     @classmethod
     def of(cls, resource: Resource, *, optional: bool = False) -> Kind:
@@ -66,6 +67,12 @@ class Kind:
             resource.namespaced,
             optional,
         )
+
+
+@functools.cache
+def _resource(kind: Kind, version: str) -> Resource:
+    # a reconcile resolves every child kind; one Resource per (kind, version), not one per call
+    return Resource(kind.group, version, kind.plural, kind.kind, kind.namespaced)
 
 
 def version_priority(version: str) -> tuple[int, int, int, str]:
