@@ -43,6 +43,24 @@ def main() -> None:
 @click.option("--leader-elect/--no-leader-elect", default=False, show_default=True)
 @click.option("--leader-election-namespace", default="mlops-system", show_default=True)
 @click.option("--leader-election-id", default="mlops-platform-operator", show_default=True)
+@click.option(
+    "--lease-duration", default=15.0, show_default=True, help="seconds a Lease is valid without renewal"
+)
+@click.option("--renew-deadline", default=10.0, show_default=True, help="seconds a holder retries renewing")
+@click.option("--retry-period", default=2.0, show_default=True, help="seconds between Lease attempts")
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="partitions of the InferenceServices, each behind its own Lease (implies Leases; 1: no sharding)",
+)
+@click.option(
+    "--shard-id",
+    type=int,
+    default=None,
+    help="hold exactly this partition, in [0, --shards) (default: a fair share, rebalanced live)",
+)
 @click.option("--health-probe-bind-address", default="127.0.0.1:8081", show_default=True)
 @click.option("--metrics-bind-address", default="127.0.0.1:8080", show_default=True)
 @click.option(
@@ -109,6 +127,11 @@ def run(
     leader_elect: bool,
     leader_election_namespace: str,
     leader_election_id: str,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    shards: int,
+    shard_id: int | None,
     health_probe_bind_address: str,
     metrics_bind_address: str,
     runtime_config: str | None,
@@ -130,6 +153,7 @@ def run(
     from mlops_platform.runtime.observability import logs
     from mlops_platform.runtime.transport import client as rclient
 
+    _check_leases(lease_duration, renew_deadline, retry_period, shards, shard_id)
     logs.setup_logging(level=log_level)
     settings = _settings(
         runtime_config,
@@ -152,6 +176,11 @@ def run(
                     leader_election=leader_elect,
                     leader_election_id=leader_election_id,
                     leader_election_namespace=leader_election_namespace,
+                    lease_duration=lease_duration,
+                    renew_deadline=renew_deadline,
+                    retry_period=retry_period,
+                    shards=shards,
+                    shard_id=shard_id,
                     health_probe_address=_address(health_probe_bind_address),
                     metrics_address=_address(metrics_bind_address),
                     readiness_requires_leadership=readiness_requires_leadership,
@@ -199,6 +228,26 @@ def _settings(
         monitoring_namespace=monitoring_namespace,
         egress_cidrs=egress_cidrs,
     )
+
+
+def _check_leases(
+    lease_duration: float, renew_deadline: float, retry_period: float, shards: int, shard_id: int | None
+) -> None:
+    """The Lease flags, checked like client-go checks its election config, naming the flags."""
+    from mlops_platform.runtime.control import leaderelection
+
+    if retry_period <= 0 or renew_deadline <= 0:
+        raise click.UsageError("--retry-period and --renew-deadline must be > 0")
+    if lease_duration <= renew_deadline:
+        raise click.UsageError("--lease-duration must be greater than --renew-deadline")
+    if renew_deadline <= leaderelection.JITTER_FACTOR * retry_period:
+        raise click.UsageError(
+            f"--renew-deadline must be greater than {leaderelection.JITTER_FACTOR} * --retry-period"
+        )
+    if shard_id is not None and shards == 1:
+        raise click.UsageError("--shard-id needs --shards > 1")
+    if shard_id is not None and not 0 <= shard_id < shards:
+        raise click.UsageError(f"--shard-id must be in [0, --shards) = [0, {shards}), got {shard_id}")
 
 
 def _labels(param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -261,11 +310,29 @@ _name = click.option("--name", default="mlops-dev", show_default=True, help="clu
     "--without-crds", is_flag=True, help="leave the third-party CRDs out (optional-CRD-absent tests)"
 )
 @click.option("--wait", default=180.0, show_default=True, help="seconds to wait for readiness")
-def up(name: str, without_crds: bool, wait: float) -> None:
+@click.option(
+    "--nodes",
+    "cpu_nodes",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="fake CPU nodes, 250 pods each (besides the 2 GPU nodes); added to a running cluster too",
+)
+@click.option(
+    "--unthrottled",
+    is_flag=True,
+    help="no client QPS limits in controller-manager and scheduler, no in-flight limits in the API "
+    "server (scale benchmarks; applies when the cluster is created)",
+)
+def up(name: str, without_crds: bool, wait: float, cpu_nodes: int, unthrottled: bool) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     from mlops_platform.devcluster import cluster
 
-    click.echo(cluster.up(name, install_crds=not without_crds, wait=wait))
+    click.echo(
+        cluster.up(
+            name, install_crds=not without_crds, wait=wait, cpu_nodes=cpu_nodes, unthrottled=unthrottled
+        )
+    )
 
 
 @dev.command()

@@ -3,7 +3,7 @@
 It imports nothing else of mlops_platform (enforced by import-linter). Its layout shows its layers,
 each importing only those below it (also enforced):
 
-- ``control``: controller, manager, leaderelection, reconcile, predicates, childsync
+- ``control``: controller, manager, leaderelection, sharding, reconcile, predicates, childsync
 - ``caching``: informer, store, cache, kinds, crdwatch
 - ``observability``: events, logs, metrics
 - ``queue``: workqueue, delaying_queue, rate_limiting_queue, ratelimiter, workqueue_metrics
@@ -24,6 +24,7 @@ from mlops_platform.runtime.control import (
     manager,
     predicates,
     reconcile,
+    sharding,
 )
 from mlops_platform.runtime.observability import events, logs, metrics
 from mlops_platform.runtime.queue import (
@@ -62,6 +63,7 @@ __all__ = [
     "rbac",
     "reconcile",
     "resources",
+    "sharding",
     "store",
     "wait",
     "workqueue",

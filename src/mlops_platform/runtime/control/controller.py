@@ -22,6 +22,9 @@ Contract:
 - ``build`` raises :class:`BuildError` listing EVERY misconfiguration at once.
 - Each request is reconciled by at most one worker at a time; results and exceptions are handled as
   documented in :mod:`mlops_platform.runtime.control.reconcile`. One failing object never blocks others.
+- ``ownership`` (default None: every request), set before :meth:`Controller.start`, makes a replica
+  reconcile only the requests it accepts (:mod:`~mlops_platform.runtime.control.sharding`): events of
+  others are not enqueued, and a dequeued request it no longer accepts is skipped, not reconciled.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from mlops_platform.runtime.transport import client as rclient
 
 log = logging.getLogger("mlops_platform.runtime.control.controller")
 Mapper = Callable[[Obj], Iterable[Request]]
+#: which requests this replica reconciles (e.g. ``ShardCoordinator.owns``)
+Ownership = Callable[[Request], bool]
 
 
 class BuildError(ValueError):
@@ -80,25 +85,39 @@ class _Watch:
 
 
 class _Handler:
-    """Informer event handler: filter with the predicate, map, enqueue."""
+    """Informer event handler: filter with the predicate, map, enqueue what the controller accepts,
+    at low priority when the event is an informer's initial list or a resync (controller-runtime's
+    priority queue), so that real changes go first."""
 
-    def __init__(self, watch: _Watch, queue: rate_limiting_queue.RateLimitingQueue[Request]) -> None:
-        self._w, self._q = watch, queue
+    def __init__(
+        self,
+        watch: _Watch,
+        queue: rate_limiting_queue.RateLimitingQueue[Request],
+        owned: Ownership,
+        synced: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._w, self._q, self._owned, self._synced = watch, queue, owned, synced
 
-    def _enqueue(self, obj: Obj) -> None:
+    def _enqueue(self, obj: Obj, priority: int = workqueue.NORMAL) -> None:
         if self._w.mapper is None:
-            self._q.add(request_for(obj))
+            reqs: Iterable[Request] = (request_for(obj),)
         else:
-            for req in self._w.mapper(obj):
-                self._q.add(req)
+            reqs = self._w.mapper(obj)
+        for req in reqs:
+            if self._owned(req):
+                self._q.add(req, priority)
 
     def on_add(self, obj: Obj) -> None:
         if self._w.predicate.create(obj):
-            self._enqueue(obj)
+            # before the informer has synced, an add is its initial list, not a change
+            self._enqueue(obj, workqueue.NORMAL if self._synced() else workqueue.LOW)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         if self._w.predicate.update(old, new):
-            if self._w.mapper is not None and old is not new:
+            if old is new:  # a resync replays the cache
+                self._enqueue(new, workqueue.LOW)
+                return
+            if self._w.mapper is not None:
                 self._enqueue(old)
             self._enqueue(new)
 
@@ -234,7 +253,8 @@ class Controller:
       workers; :meth:`stop` ~ cancelling that context (in-flight reconciles drain first);
     - :meth:`follow` ~ ``Watch(source.Kind(...))`` after start, for kinds whose CRD comes and goes;
     - :meth:`enqueue_all` (every cached ``for_`` object) has no direct equivalent: a
-      ``source.Channel`` of generic events would do it there.
+      ``source.Channel`` of generic events would do it there;
+    - ``ownership`` and :meth:`wait_idle` (sharding) have none either.
 
     Build one with :class:`Builder`, not directly.
     """
@@ -262,13 +282,18 @@ class Controller:
         self._optional: dict[kinds.Kind, rpredicates.Predicate] = {}
         self._waiting: dict[kinds.Kind, asyncio.Task[None]] = {}
         self._workers: list[asyncio.Task[None]] = []
+        #: which requests this replica reconciles (None: all); see the module contract
+        self.ownership: Ownership | None = None
+        self._in_flight: set[Request] = set()  # being reconciled by a worker now
+        self._idle_waiters: list[asyncio.Future[None]] = []
         self.metrics.max_concurrent.labels(name).set(max_concurrent_reconciles)
         self.metrics.active_workers.labels(name).set(0)
         for result in ("success", "error", "requeue", "requeue_after"):
             self.metrics.reconcile_total.labels(name, result)
         self.metrics.reconcile_errors.labels(name)
         for w in self._watches:
-            self.cache.informer_for(w.resource).add_event_handler(_Handler(w, self.queue))
+            inf = self.cache.informer_for(w.resource)
+            inf.add_event_handler(_Handler(w, self.queue, self.accepts, inf.has_synced))
 
     def follow(
         self, optional_kinds: crdwatch.OptionalKinds, owned: list[tuple[kinds.Kind, rpredicates.Predicate]]
@@ -293,7 +318,7 @@ class Controller:
             return
         informer = self.cache.informer_for(new, optional=True)
         watch = _Watch(new, owner_mapper(self.primary), predicate)
-        informer.add_event_handler(_Handler(watch, self.queue))
+        informer.add_event_handler(_Handler(watch, self.queue, self.accepts, informer.has_synced))
 
         async def after_sync() -> None:
             await informer.wait_for_sync()
@@ -305,10 +330,27 @@ class Controller:
             lambda t: self._waiting.pop(kind, None) if self._waiting.get(kind) is t else None
         )
 
-    def enqueue_all(self) -> None:
-        """Enqueue every cached object of the ``for_`` kind."""
+    def enqueue_all(self, where: Ownership | None = None) -> None:
+        """Enqueue every cached object of the ``for_`` kind that ``where`` and :meth:`accepts` accept."""
         for obj in self.cache.list(self.primary):
-            self.queue.add(request_for(obj))
+            req = request_for(obj)
+            if (where is None or where(req)) and self.accepts(req):
+                self.queue.add(req)
+
+    def accepts(self, req: Request) -> bool:
+        """Whether this replica reconciles ``req`` (``ownership`` accepts it, or there is none)."""
+        return self.ownership is None or self.ownership(req)
+
+    async def wait_idle(self, where: Ownership) -> None:
+        """Wait until no request that ``where`` accepts is being reconciled."""
+        while any(where(r) for r in self._in_flight):
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle_waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._idle_waiters:
+                    self._idle_waiters.remove(waiter)
 
     @property
     def primary(self) -> rclient.Resource:
@@ -343,6 +385,13 @@ class Controller:
                 req = await self.queue.get()
             except workqueue.ShutDown:
                 return
+            if not self.accepts(req):  # its partition moved to another replica since it was queued
+                self.queue.forget(req)
+                self.queue.done(req)
+                with logs.log_context(controller=self.name, namespace=req.namespace, name=req.name):
+                    log.debug("skipped: not owned by this replica")
+                continue
+            self._in_flight.add(req)
             try:
                 with logs.log_context(
                     controller=self.name,
@@ -355,6 +404,11 @@ class Controller:
                 log.exception("controller worker error")
                 self.queue.add_rate_limited(req)
             finally:
+                self._in_flight.discard(req)
+                waiters, self._idle_waiters = self._idle_waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
                 self.queue.done(req)
 
     async def _process(self, req: Request) -> None:
@@ -388,10 +442,12 @@ class Controller:
         if result.requeue_after is not None and result.requeue_after > 0:
             self.queue.forget(req)
             self.queue.add_after(req, result.requeue_after)
-            m.reconcile_total.labels(name, "requeue_after").inc()
+            outcome = "requeue_after"
         elif result.requeue:
             self.queue.add_rate_limited(req)
-            m.reconcile_total.labels(name, "requeue").inc()
+            outcome = "requeue"
         else:
             self.queue.forget(req)
-            m.reconcile_total.labels(name, "success").inc()
+            outcome = "success"
+        m.reconcile_total.labels(name, outcome).inc()
+        log.debug("reconcile done", extra={"result": outcome})

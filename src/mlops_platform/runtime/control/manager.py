@@ -7,11 +7,16 @@ Contract (controller-runtime ``manager``):
 - Without leader election the controllers start at once. With it, they start when this replica
   acquires the Lease and stop when it loses it; losing leadership ends ``run()`` with
   :class:`LeadershipLost` (the process should exit and be restarted, like controller-runtime).
+- With ``shards > 1`` the shard coordinator (:mod:`~mlops_platform.runtime.control.sharding`, one
+  Lease per partition, named after ``leader_election_id``) replaces the single election: the
+  controllers run at once, each reconciling only the partitions this replica holds (their
+  ``ownership`` filter); losing a partition is not fatal, it is given up and may be taken again.
 - ``/healthz`` answers 200 while the manager runs; ``/readyz`` 200 only when the caches have synced
   (informers of optional kinds never count: a missing CRD never makes the operator unready)
-  and, with leader election on, this replica leads; ``/metrics`` serves the Prometheus registry.
+  and, with leader election on, this replica leads; a shard replica holding no partition is ready
+  (a warm standby); ``/metrics`` serves the Prometheus registry.
 - ``stop()`` (or SIGTERM via :meth:`run_until_signal`): stop taking work, let in-flight reconciles
-  finish within ``graceful_shutdown_timeout``, release the Lease, stop informers and servers.
+  finish within ``graceful_shutdown_timeout``, release the Lease(s), stop informers and servers.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import controller as rcontroller
-from mlops_platform.runtime.control import leaderelection
+from mlops_platform.runtime.control import leaderelection, sharding
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
@@ -64,6 +69,19 @@ class Options:
     resync_period: float = 10 * 3600.0
     #: /readyz needs leadership when leader election is on (standbys report not ready)
     readiness_requires_leadership: bool = True
+    #: partitions of the primary objects (1: no sharding); > 1: one Lease per partition instead of
+    #: leader election, each replica reconciling its fair share (see ``sharding``)
+    shards: int = 1
+    #: with ``shards > 1``: hold exactly this partition (active/standby) instead of a fair share
+    shard_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.shards < 1:
+            raise ValueError(f"shards must be >= 1, got {self.shards}")
+        if self.shard_id is not None and not (self.shards > 1 and 0 <= self.shard_id < self.shards):
+            raise ValueError(
+                f"shard_id needs shards > 1 and must be in [0, {self.shards}), got {self.shard_id}"
+            )
 
 
 class Manager:
@@ -91,6 +109,8 @@ class Manager:
         self.optional_kinds = crdwatch.OptionalKinds(self.cache)
         self.controllers: list[rcontroller.Controller] = []
         self.elector: leaderelection.LeaderElector | None = None
+        #: with ``shards > 1``, once running: the partitions this replica holds and why
+        self.shards: sharding.ShardCoordinator | None = None
         self._stop = asyncio.Event()
         self._health_server: httpserver.HttpServer | None = None
         self._metrics_server: httpserver.HttpServer | None = None
@@ -117,6 +137,8 @@ class Manager:
     def is_ready(self) -> bool:
         if not (self._synced and self.cache.has_synced()):
             return False
+        if self.options.shards > 1:
+            return True  # with no partition held, a warm standby
         if self.options.leader_election and self.options.readiness_requires_leadership:
             return self.elector is not None and self.elector.is_leader()
         return True
@@ -150,21 +172,30 @@ class Manager:
         self._stop.set()
 
     async def run_until_signal(self) -> None:
-        """run() with SIGTERM/SIGINT mapped to a graceful stop."""
+        """run() with SIGTERM/SIGINT mapped to a graceful stop, and SIGUSR1 to a full resync now
+        (every informer replays its cache to the controllers, as the resync period does: what a
+        resync costs can be measured, and an operator nudged, without waiting hours)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
+        loop.add_signal_handler(signal.SIGUSR1, self._resync_now)
         try:
             await self.run()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)
+
+    def _resync_now(self) -> None:
+        log.info("resync requested (SIGUSR1)")
+        self.cache.resync()
 
     async def run(self) -> None:
         await self._start_servers()
         for rec in self._recorders:
             rec.start()
         try:
+            # before the first event: nothing is owned until a partition is acquired
+            shards = self._setup_shards() if self.options.shards > 1 else None
             self.cache.start()
             log.info(
                 "waiting for caches to sync",
@@ -187,7 +218,9 @@ class Manager:
             if self._stop.is_set():
                 return
             self._synced = True
-            if self.options.leader_election:
+            if shards is not None:
+                await self._run_sharded(shards)
+            elif self.options.leader_election:
                 await self._run_elected()
             else:
                 await self._lead()
@@ -240,6 +273,49 @@ class Manager:
         watcher.cancel()
         election.result()  # re-raise errors of the leader's work
         raise LeadershipLost(f"lost the Lease {o.leader_election_namespace}/{o.leader_election_id}")
+
+    def _setup_shards(self) -> sharding.ShardCoordinator:
+        o = self.options
+        if not o.leader_election_id:
+            raise ValueError("sharding needs leader_election_id (the shard Leases are named after it)")
+        config = sharding.ShardConfig(
+            namespace=o.leader_election_namespace,
+            group=o.leader_election_id,
+            identity=o.identity,
+            partitions=o.shards,
+            shard_id=o.shard_id,
+            lease_duration=o.lease_duration,
+            renew_deadline=o.renew_deadline,
+            retry_period=o.retry_period,
+            sync_timeout=o.cache_sync_timeout,
+        )
+        coordinator = sharding.ShardCoordinator(
+            self.client, config, self.controllers, registry=self.metrics.registry
+        )
+        self.shards = coordinator
+        for c in self.controllers:
+            c.ownership = coordinator.owns
+        return coordinator
+
+    async def _run_sharded(self, coordinator: sharding.ShardCoordinator) -> None:
+        o = self.options
+        lead = asyncio.create_task(self._lead())  # workers run always; the filter gates them
+        shards = asyncio.create_task(coordinator.run(), name="shards")
+        watcher = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({watcher, shards}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            coordinator.stop()  # gives every partition up (in-flight reconciles end) and releases
+            await asyncio.wait({shards}, timeout=o.graceful_shutdown_timeout)
+            if not shards.done():  # a reconcile that never ends: its Leases expire instead
+                shards.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await shards
+            self._stop.set()  # the coordinator failing ends the manager too
+            await lead
+        if not shards.cancelled():
+            shards.result()  # re-raise the coordinator's error
 
     async def _lead(self) -> None:
         """Run the controllers until stopped (or cancelled because leadership ended)."""

@@ -1,0 +1,39 @@
+"""The controller's handlers queue initial lists and resyncs behind real changes (priority queue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlops_platform.runtime.caching import cache as rcache
+from mlops_platform.runtime.control import controller as rcontroller
+from mlops_platform.runtime.control.reconcile import Request, Result
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import fakes
+
+CM = resources.CONFIG_MAP
+
+
+class Noop:
+    async def reconcile(self, request: Request) -> Result:
+        return Result()
+
+
+def cm(name: str, rv: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+
+async def test_initial_list_and_resyncs_go_behind_real_changes() -> None:
+    cache = rcache.Cache(fakes.FakeClient())
+    informer = fakes.seed(cache, CM, synced=False)
+    ctrl = rcontroller.Builder("cms", cache).for_(CM).build(Noop())
+    for i in range(3):  # the initial LIST, before the informer has synced
+        informer.store.upsert(cm(f"old-{i}"))
+        for h in informer.handlers:
+            h.on_add(cm(f"old-{i}"))
+    informer._synced.set()
+    for h in informer.handlers:
+        h.on_add(cm("created"))  # a user creates one while the backlog waits
+        h.on_update(cm("old-2"), cm("old-2", rv="2"))  # and changes one of the backlog
+        resynced = cm("old-0")
+        h.on_update(resynced, resynced)  # a resync of a waiting one: stays behind
+    assert [r.name for r in ctrl.queue.queued()] == ["created", "old-2", "old-0", "old-1"]
