@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,12 +46,19 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
 
-test: venv binaries lint ## everything CI runs: lint, then unit + integration + e2e on a fresh local cluster
+test: venv binaries lint ## everything CI runs: lint, unit + integration + e2e on a fresh local cluster, bench-smoke
 	@$(CLI) dev down --name $(TEST_CLUSTER)  # a fresh cluster: no state left by an earlier run
 	@$(CLI) dev up --name $(TEST_CLUSTER)
 	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v -m 'unit or integration or e2e' || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
+	@$(MAKE) --no-print-directory bench-smoke
+
+bench-smoke: venv binaries ## scale benchmark at N=50 on its own cluster: fails on any steady-state write or GET/LIST
+	$(BIN)/python -m bench.scale --smoke --cluster-name mlops-bench-smoke
+
+bench: venv binaries ## the scale benchmark (N = 100, 1000, 5000; an hour or more): docs/benchmarks/
+	$(BIN)/python -m bench.scale $(BENCH_ARGS)
 
 fmt: venv ## format the code
 	$(BIN)/ruff format src tests examples

@@ -87,7 +87,10 @@ if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client
 
 REPO = Path(__file__).resolve().parents[1]
-IMPLS = ("operator", "raw", "reference")
+IMPLS = ("operator", "raw", "reference", "sharded")
+SHARDS = 3
+LEASE_NAMESPACE = "bench-leases"
+LEASE_DURATION = 15.0
 NAMESPACE = "bench"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "apply"})
 READ_VERBS = frozenset({"get", "list"})
@@ -113,6 +116,14 @@ class Impl:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def cpu(self) -> float:
+        return read_proc(self.pid).cpu_seconds
+
+    def memory(self) -> tuple[int, int]:
+        """(RSS, peak RSS) in bytes."""
+        p = read_proc(self.pid)
+        return p.rss, p.hwm
 
     def requests(self) -> Counter[tuple[str, str]]:
         """(verb, resource) -> count so far (the raw writer's only after it exited)."""
@@ -180,9 +191,17 @@ def reference_binary() -> Path:
     return Path(out.stdout.strip()) / "reference-operator"
 
 
-def start_impl(name: str, kubeconfig: str, log_dir: Path, workers: int, concurrency: int) -> Impl:
+def start_impl(
+    name: str,
+    kubeconfig: str,
+    log_dir: Path,
+    workers: int,
+    concurrency: int,
+    extra: Sequence[str] = (),
+    tag: str = "",
+) -> Impl:
     port = free_port()
-    log_path = log_dir / f"{name}-{concurrency or workers}.log"
+    log_path = log_dir / f"{name}-{tag or concurrency or workers}.log"
     report: Path | None = None
     metrics: str | None = f"http://127.0.0.1:{port}/metrics"
     if name == "operator":
@@ -190,6 +209,7 @@ def start_impl(name: str, kubeconfig: str, log_dir: Path, workers: int, concurre
             sys.executable, "-m", "mlops_platform.cli", "run", "--kubeconfig", kubeconfig,
             "--no-monitoring", "--workers", str(workers),
             "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
+            *extra,
         ]  # fmt: skip
     elif name == "reference":
         cmd = [
@@ -240,6 +260,67 @@ def stop_impl(impl: Impl, timeout: float = 60.0) -> int | None:
             impl.proc.kill()
             impl.proc.wait()
     return impl.proc.returncode
+
+
+@dataclass
+class Group:
+    """``SHARDS`` operator replicas with ``--shards SHARDS``: one implementation, summed."""
+
+    name: str
+    members: list[Impl]
+    dead_cpu: float = 0.0
+    dead_requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def alive(self) -> list[Impl]:
+        return [m for m in self.members if m.proc.poll() is None]
+
+    def cpu(self) -> float:
+        return self.dead_cpu + sum(m.cpu() for m in self.alive())
+
+    def memory(self) -> tuple[int, int]:
+        mem = [m.memory() for m in self.alive()]
+        return sum(r for r, _ in mem), sum(h for _, h in mem)
+
+    def requests(self) -> Counter[tuple[str, str]]:
+        out = Counter(self.dead_requests)
+        for m in self.alive():
+            out.update(m.requests())
+        return out
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(m.tail(n // len(self.members)) for m in self.members)
+
+    def held(self) -> dict[int, list[int]]:
+        """Per live member (its index): the partitions it holds, from its /metrics."""
+        out = {}
+        for i, m in enumerate(self.members):
+            if m.proc.poll() is None and m.metrics_url:
+                text = fetch(m.metrics_url)
+                out[i] = sorted(
+                    int(lb["partition"])
+                    for lb, v in samples(text, "mlops_platform_shard_partition_held")
+                    if v == 1
+                )
+        return out
+
+    def kill(self, i: int) -> None:
+        m = self.members[i]
+        self.dead_cpu += m.cpu()
+        self.dead_requests.update(m.requests())
+        m.proc.kill()
+        m.proc.wait()
+
+
+def start_group(kubeconfig: str, log_dir: Path, workers: int) -> Group:
+    extra = [
+        "--shards", str(SHARDS), "--leader-election-namespace", LEASE_NAMESPACE,
+        "--lease-duration", str(LEASE_DURATION), "--retry-period", "1", "--leader-election-id", "bench",
+    ]  # fmt: skip
+    members = [
+        start_impl("operator", kubeconfig, log_dir, workers, 0, extra, tag=f"shard-{i}")
+        for i in range(SHARDS)
+    ]
+    return Group("sharded", members)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -374,6 +455,7 @@ class Run:
     change_initial_sync: Latency | None = None
     initial_sync_s: float | None = None
     resync: dict[str, Any] | None = None
+    shards: dict[str, Any] | None = None
     etcd_db_bytes: int | None = None
     etcd_db_in_use_bytes: int | None = None
     bytes_per_isvc: float | None = None
@@ -445,13 +527,13 @@ async def create_all(client: Client, n: int, concurrency: int, bar: tqdm[Any]) -
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def wait_quiet(impl: Impl, quiet: float, timeout: float) -> float:
+async def wait_quiet(impl: Impl | Group, quiet: float, timeout: float) -> float:
     """Until the process's CPU time stays still (< 20 ms) for ``quiet`` seconds."""
     t0 = time.monotonic()
-    last, since = read_proc(impl.pid).cpu_seconds, time.monotonic()
+    last, since = impl.cpu(), time.monotonic()
     while time.monotonic() - t0 < timeout:
         await asyncio.sleep(0.5)
-        now = read_proc(impl.pid).cpu_seconds
+        now = impl.cpu()
         if now - last > 0.02:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet:
@@ -522,12 +604,22 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
         observer = Observer(client, expected_hpas)
         observer.start()
         await observer.synced()
-        impl = start_impl(
-            impl_name, kubeconfig, log_dir, args.workers, concurrency if impl_name == "raw" else 0
-        )
+        impl: Impl | Group
+        if impl_name == "sharded":
+            await client.create(resources.NAMESPACE, {"metadata": {"name": LEASE_NAMESPACE}})
+            impl = start_group(kubeconfig, log_dir, args.workers)
+        else:
+            impl = start_impl(
+                impl_name, kubeconfig, log_dir, args.workers, concurrency if impl_name == "raw" else 0
+            )
         try:
-            await wait_impl_started(impl)
-            cpu0 = read_proc(impl.pid).cpu_seconds
+            if isinstance(impl, Group):
+                for m in impl.members:
+                    await wait_impl_started(m)
+                await wait_partitions(impl, SHARDS, 120)
+            else:
+                await wait_impl_started(impl)
+            cpu0 = impl.cpu()
             before = impl.requests()
             api0 = apiserver_applies(await apiserver_metrics(client))
             t0 = time.monotonic()
@@ -542,36 +634,39 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             with tqdm(total=n, desc=f"{impl_name} N={n}: Ready", unit="isvc", leave=False) as bar:
 
                 def all_ready() -> bool:
-                    bar.n = len(observer.ready)
-                    bar.refresh()
+                    bar.update(len(observer.ready) - bar.n)
                     return len(observer.ready) >= n
 
                 run.ready_s = await observer.until(all_ready, args.timeout, "all Ready") - t0
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
-            run.converge_cpu_s = read_proc(impl.pid).cpu_seconds - cpu0
+            run.converge_cpu_s = impl.cpu() - cpu0
             settled = impl.requests()
             run.requests = {_key(k): v for k, v in sorted(diff(settled, before).items())}
             api1 = apiserver_applies(await apiserver_metrics(client))
             run.apiserver_applies = dict(sorted((api1 - api0).items()))
             await asyncio.sleep(args.idle_seconds)  # the steady window itself: nothing may happen
             run.steady_requests = {_key(k): v for k, v in sorted(diff(impl.requests(), settled).items())}
-            p = read_proc(impl.pid)
-            run.rss_steady, run.rss_peak = p.rss, p.hwm
+            run.rss_steady, run.rss_peak = impl.memory()
             if impl_name != "raw" and args.changes:
                 names = [f"bench-{i:04d}" for i in range(0, n, max(1, n // args.changes))][: args.changes]
                 run.change_idle = await spec_changes(client, observer, names, "idle", 60)
                 log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
                     f"p99 {run.change_idle.p99:.0f} ms")  # fmt: skip
                 await wait_quiet(impl, args.quiet_seconds, args.timeout)
-            if impl_name == "operator" and n in args.resync_counts:
+            if isinstance(impl, Group):
+                run.shards = await failover(args, client, observer, impl, cpu0)
+            elif impl_name == "operator" and n in args.resync_counts:
                 run.resync = await forced_resync(impl, args)
                 impl = await restart_with_changes(args, client, observer, impl, run, kubeconfig, log_dir)
-            run.cpu_s = read_proc(impl.pid).cpu_seconds
-            run.rss_peak = max(run.rss_peak, read_proc(impl.pid).hwm)
+            run.cpu_s = impl.cpu()
+            run.rss_peak = max(run.rss_peak, impl.memory()[1])
         finally:
-            run.exit_code = stop_impl(impl)
-            if impl.name == "raw":
+            if isinstance(impl, Group):
+                run.exit_code = max((stop_impl(m) or 0) for m in impl.members)
+            else:
+                run.exit_code = stop_impl(impl)
+            if isinstance(impl, Impl) and impl.name == "raw":
                 run.requests = {_key(k): v for k, v in sorted(impl.requests().items())}
                 run.steady_requests = {}
         run.etcd_db_bytes, run.etcd_db_in_use_bytes = etcd_sizes(args.cluster_name)
@@ -583,16 +678,60 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
     return run
 
 
+async def wait_partitions(group: Group, want: int, timeout: float) -> float:
+    """Until the live members hold ``want`` partitions between them, each exactly once."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        held = [p for parts in group.held().values() for p in parts]
+        if sorted(held) == list(range(want)):
+            return time.monotonic() - t0
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"partitions not all held after {timeout:.0f} s: {group.held()}")
+
+
+async def failover(
+    args: argparse.Namespace, client: Client, observer: Observer, group: Group, cpu0: float
+) -> dict[str, Any]:
+    """Per-shard CPU of the convergence; then SIGKILL the replica holding partition 0: the seconds
+    until another holds it, and a spec change of one of its InferenceServices reaching the child."""
+    from mlops_platform.runtime.control import sharding
+    from mlops_platform.runtime.control.reconcile import Request
+
+    held = group.held()
+    per_shard_cpu = [round(m.cpu(), 2) for m in group.members]
+    victim = next(i for i, parts in held.items() if 0 in parts)
+    orphans = [
+        f"bench-{i:04d}" for i in range(observer.count("isvc"))
+        if sharding.partition_of(Request(NAMESPACE, f"bench-{i:04d}"), SHARDS) == 0
+    ]  # fmt: skip
+    log(f"sharded: partitions {held}, CPU per replica {per_shard_cpu}; killing replica {victim}")
+    t_kill = time.monotonic()
+    group.kill(victim)
+    takeover = await wait_partitions(group, SHARDS, LEASE_DURATION + 60)
+    log(f"sharded: partition 0 taken over {takeover:.1f} s after the SIGKILL (lease {LEASE_DURATION:.0f} s)")
+    change = await spec_changes(client, observer, orphans[:5], "failover", 60)
+    return {
+        "partitions_before": {str(k): v for k, v in held.items()},
+        "cpu_s_per_replica": per_shard_cpu,
+        "killed": victim,
+        "takeover_s": round(takeover, 2),
+        "lease_duration_s": LEASE_DURATION,
+        "orphan_change_ms": change.samples_ms,
+        "partitions_after": {str(k): v for k, v in group.held().items()},
+        "since_kill_s": round(time.monotonic() - t_kill, 2),
+    }
+
+
 async def forced_resync(impl: Impl, args: argparse.Namespace) -> dict[str, Any]:
     """SIGUSR1: the operator's informers replay their caches (as a resync period does)."""
-    before, cpu0 = impl.requests(), read_proc(impl.pid).cpu_seconds
+    before, cpu0 = impl.requests(), impl.cpu()
     impl.proc.send_signal(signal.SIGUSR1)
     took = await wait_quiet(impl, args.quiet_seconds, args.timeout)
     delta = diff(impl.requests(), before)
     out = {
         "mutating": writes(delta),
         "get_list": reads(delta),
-        "cpu_s": round(read_proc(impl.pid).cpu_seconds - cpu0, 3),
+        "cpu_s": round(impl.cpu() - cpu0, 3),
         "seconds_until_quiet": round(took - args.quiet_seconds, 2),
         "requests": {_key(k): v for k, v in delta.items()},
     }
@@ -683,6 +822,19 @@ def render(runs: Sequence[Run]) -> str:
         out.append(markdown_table(
             ["N", "resync mutating", "resync GET/LIST", "resync CPU s", "change p50 ms", "change p99 ms",
              "restart until quiet s"], resync))  # fmt: skip
+    sharded = [
+        [str(r.count), " / ".join(f"{c:.1f}" for c in r.shards["cpu_s_per_replica"]),
+         fmt(r.converge_cpu_s), fmt(r.shards["takeover_s"]), fmt(r.shards["lease_duration_s"], 0),
+         fmt(percentile(r.shards["orphan_change_ms"], 50), 0),
+         fmt(percentile(r.shards["orphan_change_ms"], 99), 0)]
+        for r in runs if r.shards
+    ]  # fmt: skip
+    if sharded:
+        out.append(f"\n{SHARDS} shards (`--shards {SHARDS}`): CPU per replica while converging, and a "
+                   "SIGKILLed replica's partition taken over (target: within lease + 5 s):\n")  # fmt: skip
+        out.append(markdown_table(
+            ["N", "CPU s per replica", "CPU s all", "takeover s", "lease s",
+             "orphan change p50 ms", "orphan change p99 ms"], sharded))  # fmt: skip
     return "\n".join(out)
 
 
@@ -748,7 +900,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--create-concurrency", type=int, default=32)
     p.add_argument("--changes", type=int, default=200)
     p.add_argument("--resync-counts", type=int, nargs="*", default=[5000])
-    p.add_argument("--quiet-seconds", type=float, default=5.0)
+    p.add_argument("--quiet-seconds", type=float, default=20.0, help="> the HPA controller's 15 s sync")
     p.add_argument("--idle-seconds", type=float, default=20.0)
     p.add_argument("--timeout", type=float, default=1800.0, help="per phase")
     p.add_argument("--cluster-name", default="mlops-bench-scale")
