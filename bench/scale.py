@@ -546,8 +546,25 @@ async def spec_changes(
     client: Client, observer: Observer, names: Sequence[str], tag: str, timeout: float
 ) -> Latency:
     """One spec change at a time (``modelUri`` -> a new value): the time from the patch's answer
-    until this benchmark's watch sees the Deployment carry it."""
+    until this benchmark's watch sees the Deployment carry it. The next change waits until that
+    rollout is complete (the Deployment controller done), so every change meets an idle cluster,
+    not the pod churn of the one before."""
     from mlops_platform import api
+
+    deployments = observer.informers["deployments"].store
+
+    def rolled_out(name: str) -> bool:
+        dep = deployments.get(NAMESPACE, f"{name}-predictor")
+        if dep is None:
+            return False
+        st, want = dep.get("status") or {}, (dep.get("spec") or {}).get("replicas", 1)
+        return bool(
+            st.get("observedGeneration", 0) >= dep["metadata"].get("generation", 0)
+            and st.get("updatedReplicas", 0)
+            == st.get("replicas", 0)
+            == st.get("availableReplicas", 0)
+            == want
+        )
 
     seen: dict[str, float] = {}
     wanted: dict[str, str] = {}
@@ -568,8 +585,9 @@ async def spec_changes(
             wanted[name] = uri
             await client.patch(api.RESOURCE, name, {"spec": {"modelUri": uri}}, namespace=NAMESPACE)
             t0 = time.monotonic()
-            t1 = await observer.until(lambda n=name: n in seen, timeout, f"{name} rolled to {uri}")  # type: ignore[misc]
-            out.append((max(t1, seen[name]) - t0) * 1000 if seen[name] >= t0 else 0.0)
+            await observer.until(lambda n=name: n in seen, timeout, f"{name} carries {uri}")  # type: ignore[misc]
+            out.append(max(0.0, seen[name] - t0) * 1000)
+            await observer.until(lambda n=name: rolled_out(n), timeout, f"{name} rolled out")  # type: ignore[misc]
     finally:
         observer.watchers.remove(watch)
     return Latency(out)
@@ -896,7 +914,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--counts", type=int, nargs="+", default=[100, 1000, 5000])
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     p.add_argument("--workers", type=int, default=4, help="operator and reference workers")
-    p.add_argument("--raw-concurrency", type=int, nargs="+", default=[32, 64, 128])
+    p.add_argument("--raw-concurrency", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--raw-sweep-max", type=int, default=5000, help="from this N on, only the best")
     p.add_argument("--create-concurrency", type=int, default=32)
     p.add_argument("--changes", type=int, default=200)
     p.add_argument("--resync-counts", type=int, nargs="*", default=[5000])
@@ -914,6 +933,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return a
 
 
+def raw_sweep(a: argparse.Namespace, runs: Sequence[Run], n: int) -> list[int]:
+    """The raw writer's in-flight counts at ``n``: all of ``--raw-concurrency``, except at N >=
+    ``--raw-sweep-max`` where only the best of the largest N swept before is run (a sweep at 5,000
+    would take half an hour per point; the sweep below shows where more stops helping)."""
+    if n < a.raw_sweep_max:
+        return list(a.raw_concurrency)
+    swept = sorted({r.count for r in runs if r.impl == "raw" and r.count < n})
+    best = best_raw(runs, swept[-1]) if swept else None
+    return [best.concurrency] if best else [max(a.raw_concurrency)]
+
+
 async def amain(a: argparse.Namespace) -> list[Run]:
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="mlops-bench-scale-") as tmp:
@@ -921,7 +951,7 @@ async def amain(a: argparse.Namespace) -> list[Run]:
         try:
             for n in a.counts:
                 for impl in a.impls:
-                    for c in a.raw_concurrency if impl == "raw" else [a.workers]:
+                    for c in raw_sweep(a, runs, n) if impl == "raw" else [a.workers]:
                         try:
                             run = await one_run(a, impl, n, c, log_dir)
                         except (TimeoutError, SystemExit) as e:

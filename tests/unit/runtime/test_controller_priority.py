@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control.reconcile import Request, Result
+from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes
 
@@ -37,3 +39,35 @@ async def test_initial_list_and_resyncs_go_behind_real_changes() -> None:
         resynced = cm("old-0")
         h.on_update(resynced, resynced)  # a resync of a waiting one: stays behind
     assert [r.name for r in ctrl.queue.queued()] == ["created", "old-2", "old-0", "old-1"]
+
+
+async def test_a_worker_lets_the_watches_in_between_reconciles_of_a_backlog() -> None:
+    """Reconciles that decide from the cache never await; a backlog of them must not keep an
+    event (a user's change) from being queued, or its priority would not help."""
+    order: list[str] = []
+    done = asyncio.Event()
+
+    class CpuOnly:
+        async def reconcile(self, request: Request) -> Result:
+            order.append(request.name)
+            if len(order) == 201:
+                done.set()
+            return Result()
+
+    cache = rcache.Cache(fakes.FakeClient())
+    fakes.seed(cache, CM)
+    ctrl = rcontroller.Builder("cms", cache).for_(CM).build(CpuOnly())
+    for i in range(200):
+        ctrl.queue.add(Request("ns", f"old-{i}"), workqueue.LOW)
+    ctrl.start()
+
+    async def user_change() -> None:
+        ctrl.queue.add(Request("ns", "changed"))
+
+    change = asyncio.create_task(user_change())  # runs as soon as the worker yields
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        await ctrl.stop()
+    await change
+    assert order.index("changed") < 5, order[:10]

@@ -381,6 +381,10 @@ class Controller:
 
     async def _worker(self) -> None:
         while True:
+            # a reconcile that decides from the cache alone never awaits: without this yield a
+            # worker would run a whole backlog (5,000 initial reconciles) without letting the loop
+            # read the watches, and a user's change (high priority) could not even be queued
+            await asyncio.sleep(0)
             try:
                 req = await self.queue.get()
             except workqueue.ShutDown:
