@@ -116,11 +116,10 @@ class RawWriter:
             meta.setdefault("annotations", {})[reconciler.HASH_ANNOTATION] = diff.desired_hash(desired)
             writes.append(self.apply(resource, desired))
             created.append(f"{resource.kind}/{meta['name']}")
-        await asyncio.gather(*writes)
-        await asyncio.gather(
-            self.status(raw, "False", "RollingOut", "children created; waiting for pods"),
-            self.event(raw, "created " + ", ".join(created)),
-        )
+        # the Ready=False status first: written after the children, it could land after the
+        # Deployment became available (kwok pods are Ready at once) and hide the Ready=True
+        await self.status(raw, "False", "RollingOut", "creating children; waiting for pods")
+        await asyncio.gather(*writes, self.event(raw, "created " + ", ".join(created)))
 
     async def apply(self, resource: Any, obj: dict[str, Any]) -> None:
         async with self.slot():
@@ -162,7 +161,7 @@ class RawWriter:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": self.namespace},
+            "metadata": {"generateName": f"{name}-", "namespace": self.namespace},
             "eventTime": clock.rfc3339(clock.utcnow(), 6),
             "reportingController": "mlops.platform/raw-writer",
             "reportingInstance": "raw-writer",

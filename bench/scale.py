@@ -924,7 +924,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     p.add_argument("--workers", type=int, default=4, help="operator and reference workers")
     p.add_argument("--raw-concurrency", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--raw-sweep-min", type=int, default=1000, help="below this N, one in-flight count")
     p.add_argument("--raw-sweep-max", type=int, default=5000, help="from this N on, only the best")
+    p.add_argument("--sharded-counts", type=int, nargs="*", default=[5000], help="N at which to shard")
     p.add_argument("--create-concurrency", type=int, default=32)
     p.add_argument("--changes", type=int, default=200)
     p.add_argument("--resync-counts", type=int, nargs="*", default=[5000])
@@ -938,14 +940,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.smoke:
         a.counts, a.impls, a.changes, a.resync_counts = [50], ["operator"], 20, [50]
+        a.sharded_counts = []
         a.idle_seconds, a.out = 10.0, None
     return a
 
 
 def raw_sweep(a: argparse.Namespace, runs: Sequence[Run], n: int) -> list[int]:
-    """The raw writer's in-flight counts at ``n``: all of ``--raw-concurrency``, except at N >=
-    ``--raw-sweep-max`` where only the best of the largest N swept before is run (a sweep at 5,000
-    would take half an hour per point; the sweep below shows where more stops helping)."""
+    """The raw writer's in-flight counts at ``n``: all of ``--raw-concurrency`` for ``--raw-sweep-min``
+    <= N < ``--raw-sweep-max``; below, the middle one; from ``--raw-sweep-max`` on only the best of
+    the largest N swept before (a sweep at 5,000 would take half an hour per point; the sweep below
+    shows where more stops helping)."""
+    if n < a.raw_sweep_min:
+        return [sorted(a.raw_concurrency)[len(a.raw_concurrency) // 2]]
     if n < a.raw_sweep_max:
         return list(a.raw_concurrency)
     swept = sorted({r.count for r in runs if r.impl == "raw" and r.count < n})
@@ -960,6 +966,8 @@ async def amain(a: argparse.Namespace) -> list[Run]:
         try:
             for n in a.counts:
                 for impl in a.impls:
+                    if impl == "sharded" and n not in a.sharded_counts:
+                        continue
                     for c in raw_sweep(a, runs, n) if impl == "raw" else [a.workers]:
                         try:
                             run = await one_run(a, impl, n, c, log_dir)
