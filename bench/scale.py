@@ -976,6 +976,10 @@ async def amain(a: argparse.Namespace) -> list[Run]:
                             run = Run(impl, n, c, failures=[str(e)])
                         runs.append(run)
                         log(f"{impl} N={n} done: {asdict(run) | {'requests': '...'}}")
+                        if a.out:  # every run as soon as it ends: a long matrix cut short keeps them
+                            partial = Path(a.out) / "scale.partial.json"
+                            partial.parent.mkdir(parents=True, exist_ok=True)
+                            partial.write_text(json.dumps([asdict(r) for r in runs], indent=1))
         finally:
             if not a.keep_cluster:
                 dev_cluster_down(a.cluster_name)
@@ -994,6 +998,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         data = {"machine": machine_info(), "args": vars(a), "runs": [asdict(r) for r in runs]}
         write_json(out / "scale.json", data)
+        (out / "scale.partial.json").unlink(missing_ok=True)
         made = plots(runs, out)
         machine = data["machine"]
         (out / "scale.md").write_text(
