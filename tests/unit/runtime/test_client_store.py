@@ -311,3 +311,27 @@ async def test_the_informer_backs_off_list_failures_on_its_clock() -> None:
     assert 0.8 <= waits[0] <= 1.6 and 1.6 <= waits[1] <= 3.2  # 0.8 s doubling, up to 100 % jitter
     assert [c.verb for c in client.calls] == ["list", "list", "list", "watch"]
     assert inf.last_error is None
+
+
+def test_the_default_transform_drops_managed_fields_and_shares_short_strings() -> None:
+    import msgspec
+
+    raw = msgspec.json.encode(
+        {
+            "metadata": {"name": "web", "labels": {"app": "web"}, "managedFields": [{"manager": "x"}]},
+            "spec": {"containers": [{"image": "example.com/server:1", "args": ["x" * 100]}]},
+        }
+    )
+    a, b = (informer.compact(msgspec.json.decode(raw)) for _ in range(2))
+    assert "managedFields" not in a["metadata"]
+    assert (
+        a
+        == b
+        == {
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {"containers": [{"image": "example.com/server:1", "args": ["x" * 100]}]},
+        }
+    )
+    ca, cb = a["spec"]["containers"][0], b["spec"]["containers"][0]
+    assert ca["image"] is cb["image"] and a["metadata"]["labels"]["app"] is b["metadata"]["labels"]["app"]
+    assert ca["args"][0] is not cb["args"][0]  # long strings (scripts, certificates) are left alone

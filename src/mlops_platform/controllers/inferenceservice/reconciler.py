@@ -41,6 +41,7 @@ from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.control import childsync, predicates
 from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
 from mlops_platform.runtime.objects import Obj
@@ -68,12 +69,9 @@ def slim_pod(pod: Obj) -> Obj:
     for cs in (pod.get("status") or {}).get("containerStatuses") or ():
         waiting = (cs.get("state") or {}).get("waiting")
         statuses.append({"name": cs.get("name"), "state": {"waiting": waiting} if waiting else {}})
-    return {
-        "metadata": {
-            k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels") if k in meta
-        },
-        "status": {"containerStatuses": statuses},
-    }
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels")
+    slim = {"metadata": {k: meta[k] for k in kept if k in meta}, "status": {"containerStatuses": statuses}}
+    return rinformer.intern_strings(slim)  # type: ignore[no-any-return]
 
 
 def pod_index(pod: Obj) -> list[str]:

@@ -69,7 +69,7 @@ class Cache:
 
     def transform(self, resource: rclient.Resource, fn: rinformer.Transform) -> None:
         """Store objects of ``resource`` as ``fn`` returns them (call before first use), e.g. to drop
-        large fields no reader needs. Replaces the default transform (dropping managedFields)."""
+        large fields no reader needs. Replaces the default transform (:func:`~.informer.compact`)."""
         if any(r == resource for r, _ in self._informers):
             raise RuntimeError(f"transform({resource.kind}) after its informer was created")
         self._transforms[resource] = fn
@@ -86,7 +86,7 @@ class Cache:
                 namespace=k[1],
                 label_selector=self._selectors.get(resource),
                 resync_period=self.resync_period,
-                transform=self._transforms.get(resource, rinformer.strip_managed_fields),
+                transform=self._transforms.get(resource, rinformer.compact),
                 min_watch_timeout=self.min_watch_timeout,
             )
             self._informers[k] = informer

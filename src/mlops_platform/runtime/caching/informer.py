@@ -23,8 +23,9 @@ import asyncio
 import contextlib
 import logging
 import random
+import sys
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.clock import Clock, RealClock
@@ -45,9 +46,46 @@ class EventHandler(Protocol):
 
 
 def strip_managed_fields(obj: Obj) -> Obj:
-    """The default transform: managedFields are large and no controller reads them."""
+    """managedFields are large and no controller reads them."""
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
+
+
+#: strings up to this length are shared between cached objects (names, labels, images, enums)
+INTERN_MAX = 64
+_intern = sys.intern
+
+
+def intern_strings(node: Any) -> Any:
+    """Share equal short strings between cached objects, in place (``sys.intern``).
+
+    Thousands of Deployments carry the same label keys and values, images, port names, probe paths
+    and enum values ("IfNotPresent", "TCP"), each decoded into a string object of its own; sharing
+    them takes a third off a cached Deployment (28.5 -> 19.2 KiB, ``docs/measurements.md``) for
+    some 50 us of CPU per object. Keys are shared already (msgspec's key cache)."""
+    if type(node) is dict:
+        for k, v in node.items():
+            t = type(v)
+            if t is str:
+                if len(v) <= INTERN_MAX:
+                    node[k] = _intern(v)
+            elif t is dict or t is list:
+                intern_strings(v)
+    elif type(node) is list:
+        for i, v in enumerate(node):
+            t = type(v)
+            if t is str:
+                if len(v) <= INTERN_MAX:
+                    node[i] = _intern(v)
+            elif t is dict or t is list:
+                intern_strings(v)
+    return node
+
+
+def compact(obj: Obj) -> Obj:
+    """The default transform: managedFields dropped (:func:`strip_managed_fields`), equal short
+    strings shared (:func:`intern_strings`)."""
+    return intern_strings(strip_managed_fields(obj))  # type: ignore[no-any-return]
 
 
 class Informer:
@@ -62,7 +100,7 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         resync_period: float = 10 * 3600.0,
-        transform: Transform | None = strip_managed_fields,
+        transform: Transform | None = compact,
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
         indexers: dict[str, rstore.IndexFunc] | None = None,
