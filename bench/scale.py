@@ -996,11 +996,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        data = {"machine": machine_info(), "args": vars(a), "runs": [asdict(r) for r in runs]}
+        machine = machine_info()
+        machine.pop("executable", None)  # a path of this machine, not a property of the run
+        args = vars(a) | {"out": os.path.relpath(a.out, REPO) if a.out else None}
+        data = {"machine": machine, "args": args, "runs": [asdict(r) for r in runs]}
         write_json(out / "scale.json", data)
         (out / "scale.partial.json").unlink(missing_ok=True)
         made = plots(runs, out)
-        machine = data["machine"]
         (out / "scale.md").write_text(
             "# Scale benchmark\n\n`.venv/bin/python -m bench.scale "
             + " ".join(sys.argv[1:])
