@@ -615,7 +615,6 @@ def fresh_cluster(name: str, n: int) -> str:
 
 
 async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency: int, log_dir: Path) -> Run:
-    from mlops_platform import api
     from mlops_platform.api import crd
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
@@ -701,7 +700,6 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.bytes_per_isvc = run.etcd_db_in_use_bytes / n
         run.list_ms = await list_latency_ms(client)
         await observer.stop()
-        del api
     return run
 
 

@@ -59,19 +59,20 @@ class Stream:
 
     async def lines(self) -> AsyncIterator[bytes]:
         """The body split on ``\\n`` (no length limit: one watch event can be a 1 MiB object)."""
-        buf = b""
+        buf = bytearray()
         try:
             async for chunk in self._response.content.iter_any():
-                buf += chunk
+                buf += chunk  # amortised: a 1 MiB event in 64 KiB chunks is not copied 16 times
                 if b"\n" not in chunk:
                     continue
-                *complete, buf = buf.split(b"\n")
+                *complete, rest = buf.split(b"\n")
+                buf = bytearray(rest)
                 for line in complete:
-                    yield line
+                    yield bytes(line)
         except (aiohttp.ClientError, TimeoutError) as e:
             raise TransportError(f"{type(e).__name__}: {e}") from e
         if buf:
-            yield buf
+            yield bytes(buf)
 
 
 class Transport:
