@@ -5,7 +5,10 @@ package main
 // (golden files: tests/unit/controllers/golden/), for the built-in runtime table of servers.py.
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -186,7 +189,15 @@ func childLabels(o owner, rt runtime) map[string]string {
 	l["app.kubernetes.io/component"] = component
 	l["app.kubernetes.io/managed-by"] = managedBy
 	l["app.kubernetes.io/part-of"] = partOf
+	l[group+"/shard-bucket"] = bucket(o)
 	return l
+}
+
+// bucket is runtime.control.sharding.bucket_of: the first 8 bytes (big endian) of the SHA-256 of
+// namespace/name, mod 256 (our sharded replicas watch only their buckets' children).
+func bucket(o owner) string {
+	sum := sha256.Sum256([]byte(o.namespace + "/" + o.name))
+	return strconv.FormatUint(binary.BigEndian.Uint64(sum[:8])%256, 10)
 }
 
 func ownerRef(o owner) *metav1ac.OwnerReferenceApplyConfiguration {

@@ -217,13 +217,31 @@ async def _ready(replica: Replica) -> bool:
         return False
 
 
-async def _held_gauge(replica: Replica) -> float | None:
+async def _metric(replica: Replica, sample: str) -> float | None:
+    """The value of ``sample`` (name and labels as exposed) on the replica's /metrics."""
     async with httpx.AsyncClient(timeout=2) as http:
         text = (await http.get(f"http://127.0.0.1:{replica.metrics_port}/metrics")).text
     for line in text.splitlines():
-        if line.startswith("mlops_platform_shard_partitions_held "):
+        if line.startswith(sample + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+async def _held_gauge(replica: Replica) -> float | None:
+    return await _metric(replica, "mlops_platform_shard_partitions_held")
+
+
+async def _cached(replica: Replica, resource: str) -> float | None:
+    return await _metric(replica, f'mlops_platform_cache_objects{{resource="{resource}"}}')
+
+
+async def _caches_hold(replica: Replica, partitions: set[int], partition: dict[str, int]) -> bool:
+    """The replica caches every InferenceService, and the Deployments of ``partitions`` only."""
+    mine = sum(1 for k in partition.values() if k in partitions)
+    return (
+        await _cached(replica, "inferenceservices.mlops.platform") == OBJECTS
+        and await _cached(replica, "deployments.apps") == mine
+    )
 
 
 async def _one_each(c: rclient.Client, ns: str, live: list[Replica]) -> dict[int, Replica] | None:
@@ -288,6 +306,11 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     assert len(set(partition.values())) == SHARDS  # every replica has work
     for k, r in owners.items():
         assert _reconciled(r) == {Request(ns, n) for n in names if partition[n] == k}, r.identity
+    # each replica lists, watches and caches its own partition's children only (scoped informers)
+    for k, r in owners.items():
+        await wait.until(
+            functools.partial(_caches_hold, r, {k}, partition), timeout=30, what=f"{r.identity}: cache of {k}"
+        )
 
     # SIGKILL the owner of one partition: another replica takes it within lease + 5 s
     victim_k = partition[names[0]]
@@ -315,6 +338,8 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     await wait.until(model_uri, timeout=60, what="the orphaned object's change reaches its Deployment")
     heir_replica = next(r for r in survivors if r.identity == heir)
     assert Request(ns, orphan) in _reconciled(heir_replica)
+    heir_k = next(k for k, r in owners.items() if r is heir_replica)
+    assert await _caches_hold(heir_replica, {heir_k, victim_k}, partition)  # listed before reconciling
 
     # a new replica: the partitions rebalance to one each
     newcomer = group.start()
@@ -323,6 +348,10 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     final = await wait.until(lambda: _one_each(c, ns, live), timeout=90, what="rebalanced to one each")
     print(f"rebalanced to one partition each {time.monotonic() - started:.1f}s after starting a replica")
     assert newcomer in final.values()
+    for k, r in final.items():  # the partition given up left the heir's cache
+        await wait.until(
+            functools.partial(_caches_hold, r, {k}, partition), timeout=30, what=f"{r.identity}: cache of {k}"
+        )
 
     # at no moment did two replicas hold one partition: (1) their own account, from the logs
     for k, spans in _intervals(group.replicas).items():

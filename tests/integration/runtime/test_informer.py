@@ -144,3 +144,81 @@ async def _wait_api(c: rclient.Client) -> None:
         return True
 
     await wait.until(ready, timeout=90, interval=0.1, what="kube-apiserver ready again")
+
+
+def _labelled(name: str, bucket: str) -> dict[str, Any]:
+    cm = _cm(name)
+    cm["metadata"]["labels"] = {"bucket": bucket, "owned": "yes"}
+    return cm
+
+
+def _secret(name: str, bucket: str) -> dict[str, Any]:
+    secret = _labelled(name, bucket)
+    secret["kind"], secret["stringData"] = "Secret", secret.pop("data")
+    return secret
+
+
+async def test_reselect_relists_with_the_new_selector_and_delivers_the_difference(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    for name, bucket in (("a-1", "a"), ("a-2", "a"), ("b-1", "b"), ("c-1", "c")):
+        await admin_client.create(resources.CONFIG_MAP, _labelled(name, bucket), namespace)
+    inf = rinformer.Informer(
+        admin_client, resources.CONFIG_MAP, namespace=namespace, label_selector="bucket in (a)"
+    )
+    rec = Recorder()
+    inf.add_event_handler(rec)
+    inf.start()
+    try:
+        await inf.wait_for_sync(timeout=30)
+        assert sorted(_cache_view(inf)) == ["a-1", "a-2"]
+        lists = inf.relists
+        rec.events.clear()
+        await inf.reselect("bucket in (a,b)")  # returns once the new LIST is stored
+        assert sorted(_cache_view(inf)) == ["a-1", "a-2", "b-1"]
+        assert rec.events == [("add", "b-1")]  # the objects selected before get no event
+        assert inf.relists == lists + 1
+        await inf.reselect("bucket in (a,b)")  # the same selector: nothing to do
+        assert inf.relists == lists + 1
+        rec.events.clear()
+        await inf.reselect("bucket in (b)")
+        assert sorted(_cache_view(inf)) == ["b-1"]
+        assert sorted(rec.events) == [("delete", "a-1"), ("delete", "a-2")]
+        # and it watches with the new selector: a change in b is seen, one in a is not
+        await admin_client.patch(resources.CONFIG_MAP, "a-1", {"data": {"v": "2"}}, namespace=namespace)
+        await admin_client.patch(resources.CONFIG_MAP, "b-1", {"data": {"v": "2"}}, namespace=namespace)
+        await wait.until(lambda: ("update", "b-1") in rec.events, timeout=30, what="b-1 update seen")
+        assert ("update", "a-1") not in rec.events and "a-1" not in _cache_view(inf)
+    finally:
+        await inf.stop()
+
+
+async def test_the_cache_scope_narrows_scoped_resources_only(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    from mlops_platform.runtime.caching import cache as rcache
+
+    for name, bucket in (("a-1", "a"), ("b-1", "b")):
+        await admin_client.create(resources.CONFIG_MAP, _labelled(name, bucket), namespace)
+    await admin_client.create(resources.SECRET, _secret("s-a", "a"), namespace)
+    await admin_client.create(resources.SECRET, _secret("s-b", "b"), namespace)
+    cache = rcache.Cache(admin_client, namespace=namespace)
+    cache.restrict(resources.CONFIG_MAP, "owned=yes", scoped=True)
+    cache.restrict(resources.SECRET, "owned=yes")  # not scoped
+    await cache.set_scope("bucket in (a)")  # before start: the first LISTs use it
+    configmaps = cache.informer_for(resources.CONFIG_MAP)
+    secrets = cache.informer_for(resources.SECRET)
+    assert configmaps.label_selector == "owned=yes,bucket in (a)"
+    cache.start()
+    try:
+        await cache.wait_for_sync(30)
+        assert sorted(_cache_view(configmaps)) == ["a-1"]
+        assert sorted(_cache_view(secrets)) == ["s-a", "s-b"]
+        await cache.set_scope("bucket in (b)")
+        assert sorted(_cache_view(configmaps)) == ["b-1"]
+        assert sorted(_cache_view(secrets)) == ["s-a", "s-b"]
+        await cache.set_scope(None)
+        assert sorted(_cache_view(configmaps)) == ["a-1", "b-1"]
+        assert configmaps.label_selector == "owned=yes"
+    finally:
+        await cache.stop()

@@ -44,25 +44,41 @@ async def _yield_to_tasks(times: int = 5) -> None:
 
 
 @pytest.mark.parametrize(
-    ("request_", "p3", "p5", "p16"),
+    ("request_", "bucket", "p3", "p5", "p16"),
     [
-        (Request("default", "web"), 2, 4, 4),
-        (Request("default", "web-2"), 0, 0, 15),
-        (Request("team-a", "bert"), 1, 2, 5),
-        (Request("team-b", "resnet50"), 1, 2, 13),
-        (Request(None, "cluster-wide"), 1, 2, 2),
-        (Request("ns", "a"), 1, 2, 12),
-        (Request("ns", "b"), 2, 3, 2),
-        (Request("ns", "c"), 2, 0, 2),
+        (Request("default", "web"), 100, 1, 0, 4),
+        (Request("default", "web-2"), 223, 1, 3, 15),
+        (Request("team-a", "bert"), 149, 2, 4, 5),
+        (Request("team-b", "resnet50"), 109, 1, 4, 13),
+        (Request(None, "cluster-wide"), 82, 1, 2, 2),
+        (Request("ns", "a"), 44, 2, 4, 12),
+        (Request("ns", "b"), 178, 1, 3, 2),
+        (Request("ns", "c"), 146, 2, 1, 2),
     ],
     ids=str,
 )
 def test_the_partition_of_a_request_is_a_fixed_function_of_namespace_and_name(
-    request_: Request, p3: int, p5: int, p16: int
+    request_: Request, bucket: int, p3: int, p5: int, p16: int
 ) -> None:
-    # pinned: a change here moves objects between partitions of replicas of different releases
+    # pinned: a change here moves objects between partitions of replicas of different releases,
+    # and changes the bucket label of every child
+    assert sharding.bucket_of(request_) == bucket
     assert [sharding.partition_of(request_, p) for p in (3, 5, 16)] == [p3, p5, p16]
     assert sharding.partition_of(request_, 1) == 0
+
+
+def test_a_partition_selector_selects_exactly_the_buckets_of_the_partitions() -> None:
+    sel = sharding.partition_selector({1}, 3)
+    key, _, values = sel.partition(" in ")
+    assert key == sharding.BUCKET_LABEL
+    buckets = {int(v) for v in values.strip("()").split(",")}
+    assert buckets == {b for b in range(sharding.BUCKETS) if b % 3 == 1}
+    both = sharding.partition_selector({0, 2}, 3).partition(" in ")[2]
+    assert {int(v) for v in both.strip("()").split(",")} == {b for b in range(256) if b % 3 != 1}
+    # no partition: a selector no child matches (a bucket label is always a number)
+    assert sharding.partition_selector((), 3) == f"{sharding.BUCKET_LABEL} in (none)"
+    with pytest.raises(ValueError, match=r"partitions must be in \[1, 256\]"):
+        sharding.ShardConfig("ops", "grp", "me", 257)
 
 
 def test_partitions_spread_objects_evenly() -> None:
@@ -634,3 +650,51 @@ async def test_a_dynamic_group_splits_fails_over_and_rebalances_never_with_two_h
     # the live ones left: their partitions are free and their member Leases gone
     assert {o["spec"].get("holderIdentity") for n, o in world.objects.items() if "-shard-" in n} == {""}
     assert [n for n in world.objects if "-member-" in n] == ["grp-member-pod-c"]  # the cut-off one
+
+
+class FakeScope:
+    """Records the scope selectors the coordinator sets, in the target's timeline."""
+
+    def __init__(self, target: FakeTarget) -> None:
+        self.target = target
+        self.selectors: list[str | None] = []
+        self.changed = asyncio.Event()
+
+    async def set_scope(self, label_selector: str | None) -> None:
+        await asyncio.sleep(0)  # a LIST takes a while: the coordinator must wait for it
+        self.selectors.append(label_selector)
+        self.target.timeline.append(("set_scope", label_selector))
+        self.changed.set()
+
+
+async def test_a_shard_lists_its_partitions_children_before_reconciling_and_narrows_after_the_drain() -> None:
+    client = fakes.FakeClient()
+    config = sharding.ShardConfig(
+        "ops", "grp", "pod-a", 3, shard_id=1, lease_duration=6, renew_deadline=4, retry_period=1
+    )
+    target = FakeTarget(client, [Request("ns", f"isvc-{i}") for i in range(6)])
+    scope = FakeScope(target)
+    coordinator = sharding.ShardCoordinator(
+        client,
+        config,
+        [target],
+        scope=scope,
+        registry=CollectorRegistry(),
+        clock=FakeClock(),
+        rand=lambda: 0.0,
+    )
+    assert coordinator.scope_selector() == sharding.partition_selector((), 3)  # nothing before a Lease
+    task = asyncio.create_task(coordinator.run())
+    try:
+        await asyncio.wait_for(target.gained.wait(), 5)
+        mine = sharding.partition_selector({1}, 3)
+        assert [e[0] for e in target.timeline] == ["set_scope", "enqueue_all"]  # listed, then enqueued
+        assert scope.selectors == [mine] and coordinator.scope_selector() == mine
+        scope.changed.clear()
+        await coordinator._drop(1, "test: leadership lost")  # what _hold does when the Lease is lost
+        await asyncio.wait_for(scope.changed.wait(), 5)  # narrowed in the background
+        assert [e[0] for e in target.timeline] == ["set_scope", "enqueue_all", "wait_idle", "set_scope"]
+        assert scope.selectors[-1] == sharding.partition_selector((), 3)
+    finally:
+        coordinator.stop()
+        await asyncio.wait_for(task, 5)

@@ -11,6 +11,7 @@ from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request
+from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.transport import resources
 
 NAME = "inferenceservice"
@@ -28,7 +29,7 @@ def _pod_to_service(pod: dict[str, Any]) -> list[Request]:
 def setup(
     mgr: rmanager.Manager,
     *,
-    workers: int = 4,
+    workers: int = 16,
     settings: base.BuildContext | None = None,
 ) -> reconciler.InferenceServiceReconciler:
     """Register the controller. The cache holds only what it needs: pods and children it labelled.
@@ -37,20 +38,27 @@ def setup(
     ``settings`` are the operator-wide defaults (the model-server table among them).
     """
     ctx = settings or base.BuildContext()
-    mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE)
+    # children and pods carry their InferenceService's shard bucket: a sharded replica caches only
+    # its partitions' (scoped); the InferenceServices themselves are cached whole
+    mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE, scoped=True)
     mgr.cache.transform(resources.POD, reconciler.slim_pod)
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
         for version in child.kind.versions:  # an optional kind's served version is known later
-            mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR)
+            mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
     rec = reconciler.InferenceServiceReconciler(
         mgr.cache, mgr.client, mgr.event_recorder("mlops-platform"), mgr.optional_kinds, ctx
     )
     builder = (
         mgr.builder(NAME)
-        # status writes bump resourceVersion, not generation: they do not re-trigger reconciles
+        # status writes bump resourceVersion, not generation: they do not re-trigger reconciles.
+        # A new InferenceService or a spec change (a user's intent) goes before the status changes
+        # of children (observations): under a burst, children are created first, as fast as the
+        # API server allows, and statuses follow (docs/design.md, "Queue priorities")
         .for_(
-            reconciler.ISVC, predicates.any_of(predicates.generation_changed(), predicates.labels_changed())
+            reconciler.ISVC,
+            predicates.any_of(predicates.generation_changed(), predicates.labels_changed()),
+            priority=workqueue.HIGH,
         )
         # a pod matters only through its failure (CrashLoopBackOff...): its other status changes
         # (scheduled, started, ready) are seen through the Deployment's status, once

@@ -4,7 +4,9 @@ Contract:
 - :func:`child_labels` is what every child (and the predictor pods) carries: the seed convention
   ``app: <name>``, our own ``mlops.platform/*`` keys and the recommended ``app.kubernetes.io/*``
   keys (name = the model server software, instance = the InferenceService, as operators such as
-  Strimzi and prometheus-operator do).
+  Strimzi and prometheus-operator do), and the InferenceService's shard bucket
+  (``runtime.control.sharding.BUCKET_LABEL``): a sharded replica watches only the children of its
+  partitions. The bucket is a function of namespace and name alone, so it never changes.
 - :func:`selector` uses only labels that never change for the life of the CR (the
   InferenceService name and the component). A Deployment's selector is immutable: a framework
   change must roll out new pods, never fail with "field is immutable". As it holds the component,
@@ -19,6 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlops_platform.api import internal, v1alpha1
+from mlops_platform.runtime.control import sharding
+from mlops_platform.runtime.control.reconcile import Request
 
 if TYPE_CHECKING:  # children.base imports this module
     from mlops_platform.controllers.inferenceservice.children.base import Target
@@ -77,4 +81,10 @@ def child_labels(target: Target, server: str) -> dict[str, str]:
         K8S_COMPONENT: component,
         K8S_MANAGED_BY: MANAGER,
         K8S_PART_OF: PART_OF,
+        sharding.BUCKET_LABEL: bucket(isvc),
     }
+
+
+def bucket(isvc: internal.InferenceService) -> str:
+    """The shard bucket of ``isvc`` (:func:`~mlops_platform.runtime.control.sharding.bucket_of`)."""
+    return str(sharding.bucket_of(Request(isvc.namespace, isvc.name)))

@@ -9,6 +9,10 @@ Contract:
   whole process unready. Its readers check :meth:`synced` for it.
 - ``wait_for_sync(timeout)`` raises :class:`CacheSyncTimeout` naming every resource not yet synced.
 - Reads (``get``, ``list``, ``by_index``) never contact the API server.
+- **Scope.** Resources restricted with ``scoped=True`` are also narrowed by the cache's scope
+  selector (:meth:`set_scope`, None: no narrowing), ANDed with their own selector, in informers
+  created before and after the change. A sharded replica sets it to the partitions it holds, so it
+  lists, watches, decodes and stores only their children; the primary kind stays unscoped.
 """
 
 from __future__ import annotations
@@ -55,17 +59,42 @@ class Cache:
         self._selectors: dict[rclient.Resource, str] = {}
         self._transforms: dict[rclient.Resource, rinformer.Transform] = {}
         self._optional: set[tuple[rclient.Resource, str | None]] = set()
+        self._scoped: set[rclient.Resource] = set()
+        self._scope: str | None = None
         self._started = False
 
-    def restrict(self, resource: rclient.Resource, label_selector: str) -> None:
+    def restrict(self, resource: rclient.Resource, label_selector: str, *, scoped: bool = False) -> None:
         """Cache only objects of ``resource`` matching ``label_selector`` (call before first use).
 
         Saves memory and watch traffic (e.g. only pods of our services); objects outside the
-        selector are invisible to every reader of this cache.
+        selector are invisible to every reader of this cache. ``scoped``: also narrowed by the
+        scope selector (:meth:`set_scope`).
         """
         if any(r == resource for r, _ in self._informers):
             raise RuntimeError(f"restrict({resource.kind}) after its informer was created")
         self._selectors[resource] = label_selector
+        if scoped:
+            self._scoped.add(resource)
+
+    def _selector(self, resource: rclient.Resource) -> str | None:
+        own = self._selectors.get(resource)
+        if resource not in self._scoped or self._scope is None:
+            return own
+        return f"{own},{self._scope}" if own else self._scope
+
+    @property
+    def scope(self) -> str | None:
+        """The scope selector (None: no narrowing)."""
+        return self._scope
+
+    async def set_scope(self, label_selector: str | None) -> None:
+        """Narrow every scoped resource to ``label_selector`` (None: no narrowing): running
+        informers re-list with it (:meth:`~.informer.Informer.reselect`); returns once all have
+        stored that LIST. Informers created later start with it."""
+        self._scope = label_selector
+        await asyncio.gather(
+            *(inf.reselect(self._selector(res)) for (res, _), inf in list(self._informers.items()))
+        )
 
     def transform(self, resource: rclient.Resource, fn: rinformer.Transform) -> None:
         """Store objects of ``resource`` as ``fn`` returns them (call before first use), e.g. to drop
@@ -84,7 +113,7 @@ class Cache:
                 self.client,
                 resource,
                 namespace=k[1],
-                label_selector=self._selectors.get(resource),
+                label_selector=self._selector(resource),
                 resync_period=self.resync_period,
                 transform=self._transforms.get(resource, rinformer.compact),
                 min_watch_timeout=self.min_watch_timeout,

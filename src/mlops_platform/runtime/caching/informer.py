@@ -15,6 +15,10 @@ Contract (client-go ``tools/cache`` reflector and shared informer semantics):
   as an update (old is new) without contacting the server.
 - ``transform`` runs on every object before it is stored (default: drop ``metadata.managedFields``).
 - ``has_synced()`` is true once the first LIST has been stored.
+- :meth:`Informer.reselect` changes the label selector while running: the watch ends, a LIST with
+  the new selector replaces the store (objects no longer selected are delivered as deletes, newly
+  selected ones as adds) and the watch resumes; it returns once that LIST is stored. A sharded
+  replica narrows its informers to the partitions it holds this way.
 """
 
 from __future__ import annotations
@@ -116,6 +120,8 @@ class Informer:
         self.last_error: Exception | None = None
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._listed: list[asyncio.Future[None]] = []  # reselect() callers waiting for a LIST
+        self._listed_selector: str | None = None  # the label selector of the last stored LIST
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -143,6 +149,32 @@ class Informer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def reselect(self, label_selector: str | None) -> None:
+        """Use ``label_selector`` from now on; if running, re-list with it and return once stored.
+
+        Objects no longer selected leave the store (handlers get a delete), newly selected ones
+        enter it (an add); objects selected before and after get no event unless they changed.
+        Waits (through list/watch retries) until that LIST has been stored; cancel to give up.
+        """
+        running = self._task is not None and not self._task.done()
+        if label_selector == self.label_selector and (not running or self._listed_selector == label_selector):
+            return
+        changed = label_selector != self.label_selector
+        self.label_selector = label_selector
+        if not running:
+            return  # the first LIST, at start(), uses it
+        if changed:
+            await self.stop()
+        listed = asyncio.get_running_loop().create_future()
+        self._listed.append(listed)
+        if changed:
+            self.start()
+        try:
+            await listed
+        finally:
+            if listed in self._listed:
+                self._listed.remove(listed)
 
     async def run(self) -> None:
         """Run the reflector (and the resync timer) until cancelled."""
@@ -200,13 +232,14 @@ class Informer:
                 await self.clock.sleep(delay)
 
     async def _list_and_replace(self) -> None:
+        selector = self.label_selector
         items: list[Obj] = []
         cont: str | None = None
         while True:
             page = await self.client.list(
                 self.resource,
                 self.namespace,
-                label_selector=self.label_selector,
+                label_selector=selector,
                 field_selector=self.field_selector,
                 limit=self.page_size,
                 continue_=cont,
@@ -223,6 +256,11 @@ class Informer:
         self._replace(items)
         self.last_resource_version = rv
         self._synced.set()
+        self._listed_selector = selector
+        listed, self._listed = self._listed, []
+        for waiter in listed:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _replace(self, items: list[Obj]) -> None:
         fresh = {rstore.key_of(obj): obj for obj in items}

@@ -11,6 +11,8 @@ Contract (controller-runtime ``manager``):
   Lease per partition, named after ``leader_election_id``) replaces the single election: the
   controllers run at once, each reconciling only the partitions this replica holds (their
   ``ownership`` filter); losing a partition is not fatal, it is given up and may be taken again.
+  The cache's scoped resources (``Cache.restrict(..., scoped=True)``) hold only the children of
+  the partitions held: a replica holding none has the primary objects cached, not their children.
 - ``/healthz`` answers 200 while the manager runs; ``/readyz`` 200 only when the caches have synced
   (informers of optional kinds never count: a missing CRD never makes the operator unready)
   and, with leader election on, this replica leads; a shard replica holding no partition is ready
@@ -24,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -69,6 +73,11 @@ class Options:
     resync_period: float = 10 * 3600.0
     #: /readyz needs leadership when leader election is on (standbys report not ready)
     readiness_requires_leadership: bool = True
+    #: after the first cache sync, move every object alive then (the cache, mostly) out of the
+    #: garbage collector's generations (``gc.freeze``): later full collections scan only what came
+    #: after, instead of pausing for the whole cache (0.3 s at 5,000 InferenceServices). For a
+    #: process that runs one manager (the CLI turns it on); not for one hosting many (tests)
+    gc_freeze_after_sync: bool = False
     #: partitions of the primary objects (1: no sharding); > 1: one Lease per partition instead of
     #: leader election, each replica reconciling its fair share (see ``sharding``)
     shards: int = 1
@@ -105,6 +114,7 @@ class Manager:
         self.cache = rcache.Cache(
             client, namespace=self.options.namespace, resync_period=self.options.resync_period
         )
+        self.metrics.observe_cache(self._cache_sizes)
         #: optional kinds (CRDs that may come and go), shared by every controller of this manager
         self.optional_kinds = crdwatch.OptionalKinds(self.cache)
         self.controllers: list[rcontroller.Controller] = []
@@ -116,6 +126,12 @@ class Manager:
         self._metrics_server: httpserver.HttpServer | None = None
         self._synced = False
         self._recorders: list[events.EventRecorder] = []
+
+    def _cache_sizes(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for inf in self.cache.informers:
+            sizes[inf.resource.group_resource] = sizes.get(inf.resource.group_resource, 0) + len(inf.store)
+        return sizes
 
     # -- registration -------------------------------------------------------------------------------
 
@@ -196,6 +212,8 @@ class Manager:
         try:
             # before the first event: nothing is owned until a partition is acquired
             shards = self._setup_shards() if self.options.shards > 1 else None
+            if shards is not None:  # scoped informers list no child until a partition is held
+                await self.cache.set_scope(shards.scope_selector())
             self.cache.start()
             log.info(
                 "waiting for caches to sync",
@@ -218,6 +236,8 @@ class Manager:
             if self._stop.is_set():
                 return
             self._synced = True
+            if self.options.gc_freeze_after_sync:
+                _freeze_heap()
             if shards is not None:
                 await self._run_sharded(shards)
             elif self.options.leader_election:
@@ -290,7 +310,7 @@ class Manager:
             sync_timeout=o.cache_sync_timeout,
         )
         coordinator = sharding.ShardCoordinator(
-            self.client, config, self.controllers, registry=self.metrics.registry
+            self.client, config, self.controllers, scope=self.cache, registry=self.metrics.registry
         )
         self.shards = coordinator
         for c in self.controllers:
@@ -340,3 +360,16 @@ class Manager:
             self._metrics_server = httpserver.HttpServer({"/metrics": self._metrics}, host=host, port=port)
         for s in self._servers:
             await s.start()
+
+
+def _freeze_heap() -> None:
+    """Collect once, then freeze the survivors (the synced cache): they are long-lived, and a cached
+    object replaced later is still freed by its reference count (frozen objects are only exempt
+    from cycle collection). Logged with the objects frozen and the time it took."""
+    started = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "heap frozen after the cache sync",
+        extra={"objects": gc.get_freeze_count(), "ms": round((time.perf_counter() - started) * 1000, 1)},
+    )

@@ -6,10 +6,20 @@ Kubernetes stays the distributed engine: Leases, written by client-go's election
 Contract (one :class:`ShardCoordinator` per replica; replicas of a group share ``group``, the
 Lease namespace and the partition count ``P``, and have distinct identities):
 
-- **Partitions.** A request's partition is :func:`partition_of`: the first 8 bytes (big endian) of
-  the SHA-256 of ``namespace/name`` (``name`` when cluster-scoped), modulo ``P``: the same in every
-  process and release (Python's ``hash()`` is salted per process). Children map to their owner's
-  request before this (the controller's owner mapper), so they land in their owner's partition.
+- **Partitions.** A request's bucket is :func:`bucket_of`: the first 8 bytes (big endian) of the
+  SHA-256 of ``namespace/name`` (``name`` when cluster-scoped), modulo :data:`BUCKETS` (256): the
+  same in every process and release (Python's ``hash()`` is salted per process). Its partition
+  (:func:`partition_of`) is the bucket modulo ``P`` (so ``P <= 256``). Children map to their
+  owner's request before this (the controller's owner mapper), so they land in their owner's
+  partition.
+- **Scoped caches.** Children carry their owner's bucket as label :data:`BUCKET_LABEL` (the
+  controller puts it there; a bucket never changes with ``P``, so changing ``P`` relabels
+  nothing). With a ``scope`` (the manager's cache), the coordinator narrows the scoped informers to
+  the buckets of the partitions it holds (:func:`partition_selector`): a replica lists, watches,
+  decodes and stores only its own partitions' children, not every replica all of them. Acquiring
+  ``k`` first re-lists with ``k`` added (within ``sync_timeout``), then starts reconciling it;
+  giving ``k`` up narrows again after the drain. The primary objects stay unscoped (every replica
+  sees every one: they are what partitions are computed from).
 - **Partition Leases.** Partition ``k`` is guarded by Lease ``<group>-shard-<k>``. A replica
   reconciles ``k`` only while its elector for that Lease leads. To give ``k`` up (rebalance, stop) it
   first stops admitting ``k``'s requests (queued ones are skipped when dequeued), waits until the
@@ -42,7 +52,8 @@ Lease namespace and the partition count ``P``, and have distinct identities):
   for two ``retry_period`` (it has seen every live member renew; replicas started together see each
   other first). :meth:`~ShardCoordinator.stop` gives every partition up as above (stops reconciling,
   drains), releases and deletes the member Lease, then releases the partitions' Leases.
-- **Targets** (the controllers, :class:`Target`): on acquiring ``k`` the coordinator calls
+- **Targets** (the controllers, :class:`Target`): on acquiring ``k`` (after the scope re-list) the
+  coordinator calls
   ``enqueue_all(where=in k)``; on giving ``k`` up it awaits ``wait_idle(in k)``. The controllers
   filter their events and dequeued items with :meth:`ShardCoordinator.owns`.
 - **Metrics** (no controller-runtime names exist for this, hence the prefix):
@@ -79,13 +90,18 @@ from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport.resources import LEASE
 
 __all__ = [
+    "BUCKETS",
+    "BUCKET_LABEL",
     "GROUP_LABEL",
     "Plan",
+    "Scope",
     "ShardConfig",
     "ShardCoordinator",
     "Target",
+    "bucket_of",
     "fair_share",
     "partition_of",
+    "partition_selector",
     "plan",
     "preference",
     "rank",
@@ -103,6 +119,11 @@ log = logging.getLogger("mlops_platform.runtime.control.sharding")
 GROUP_LABEL = "mlops.platform/shard-group"
 ROLE_LABEL = "mlops.platform/shard-role"  # "partition" or "member"
 SHARDS_ANNOTATION = "mlops.platform/shards"
+#: hash buckets of the primary objects; a partition is a fixed set of buckets (bucket mod P)
+BUCKETS = 256
+#: the label carrying its owner's bucket on every child (see "Scoped caches")
+BUCKET_LABEL = "mlops.platform/shard-bucket"
+_NO_BUCKET = "none"  # a value no object carries: the selector of no partition
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _RECORD_KEYS = ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions")
 _LOST = "lost: the Lease was not renewed within the renew deadline"
@@ -117,10 +138,22 @@ def _hash64(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
-def partition_of(request: Request, partitions: int) -> int:
-    """The partition of ``request``: SHA-256 of ``namespace/name`` (first 8 bytes) mod ``partitions``."""
+def bucket_of(request: Request) -> int:
+    """The bucket of ``request``: SHA-256 of ``namespace/name`` (first 8 bytes) mod :data:`BUCKETS`."""
     key = f"{request.namespace}/{request.name}" if request.namespace else request.name
-    return _hash64(key) % partitions
+    return _hash64(key) % BUCKETS
+
+
+def partition_of(request: Request, partitions: int) -> int:
+    """The partition of ``request``: its :func:`bucket_of` mod ``partitions``."""
+    return bucket_of(request) % partitions
+
+
+def partition_selector(held: Collection[int], partitions: int) -> str:
+    """The label selector of the children of the ``held`` partitions (of ``partitions``): the
+    :data:`BUCKET_LABEL` values of their buckets; matches nothing when ``held`` is empty."""
+    buckets = [str(b) for b in range(BUCKETS) if b % partitions in held]
+    return f"{BUCKET_LABEL} in ({','.join(buckets) or _NO_BUCKET})"
 
 
 def fair_share(partitions: int, members: int) -> int:
@@ -211,8 +244,8 @@ class ShardConfig:
             raise ValueError("namespace, group and identity are required")
         if len(self.group) > 63 or not _LABEL_VALUE.match(self.group):
             raise ValueError(f"group {self.group!r} must be a valid label value (<= 63 characters)")
-        if self.partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+        if not 1 <= self.partitions <= BUCKETS:
+            raise ValueError(f"partitions must be in [1, {BUCKETS}], got {self.partitions}")
         if self.shard_id is not None and not 0 <= self.shard_id < self.partitions:
             raise ValueError(f"shard_id must be in [0, {self.partitions}), got {self.shard_id}")
         self.election(self.lease_name(0))  # the timing rules of client-go
@@ -246,6 +279,12 @@ class Target(Protocol):
     def enqueue_all(self, where: Where | None = None) -> None: ...
 
     async def wait_idle(self, where: Where) -> None: ...
+
+
+class Scope(Protocol):
+    """The cache the coordinator narrows to its partitions (:class:`~.cache.Cache`)."""
+
+    async def set_scope(self, label_selector: str | None) -> None: ...
 
 
 # -- the view of the group --------------------------------------------------------------------------
@@ -426,6 +465,7 @@ class ShardCoordinator:
         config: ShardConfig,
         targets: Sequence[Target] = (),
         *,
+        scope: Scope | None = None,
         registry: CollectorRegistry | None = None,
         clock: Clock | None = None,
         rand: Callable[[], float] = random.random,
@@ -433,6 +473,10 @@ class ShardCoordinator:
         self._client = client
         self.config = config
         self._targets = list(targets)
+        self._scope = scope
+        self._scope_lock = asyncio.Lock()
+        self._selected: frozenset[int] = frozenset()  # partitions the scope selects now
+        self._acquiring: set[int] = set()  # led, being listed before they are reconciled
         self._registry = registry if registry is not None else REGISTRY
         self._clock: Clock = clock if clock is not None else RealClock()
         self._rand = rand
@@ -461,6 +505,10 @@ class ShardCoordinator:
     def owns(self, request: Request) -> bool:
         """Whether this replica reconciles ``request`` now (its partition is held and not being given up)."""
         return partition_of(request, self.config.partitions) in self._active
+
+    def scope_selector(self) -> str:
+        """The scope's selector for the partitions selected now (none before the first acquisition)."""
+        return partition_selector(self._selected, self.config.partitions)
 
     @property
     def held(self) -> frozenset[int]:
@@ -723,6 +771,15 @@ class ShardCoordinator:
 
     async def _hold(self, k: int) -> None:
         """The elector's work while it leads partition ``k``: reconcile it until leadership ends."""
+        self._acquiring.add(k)
+        try:
+            await asyncio.wait_for(self._rescope(), self.config.sync_timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"partition {k}: its children not listed within {self.config.sync_timeout:.0f}s"
+            ) from None
+        finally:
+            self._acquiring.discard(k)
         self._gain(k)
         try:
             await asyncio.get_running_loop().create_future()
@@ -777,6 +834,28 @@ class ShardCoordinator:
                 "held": sorted(self._active),
             },
         )
+        if self._scope is not None and not self._stopping.is_set():
+            # its children leave the cache (memory) after the drain, in the background: the Lease
+            # is released without waiting for the re-list
+            task = asyncio.create_task(self._narrow(k), name=f"shard {k} narrow")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _narrow(self, k: int) -> None:
+        try:
+            await self._rescope()
+        except Exception:  # the next acquisition or give-up re-scopes again
+            log.exception("partition %d: could not narrow the cache", k, extra={"partition": k})
+
+    async def _rescope(self) -> None:
+        """Make the scope select exactly the partitions reconciled or being acquired."""
+        if self._scope is None:
+            return
+        async with self._scope_lock:
+            wanted = frozenset(self._active | self._acquiring)
+            if wanted != self._selected:
+                await self._scope.set_scope(partition_selector(wanted, self.config.partitions))
+                self._selected = wanted
 
     def _in(self, k: int) -> Where:
         partitions = self.config.partitions
