@@ -71,3 +71,32 @@ async def test_a_worker_lets_the_watches_in_between_reconciles_of_a_backlog() ->
         await ctrl.stop()
     await change
     assert order.index("changed") < 5, order[:10]
+
+
+def owned_cm(name: str, owner: str, rv: str = "1") -> dict[str, Any]:
+    obj = cm(name, rv)
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": f"uid-{owner}", "controller": True}
+    ]
+    return obj
+
+
+async def test_a_high_priority_primary_goes_before_the_children_events() -> None:
+    cache = rcache.Cache(fakes.FakeClient())
+    primaries = fakes.seed(cache, CM)
+    children = fakes.seed(cache, resources.SECRET)
+    ctrl = (
+        rcontroller.Builder("cms", cache)
+        .for_(CM, priority=workqueue.HIGH)
+        .owns(resources.SECRET)
+        .build(Noop())
+    )
+    for h in children.handlers:  # status changes of children of a and b
+        h.on_update(owned_cm("a-child", "a"), owned_cm("a-child", "a", rv="2"))
+        h.on_update(owned_cm("b-child", "b"), owned_cm("b-child", "b", rv="2"))
+    for h in primaries.handlers:
+        h.on_add(cm("new"))  # a new object: first, though it came last
+        h.on_update(cm("b"), cm("b", rv="2"))  # a change of b moves b up (its child event was first)
+        resynced = cm("c")
+        h.on_update(resynced, resynced)  # a resync stays LOW, whatever the watch's priority
+    assert [r.name for r in ctrl.queue.queued()] == ["new", "b", "a", "c"]

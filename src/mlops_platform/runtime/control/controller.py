@@ -82,6 +82,7 @@ class _Watch:
     resource: rclient.Resource
     mapper: Mapper | None  # None: the object itself
     predicate: rpredicates.Predicate
+    priority: int = workqueue.NORMAL  # of its change events (initial list and resyncs: LOW)
 
 
 class _Handler:
@@ -98,7 +99,7 @@ class _Handler:
     ) -> None:
         self._w, self._q, self._owned, self._synced = watch, queue, owned, synced
 
-    def _enqueue(self, obj: Obj, priority: int = workqueue.NORMAL) -> None:
+    def _enqueue(self, obj: Obj, priority: int) -> None:
         if self._w.mapper is None:
             reqs: Iterable[Request] = (request_for(obj),)
         else:
@@ -110,7 +111,7 @@ class _Handler:
     def on_add(self, obj: Obj) -> None:
         if self._w.predicate.create(obj):
             # before the informer has synced, an add is its initial list, not a change
-            self._enqueue(obj, workqueue.NORMAL if self._synced() else workqueue.LOW)
+            self._enqueue(obj, self._w.priority if self._synced() else workqueue.LOW)
 
     def on_update(self, old: Obj, new: Obj) -> None:
         if self._w.predicate.update(old, new):
@@ -118,12 +119,12 @@ class _Handler:
                 self._enqueue(new, workqueue.LOW)
                 return
             if self._w.mapper is not None:
-                self._enqueue(old)
-            self._enqueue(new)
+                self._enqueue(old, self._w.priority)
+            self._enqueue(new, self._w.priority)
 
     def on_delete(self, obj: Obj) -> None:
         if self._w.predicate.delete(obj):
-            self._enqueue(obj)
+            self._enqueue(obj, self._w.priority)
 
 
 class Builder:
@@ -155,13 +156,18 @@ class Builder:
         self._rate_limiter: ratelimiter.RateLimiter[Request] | None = None
         self._errors: list[str] = []
 
-    def for_(self, resource: rclient.Resource, *predicates: rpredicates.Predicate) -> Builder:
+    def for_(
+        self, resource: rclient.Resource, *predicates: rpredicates.Predicate, priority: int = workqueue.NORMAL
+    ) -> Builder:
         """The reconciled kind: its events enqueue the object itself, after ``predicates``.
 
         ~ ``Builder.For(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForObject``);
-        exactly one is required.
+        exactly one is required. ``priority``: of its change events in the queue (e.g.
+        :data:`~.workqueue.HIGH`: a new object or a spec change goes before the children's status
+        changes; an informer's initial list and resyncs stay at ``LOW``); controller-runtime's
+        priority queue has it per handler (``handler.WithLowPriorityWhenUnchanged``).
         """
-        self._for.append(_Watch(resource, None, rpredicates.all_of(*predicates)))
+        self._for.append(_Watch(resource, None, rpredicates.all_of(*predicates), priority))
         return self
 
     def owns(self, target: rclient.Resource | kinds.Kind, *predicates: rpredicates.Predicate) -> Builder:

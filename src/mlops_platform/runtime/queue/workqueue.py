@@ -30,10 +30,11 @@ import collections
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["LOW", "NORMAL", "NoopQueueMetrics", "Queue", "QueueMetrics", "ShutDown"]
+__all__ = ["HIGH", "LOW", "NORMAL", "NoopQueueMetrics", "Queue", "QueueMetrics", "ShutDown"]
 
-#: controller-runtime's ``handler.LowPriority`` (-100) and the default priority (0)
-LOW, NORMAL = -100, 0
+#: controller-runtime's ``handler.LowPriority`` (-100) and the default priority (0); HIGH has no
+#: name there (priorities are plain ints): what a controller puts first (e.g. its users' changes)
+LOW, NORMAL, HIGH = -100, 0, 100
 
 T = TypeVar("T", bound=Hashable)
 T_contra = TypeVar("T_contra", bound=Hashable, contravariant=True)
