@@ -698,3 +698,56 @@ async def test_a_shard_lists_its_partitions_children_before_reconciling_and_narr
     finally:
         coordinator.stop()
         await asyncio.wait_for(task, 5)
+
+
+async def test_the_heir_lists_a_silent_holders_partition_ahead_and_drops_it_when_it_renews() -> None:
+    clock = FakeClock()
+    target = FakeTarget(fakes.FakeClient(), [])
+    scope = FakeScope(target)
+    coordinator = sharding.ShardCoordinator(
+        fakes.FakeClient(), CONFIG, [target], scope=scope, registry=CollectorRegistry(), clock=clock
+    )
+    view = coordinator.view
+    # pod-b_1 holds partition 1 and pod-c_1 partition 2, both members renewing; pod-a_1 holds nothing
+    leases = {
+        "b": _lease("grp-member-pod-b-1", "pod-b_1", "t0", "member"),
+        "c": _lease("grp-member-pod-c-1", "pod-c_1", "t0", "member"),
+        "1": _lease("grp-shard-1", "pod-b_1", "t0", "partition"),
+        "2": _lease("grp-shard-2", "pod-c_1", "t0", "partition"),
+    }
+    for obj in leases.values():
+        view.on_add(obj)
+
+    def renew(key: str, at: str) -> None:
+        old = leases[key]
+        leases[key] = copy.deepcopy(old)
+        leases[key]["spec"]["renewTime"] = at
+        view.on_update(old, leases[key])
+
+    for t in ("t1", "t2"):  # both members seen renewing, partitions too
+        clock.step(1)
+        for key in leases:
+            renew(key, t)
+    coordinator._prewarm_for_silent_holders()
+    # everyone renews: only the free partition 0, which the matching gives pod-a_1, is listed ahead
+    assert coordinator._prewarm == {0}
+    await asyncio.wait_for(scope.changed.wait(), 5)
+    scope.changed.clear()
+    for t in ("t3", "t4", "t5"):  # pod-b_1 falls silent: only pod-c_1 renews
+        clock.step(1)
+        renew("c", t)
+        renew("2", t)
+    # the matching without pod-b_1 gives partition 1 (and 0, free) to pod-a_1 or pod-c_1: the
+    # partitions pod-a_1 would take among those pod-b_1 holds are listed ahead
+    assert sharding.plan("pod-a_1", 3, ["pod-c_1"], {2: "pod-c_1"}).acquire == {1}  # pod-a_1 is the heir
+    scope.changed.clear()
+    coordinator._prewarm_for_silent_holders()
+    assert coordinator._prewarm == {1}
+    await asyncio.wait_for(scope.changed.wait(), 5)
+    assert scope.selectors[-1] == sharding.partition_selector({1}, 3)
+    renew("1", "t6")  # pod-b_1 was only slow: its partition is dropped again
+    scope.changed.clear()
+    coordinator._prewarm_for_silent_holders()
+    assert coordinator._prewarm == {0}
+    await asyncio.wait_for(scope.changed.wait(), 5)
+    assert scope.selectors[-1] == sharding.partition_selector({0}, 3)

@@ -19,7 +19,10 @@ Lease namespace and the partition count ``P``, and have distinct identities):
   decodes and stores only its own partitions' children, not every replica all of them. Acquiring
   ``k`` first re-lists with ``k`` added (within ``sync_timeout``), then starts reconciling it;
   giving ``k`` up narrows again after the drain. The primary objects stay unscoped (every replica
-  sees every one: they are what partitions are computed from).
+  sees every one: they are what partitions are computed from). A partition whose holder has not
+  renewed for 2.5 retry periods (likely dead: live holders renew every period) is listed ahead by
+  the replica the matching would give it to without that holder, so the takeover after expiry
+  does not wait for the LIST; it is dropped again if the holder renews.
 - **Partition Leases.** Partition ``k`` is guarded by Lease ``<group>-shard-<k>``. A replica
   reconciles ``k`` only while its elector for that Lease leads. To give ``k`` up (rebalance, stop) it
   first stops admitting ``k``'s requests (queued ones are skipped when dequeued), waits until the
@@ -366,6 +369,12 @@ class LeaseView:
         """Partition -> its live holder (free and expired partitions are absent)."""
         return {k: s.holder for k, s in self._partitions.items() if self._live(s)}
 
+    def silent(self, quiet: float) -> set[str]:
+        """Holders of live partition Leases not renewed for ``quiet`` seconds (by the local clock):
+        likely dead (a live holder renews every retry period), not yet expired."""
+        now = self._clock.now()
+        return {s.holder for s in self._partitions.values() if self._live(s) and now - s.observed >= quiet}
+
 
 # -- the coordinator --------------------------------------------------------------------------------
 
@@ -477,6 +486,7 @@ class ShardCoordinator:
         self._scope_lock = asyncio.Lock()
         self._selected: frozenset[int] = frozenset()  # partitions the scope selects now
         self._acquiring: set[int] = set()  # led, being listed before they are reconciled
+        self._prewarm: frozenset[int] = frozenset()  # listed ahead: their silent holder's heir is us
         self._registry = registry if registry is not None else REGISTRY
         self._clock: Clock = clock if clock is not None else RealClock()
         self._rand = rand
@@ -713,7 +723,33 @@ class ShardCoordinator:
             if not self._stopping.is_set():
                 self._rebalance()
 
+    def _prewarm_for_silent_holders(self) -> None:
+        """List ahead the partitions this replica is about to take: free ones the matching gives it,
+        and those it would take if their silent holders were dead, so a takeover does not wait for
+        that LIST after the Lease expires; drop them again when the holder renews (or once they
+        are taken, by whoever)."""
+        cfg = self.config
+        if self._scope is None or cfg.shard_id is not None or self._conflict:
+            return
+        silent = self.view.silent(2.5 * cfg.retry_period) - {cfg.identity}
+        # the matching as if the silent holders were gone: what it gives this replica to take (their
+        # partitions, and free or expired ones: a Lease that just expired is taken a moment later)
+        holders = {k: h for k, h in self.view.holders().items() if h not in silent}
+        members = [m for m in self.view.members() if m not in silent]
+        leading = {k for k, e in self._electors.items() if e.is_leader()}
+        wanted = set(plan(cfg.identity, cfg.partitions, members, holders, leading).acquire) - leading
+        if frozenset(wanted) != self._prewarm:
+            self._prewarm = frozenset(wanted)
+            log.info(
+                "listing ahead the partitions about to be taken" if wanted else "nothing listed ahead",
+                extra={"partitions": sorted(wanted), "silent": sorted(silent)},
+            )
+            task = asyncio.create_task(self._narrow(-1), name="shard prewarm")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
     def _rebalance(self) -> None:
+        self._prewarm_for_silent_holders()
         p = self.plan()
         self._members_gauge.set(p.members)
         if self._conflict != self._conflict_logged:
@@ -842,17 +878,18 @@ class ShardCoordinator:
             task.add_done_callback(self._background.discard)
 
     async def _narrow(self, k: int) -> None:
+        """Re-scope in the background (``k``: the partition given up, -1 for a pre-listing change)."""
         try:
             await self._rescope()
         except Exception:  # the next acquisition or give-up re-scopes again
-            log.exception("partition %d: could not narrow the cache", k, extra={"partition": k})
+            log.exception("partition %d: could not re-scope the cache", k, extra={"partition": k})
 
     async def _rescope(self) -> None:
         """Make the scope select exactly the partitions reconciled or being acquired."""
         if self._scope is None:
             return
         async with self._scope_lock:
-            wanted = frozenset(self._active | self._acquiring)
+            wanted = frozenset(self._active | self._acquiring | self._prewarm)
             if wanted != self._selected:
                 await self._scope.set_scope(partition_selector(wanted, self.config.partitions))
                 self._selected = wanted
