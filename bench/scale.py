@@ -78,6 +78,8 @@ from bench._common import (
     machine_info,
     markdown_table,
     mib,
+    pids_naming,
+    read_machine,
     read_proc,
     write_json,
 )
@@ -467,6 +469,9 @@ class Run:
     list_ms: float | None = None
     exit_code: int | None = None
     failures: list[str] = field(default_factory=list)
+    #: CPU seconds from the first create until all Ready: "machine" (every process, both CPUs),
+    #: "impl" (the implementation) and each control-plane process (control_plane_cpu)
+    cpu_until_ready: dict[str, float] = field(default_factory=dict)
 
     @property
     def writes_per_isvc(self) -> float:
@@ -605,6 +610,28 @@ async def spec_changes(
     return Latency(out)
 
 
+#: the local control plane's processes (kwokctl's binary runtime: <cluster dir>/bin/<name>)
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+
+
+def control_plane_cpu(cluster: str) -> dict[str, float]:
+    """CPU seconds so far of each control-plane process of ``cluster``."""
+    out: dict[str, float] = {}
+    for pid in pids_naming(f"/clusters/{cluster}/bin/"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                name = f.read().split(b"\0", 1)[0].decode().rsplit("/", 1)[-1]
+            if name in CONTROL_PLANE:
+                out[name] = out.get(name, 0.0) + read_proc(pid).cpu_seconds
+        except OSError:  # gone meanwhile
+            continue
+    return out
+
+
+def cpu_snapshot(cluster: str, impl: Impl | Group) -> dict[str, float]:
+    return {"machine": read_machine().busy_seconds, "impl": impl.cpu(), **control_plane_cpu(cluster)}
+
+
 def nodes_for(n: int) -> int:
     # one pod per InferenceService (minReplicas 1) + 20 % headroom, 250 pods per fake node; the 2
     # GPU nodes take pods too but are not counted
@@ -653,6 +680,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 impl.mark()
             before = impl.requests()
             api0 = apiserver_applies(await apiserver_metrics(client))
+            cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
                 creating = asyncio.create_task(create_all(client, n, args.create_concurrency, bar))
@@ -669,7 +697,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                     return len(observer.ready) >= n
 
                 run.ready_s = await observer.until(all_ready, args.timeout, "all Ready") - t0
-            log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s")
+            cpu_at_ready = cpu_snapshot(args.cluster_name, impl)
+            run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
+            log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
             run.converge_cpu_s = impl.cpu() - cpu0
             settled = impl.requests()
@@ -852,6 +882,18 @@ def render(runs: Sequence[Run]) -> str:
         out.append(markdown_table(
             ["N", "resync mutating", "resync GET/LIST", "resync CPU s", "change p50 ms", "change p99 ms",
              "restart until quiet s"], resync))  # fmt: skip
+    cpu = [
+        [r.impl, str(r.count), fmt(r.ready_s), fmt(r.cpu_until_ready["machine"]),
+         fmt(r.cpu_until_ready["machine"] / r.ready_s, 2) if r.ready_s else "-",
+         fmt(r.cpu_until_ready.get("impl")),
+         *(fmt(r.cpu_until_ready.get(p)) for p in CONTROL_PLANE)]
+        for r in runs if r.cpu_until_ready
+    ]  # fmt: skip
+    if cpu:
+        out.append(f"\nWhere the CPU went from the first create until all Ready ({os.cpu_count()} CPUs; "
+                   "machine = every process; CPUs busy = machine / time):\n")  # fmt: skip
+        header = ["impl", "N", "Ready s", "machine CPU s", "CPUs busy", "impl CPU s", *CONTROL_PLANE]
+        out.append(markdown_table(header, cpu))
     sharded = [
         [str(r.count), " / ".join(f"{c:.1f}" for c in r.shards["cpu_s_per_replica"]),
          fmt(r.converge_cpu_s), fmt(r.shards["takeover_s"]), fmt(r.shards["lease_duration_s"], 0),
