@@ -40,10 +40,14 @@ class ResourceRequirements:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Traffic:
-    """A canary: ``percent`` of requests to the candidate ``version`` (routing: the canary issue)."""
+    """A canary: ``percent`` of requests to the candidate ``version`` (routing: the canary issue).
+
+    ``model_uri`` is the candidate's model URI, resolved from ``version`` (``v1alpha1.resolve_canary``:
+    the version itself when it is a URI, else ``modelUri`` with its last path segment replaced)."""
 
     version: str | None = None
     percent: int = 0
+    model_uri: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

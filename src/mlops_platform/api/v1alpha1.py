@@ -38,6 +38,10 @@ FIELD_MANAGER = "mlops-platform"
 QUANTITY_PATTERN = quantity.PATTERN
 #: schemes a model can be fetched from
 MODEL_URI_PATTERN = r"^(s3|gs|pvc|https?|file)://.+"
+#: a canary version token: one path segment, replacing the last one of modelUri
+CANARY_TOKEN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: a modelUri whose last path segment a version token can replace (a path after the host)
+VERSIONED_URI_PATTERN = r"^[a-z0-9]+://[^/]*/+[^/].*$"
 
 Framework = Literal["triton", "seldon", "torchserve"]
 #: a quantity on the wire: "500m", "1Gi", or a plain non-negative integer (normalised to str)
@@ -88,6 +92,27 @@ SPEC_RULES = [
         "fieldPath": ".traffic.canaryVersion",
         "reason": "FieldValueRequired",
     },
+    {
+        "rule": "!has(self.traffic) || !has(self.traffic.canaryVersion) || "
+        "self.traffic.canaryVersion.contains('://') || "
+        f"self.modelUri.matches('{VERSIONED_URI_PATTERN}')",
+        "message": "spec.traffic.canaryVersion: a version token replaces the last path segment of "
+        "spec.modelUri, which has none; give the candidate's full model URI instead",
+        "fieldPath": ".traffic.canaryVersion",
+        "reason": "FieldValueInvalid",
+    },
+]
+#: CEL rules of ``spec.traffic`` (mirrored by :func:`validate`)
+TRAFFIC_RULES = [
+    {
+        "rule": "!has(self.canaryVersion) || "
+        f"(self.canaryVersion.contains('://') ? self.canaryVersion.matches('{MODEL_URI_PATTERN}') : "
+        f"self.canaryVersion.size() <= 63 && self.canaryVersion.matches('{CANARY_TOKEN_PATTERN}'))",
+        "message": "spec.traffic.canaryVersion must be a full model URI (s3://, gs://, pvc://, http(s)://, "
+        "file://) or a version token of up to 63 characters (letters, digits, '.', '_', '-')",
+        "fieldPath": ".canaryVersion",
+        "reason": "FieldValueInvalid",
+    },
 ]
 
 
@@ -124,8 +149,10 @@ class Traffic(_Base):
             str,
             Meta(
                 min_length=1,
-                max_length=63,
-                description="Model version that gets canaryPercent of the traffic (required if > 0).",
+                max_length=2048,
+                description="The candidate model that gets canaryPercent of the traffic (required if "
+                "> 0): its full model URI, or a version token that replaces the last path segment of "
+                "modelUri (gs://models/bert/7 with 8: gs://models/bert/8).",
             ),
         ]
         | None
@@ -174,7 +201,10 @@ class InferenceServiceSpec(_Base):
         Resources | None,
         Meta(extra_json_schema={"x-kubernetes-validations": RESOURCES_RULES}),
     ] = None
-    traffic: Traffic | None = None
+    traffic: Annotated[
+        Traffic | None,
+        Meta(extra_json_schema={"x-kubernetes-validations": TRAFFIC_RULES}),
+    ] = None
     extensions: Annotated[
         dict[str, Any] | None,
         Meta(
@@ -307,6 +337,8 @@ def validate(isvc: InferenceService) -> None:
         )
     if s.traffic is not None and s.traffic.canary_percent > 0 and not s.traffic.canary_version:
         raise ValidationError("spec.traffic.canaryVersion is required when spec.traffic.canaryPercent > 0")
+    if s.traffic is not None and s.traffic.canary_version:
+        resolve_canary(s.model_uri, s.traffic.canary_version)  # raises naming the field
     r = s.resources
     if r is None:
         return
@@ -318,6 +350,34 @@ def validate(isvc: InferenceService) -> None:
             raise ValidationError(
                 f"spec.resources.{req_name} ({request}) must be <= spec.resources.{lim_name} ({limit})"
             )
+
+
+def resolve_canary(model_uri: str, canary_version: str) -> str:
+    """The candidate's model URI: ``canary_version`` itself when it is a URI (same rules as
+    ``modelUri``), else ``model_uri`` with its last path segment replaced by the version token
+    (``gs://models/bert/7`` + ``8`` -> ``gs://models/bert/8``; a trailing ``/`` is kept). Raises
+    :class:`ValidationError` naming ``spec.traffic.canaryVersion`` (the CEL rules say the same)."""
+    if "://" in canary_version:
+        if not re.match(MODEL_URI_PATTERN, canary_version):
+            raise ValidationError(
+                f"spec.traffic.canaryVersion {canary_version!r}: a model URI must be s3://, gs://, pvc://, "
+                "http(s):// or file://"
+            )
+        return canary_version
+    if len(canary_version) > 63 or not re.match(CANARY_TOKEN_PATTERN, canary_version):
+        raise ValidationError(
+            f"spec.traffic.canaryVersion {canary_version!r} must be a full model URI or a version token of "
+            "up to 63 characters (letters, digits, '.', '_', '-'; no '/')"
+        )
+    if not re.match(VERSIONED_URI_PATTERN, model_uri):
+        raise ValidationError(
+            f"spec.traffic.canaryVersion {canary_version!r}: a version token replaces the last path segment "
+            f"of spec.modelUri, and {model_uri!r} has none; give the candidate's full model URI instead"
+        )
+    scheme, _, rest = model_uri.partition("://")
+    trailing = "/" if rest.endswith("/") else ""
+    head = rest.rstrip("/").rpartition("/")[0]
+    return f"{scheme}://{head}/{canary_version}{trailing}"
 
 
 #: a Prometheus duration such as 30s, 5m, 1h30m (non-empty)
@@ -384,7 +444,11 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
         resources=internal.ResourceRequirements(MappingProxyType(requests), MappingProxyType(limits)),
         traffic=None
         if s.traffic is None
-        else internal.Traffic(s.traffic.canary_version, s.traffic.canary_percent),
+        else internal.Traffic(
+            s.traffic.canary_version,
+            s.traffic.canary_percent,
+            resolve_canary(s.model_uri, s.traffic.canary_version) if s.traffic.canary_version else None,
+        ),
         monitoring=internal.Monitoring(
             mon.enabled,
             internal.AlertOverrides(

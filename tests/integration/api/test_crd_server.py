@@ -139,6 +139,24 @@ INVALID: list[tuple[str, JSON, int, tuple[str, ...]]] = [
     ),
     ("traffic-not-object", manifest(traffic="50/50"), 422, ("spec.traffic", "must be of type object")),
     (
+        "canary-token-with-a-slash",
+        manifest(traffic={"canaryVersion": "a/b", "canaryPercent": 5}),
+        422,
+        ("spec.traffic.canaryVersion", "a full model URI (s3://"),
+    ),
+    (
+        "canary-uri-scheme",
+        manifest(traffic={"canaryVersion": "ftp://host/m"}),
+        422,
+        ("spec.traffic.canaryVersion", "a full model URI (s3://"),
+    ),
+    (
+        "canary-token-without-a-path-to-replace",
+        manifest(modelUri="s3://bucket", traffic={"canaryVersion": "8", "canaryPercent": 5}),
+        422,
+        ("spec.traffic.canaryVersion", "replaces the last path segment of spec.modelUri, which has none"),
+    ),
+    (
         "cpu-request-garbage",
         manifest(resources={"cpuRequest": "lots"}),
         422,

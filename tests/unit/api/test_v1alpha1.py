@@ -109,7 +109,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("canary-percent-negative", manifest(traffic={"canaryPercent": -1}), "`spec.traffic.canaryPercent`"),
     ("canary-percent-over-100", manifest(traffic={"canaryPercent": 101}), "`spec.traffic.canaryPercent`"),
     ("canary-version-empty", manifest(traffic={"canaryVersion": ""}), "`spec.traffic.canaryVersion`"),
-    ("canary-version-long", manifest(traffic={"canaryVersion": "v" * 64}), "`spec.traffic.canaryVersion`"),
+    ("canary-version-long", manifest(traffic={"canaryVersion": "v" * 2049}), "`spec.traffic.canaryVersion`"),
     ("traffic-not-object", manifest(traffic="50/50"), "`spec.traffic`"),
     ("cpu-request-garbage", manifest(resources={"cpuRequest": "lots"}), "`spec.resources.cpuRequest`"),
     ("cpu-request-negative-int", manifest(resources={"cpuRequest": -1}), "`spec.resources.cpuRequest`"),
@@ -136,6 +136,14 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "canary-without-version",
         manifest(traffic={"canaryPercent": 10}),
         "spec.traffic.canaryVersion is required",
+    ),
+    ("canary-token-long", manifest(traffic={"canaryVersion": "v" * 64}), "spec.traffic.canaryVersion"),
+    ("canary-token-slash", manifest(traffic={"canaryVersion": "a/b"}), "spec.traffic.canaryVersion"),
+    ("canary-uri-scheme", manifest(traffic={"canaryVersion": "ftp://h/m"}), "spec.traffic.canaryVersion"),
+    (
+        "canary-token-without-a-path-to-replace",
+        manifest(modelUri="s3://bucket", traffic={"canaryVersion": "8"}),
+        "spec.traffic.canaryVersion '8': a version token replaces the last path segment of spec.modelUri",
     ),
     (
         "cpu-request-above-limit",
@@ -215,17 +223,21 @@ def test_quantity_order_follows_the_suffix_scale(n: int, suffix: str) -> None:
 
 
 def test_the_cel_rules_and_python_rules_name_the_same_fields() -> None:
-    messages = [r["message"] for r in v1alpha1.SPEC_RULES + v1alpha1.RESOURCES_RULES]
-    assert messages == [
-        "spec.minReplicas must be <= spec.maxReplicas",
-        "spec.traffic.canaryVersion is required when canaryPercent > 0",
-        "spec.resources.cpuRequest must be <= spec.resources.cpuLimit",
-        "spec.resources.memoryRequest must be <= spec.resources.memoryLimit",
+    messages = [r["message"] for r in v1alpha1.SPEC_RULES + v1alpha1.TRAFFIC_RULES + v1alpha1.RESOURCES_RULES]
+    assert [m.split(" ", 1)[0].rstrip(":") for m in messages] == [
+        "spec.minReplicas",
+        "spec.traffic.canaryVersion",
+        "spec.traffic.canaryVersion",
+        "spec.traffic.canaryVersion",
+        "spec.resources.cpuRequest",
+        "spec.resources.memoryRequest",
     ]
     python_messages = {i: f for i, _, f in INVALID}
     for id_ in (
         "min-above-max",
         "canary-without-version",
+        "canary-token-slash",
+        "canary-token-without-a-path-to-replace",
         "cpu-request-above-limit",
         "memory-request-above-limit",
     ):
@@ -239,3 +251,23 @@ def test_the_cel_rules_and_python_rules_name_the_same_fields() -> None:
 def test_names_that_cannot_name_children_are_rejected(name: str) -> None:
     with pytest.raises(ValidationError, match=r"metadata\.name"):
         from_dict({"metadata": {"name": name}, "spec": {"modelUri": "s3://m/1", "framework": "triton"}})
+
+
+@pytest.mark.parametrize(
+    ("model_uri", "version", "candidate"),
+    [
+        ("gs://models/bert/7", "8", "gs://models/bert/8"),
+        ("s3://bucket/model/1", "v2", "s3://bucket/model/v2"),
+        ("s3://bucket/model/1/", "2", "s3://bucket/model/2/"),  # a trailing slash is kept
+        ("file:///mnt/models", "v9", "file:///mnt/v9"),
+        ("pvc://claim/path/v1", "v1.1-rc_2", "pvc://claim/path/v1.1-rc_2"),
+        ("s3://bucket", "gs://elsewhere/bert/8", "gs://elsewhere/bert/8"),  # a full URI is itself
+        ("gs://models/bert/7", "gs://models/bert/7", "gs://models/bert/7"),  # the stable one: allowed
+    ],
+)
+def test_the_canary_version_resolves_to_the_candidates_model_uri(
+    model_uri: str, version: str, candidate: str
+) -> None:
+    assert v1alpha1.resolve_canary(model_uri, version) == candidate
+    isvc = v1alpha1.to_internal(from_dict(manifest(modelUri=model_uri, traffic={"canaryVersion": version})))
+    assert isvc.traffic is not None and isvc.traffic.model_uri == candidate

@@ -157,7 +157,8 @@ def _unsupported(isvc: internal.InferenceService) -> list[base.ChildCondition]:
     if t is None or not (t.version or t.percent):
         return []
     message = (
-        f"spec.traffic (canaryVersion {t.version!r}, canaryPercent {t.percent}) is not acted on yet: "
+        f"spec.traffic (canaryVersion {t.version!r}: {t.model_uri}, canaryPercent {t.percent}) is not "
+        "acted on yet: "
         "no canary is deployed and every request goes to spec.modelUri"
     )
     return [base.ChildCondition("CanaryReady", "False", "CanaryNotSupported", message)]
