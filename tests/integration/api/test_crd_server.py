@@ -226,7 +226,7 @@ async def test_kubectl_explain_shows_the_descriptions(installed: JSON, kubectl: 
     out = await wait.until(explain, timeout=60, what="OpenAPI v3 published for the CRD")
     assert "Canary traffic split between the active model version and a canary version." in out
     assert "Percent of requests (0-100) routed to canaryVersion." in out
-    assert "Model version that gets canaryPercent of the traffic (required if > 0)." in out
+    assert "The candidate model that gets canaryPercent of the traffic" in out
     rc, out, _ = await kubectl("explain", "isvc.spec.resources.cpuRequest")
     assert rc == 0 and "CPU request per replica" in out
 
