@@ -637,6 +637,9 @@ class ShardCoordinator:
                 log.warning("could not delete the member Lease %s: %r", self.config.member_name, e)
         for elector in self._electors.values():
             elector.stop()
+        for task in self._background:  # re-scoping the cache is pointless now (and may wait on a LIST)
+            if task.get_name().endswith(("narrow", "prewarm")):
+                task.cancel()
         await asyncio.gather(*tasks, *self._background, return_exceptions=True)
         if informer is not None:
             await informer.stop()
