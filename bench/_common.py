@@ -115,6 +115,12 @@ def pids_naming(text: str) -> list[int]:
     return pids
 
 
+def command_name(pid: int) -> str:
+    """The base name of ``pid``'s executable as started (``argv[0]``); raises ``OSError`` when gone."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0", 1)[0].decode(errors="replace").rsplit("/", 1)[-1]
+
+
 @dataclass(frozen=True)
 class MachineReading:
     """One reading of the whole machine from ``/proc/stat`` and ``/proc/loadavg``."""

@@ -73,6 +73,7 @@ from tqdm import tqdm
 
 from bench._common import (
     cli_binary,
+    command_name,
     dev_cluster_down,
     log,
     machine_info,
@@ -619,8 +620,7 @@ def control_plane_cpu(cluster: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in pids_naming(f"/clusters/{cluster}/bin/"):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                name = f.read().split(b"\0", 1)[0].decode().rsplit("/", 1)[-1]
+            name = command_name(pid)
             if name in CONTROL_PLANE:
                 out[name] = out.get(name, 0.0) + read_proc(pid).cpu_seconds
         except OSError:  # gone meanwhile
