@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -124,6 +125,26 @@ def main() -> None:
     metavar="CIDR",
     help="restrict predictor egress to these CIDRs plus DNS (default: egress unrestricted); repeatable",
 )
+@click.option(
+    "--traffic-router",
+    type=click.Choice(["auto", "istio", "gateway-api", "replicas"]),
+    default="auto",
+    show_default=True,
+    help="what splits canary traffic: auto = Istio if its CRDs are installed, else the Gateway API if "
+    "installed and --gateway is set, else replicas (per-object: spec.extensions.traffic.router)",
+)
+@click.option(
+    "--gateway",
+    callback=lambda ctx, param, value: _gateway(param, value),
+    metavar="NAMESPACE/NAME",
+    help="the parent Gateway of the HTTPRoutes of the gateway-api router",
+)
+@click.option(
+    "--ingress-domain",
+    default="example.com",
+    show_default=True,
+    help="HTTPRoute hostnames are <name>.<namespace>.<ingress-domain>",
+)
 @click.option("--log-level", default="info", show_default=True)
 def run(
     kubeconfig: str | None,
@@ -150,6 +171,9 @@ def run(
     network_policy: bool,
     ingress_namespace_labels: dict[str, str],
     egress_cidrs: tuple[str, ...],
+    traffic_router: str,
+    gateway: str | None,
+    ingress_domain: str,
     log_level: str,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
@@ -170,6 +194,9 @@ def run(
         network_policy=network_policy,
         ingress_namespace_labels=ingress_namespace_labels,
         egress_cidrs=egress_cidrs,
+        traffic_router=traffic_router,
+        gateway=gateway,
+        ingress_domain=ingress_domain,
     )
 
     async def main_async() -> None:
@@ -209,6 +236,9 @@ def _settings(
     network_policy: bool,
     ingress_namespace_labels: dict[str, str],
     egress_cidrs: tuple[str, ...],
+    traffic_router: str = "auto",
+    gateway: str | None = None,
+    ingress_domain: str = "example.com",
 ) -> BuildContext:
     """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
     import yaml
@@ -233,7 +263,21 @@ def _settings(
         ingress_namespace_labels=ingress_namespace_labels or None,
         monitoring_namespace=monitoring_namespace,
         egress_cidrs=egress_cidrs,
+        router=base.Router(traffic_router),
+        gateway=gateway,
+        ingress_domain=ingress_domain,
     )
+
+
+def _gateway(param: click.Parameter, value: str | None) -> str | None:
+    """``--gateway NAMESPACE/NAME``: both parts DNS labels."""
+    if value is None:
+        return None
+    label = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    parts = value.split("/")
+    if len(parts) != 2 or not all(label.match(p) for p in parts):
+        raise click.BadParameter(f"{value!r} must be NAMESPACE/NAME (DNS labels)", param=param)
+    return value
 
 
 def _check_leases(

@@ -91,6 +91,8 @@ class InferenceService:
     traffic: Traffic | None = None
     monitoring: Monitoring = Monitoring()
     network_policy: NetworkPolicy = NetworkPolicy()
+    #: the canary router of this InferenceService (auto|istio|gateway-api|replicas); None: the operator's
+    router: str | None = None
 
     @property
     def key(self) -> str:

@@ -209,8 +209,9 @@ class InferenceServiceSpec(_Base):
         dict[str, Any] | None,
         Meta(
             description="Reserved for forward evolution: unknown keys are preserved and ignored. "
-            "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}} "
-            "and networkPolicy {enabled} (docs/monitoring.md, docs/network-policy.md).",
+            "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}}, "
+            "networkPolicy {enabled} and traffic {router: auto|istio|gateway-api|replicas} "
+            "(docs/monitoring.md, docs/network-policy.md, docs/canary.md).",
             extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
         ),
     ] = None
@@ -247,6 +248,26 @@ class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
     ] = None
 
 
+class TrafficTarget(msgspec.Struct, rename="camel", omit_defaults=True):
+    """One backend of the effective traffic split."""
+
+    component: Annotated[str, Meta(max_length=63, description="predictor (stable) or canary (candidate).")]
+    model_uri: Annotated[str, Meta(max_length=2048, description="The model this backend serves.")]
+    percent: Annotated[
+        int,
+        Meta(
+            ge=0, le=100, description="Share of requests it gets now (replicas router: of ready endpoints)."
+        ),
+    ]
+    ready_replicas: Annotated[int, Meta(ge=0, description="Its ready replicas.")] = 0
+    version: (
+        Annotated[
+            str, Meta(max_length=2048, description="The version (canaryVersion, or modelUri's last segment).")
+        ]
+        | None
+    ) = None
+
+
 class InferenceServiceStatus(msgspec.Struct, rename="camel", omit_defaults=True):
     """The observed state, written by the operator only."""
 
@@ -275,6 +296,16 @@ class InferenceServiceStatus(msgspec.Struct, rename="camel", omit_defaults=True)
     selector: Annotated[
         str | None, Meta(description="Label selector of the predictor pods (scale subresource).")
     ] = None
+    traffic: (
+        Annotated[
+            list[TrafficTarget],
+            Meta(
+                max_length=2,
+                description="The effective traffic split while a canary is asked for or still running.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -400,6 +431,10 @@ class _NetworkPolicy(_Base):
     enabled: bool | None = None
 
 
+class _TrafficExtension(_Base):
+    router: Literal["auto", "istio", "gateway-api", "replicas"] | None = None
+
+
 def _extension(isvc: InferenceService, key: str, typ: type[_T]) -> _T | None:
     raw = (isvc.spec.extensions or {}).get(key)
     if raw is None:
@@ -431,6 +466,7 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
     mon = _extension(isvc, "monitoring", _Monitoring) or _Monitoring()
     alerts = mon.alerts or _Alerts()
     policy = _extension(isvc, "networkPolicy", _NetworkPolicy) or _NetworkPolicy()
+    routing = _extension(isvc, "traffic", _TrafficExtension) or _TrafficExtension()
     return internal.InferenceService(
         name=isvc.name,
         namespace=isvc.namespace,
@@ -456,4 +492,5 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
             ),
         ),
         network_policy=internal.NetworkPolicy(policy.enabled),
+        router=routing.router,
     )

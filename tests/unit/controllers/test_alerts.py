@@ -17,11 +17,13 @@ import pytest
 import yaml
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import alerts
+from mlops_platform.controllers.inferenceservice import alerts, children, labels
+from mlops_platform.controllers.inferenceservice.children import base, monitoring
 from mlops_platform.devcluster import binaries
 from mlops_platform.testing.isvc import manifest
 
 NS, NAME, DEP = "ml", "bert", "bert-predictor"
+CANARY_URI = "s3://models/bert/8"
 FRAMEWORKS = ("triton", "seldon", "torchserve")
 STEPS = 40  # samples per series, one a minute
 DEFAULTS = alerts.AlertSettings()
@@ -33,7 +35,12 @@ def promtool() -> Path:
     return binaries.promtool()
 
 
-def groups_for(framework: str, min_replicas: int = 2, settings: alerts.AlertSettings = DEFAULTS) -> list[Obj]:
+def groups_for(
+    framework: str,
+    min_replicas: int = 2,
+    settings: alerts.AlertSettings = DEFAULTS,
+    canary: str | None = None,
+) -> list[Obj]:
     return alerts.rule_groups(
         name=NAME,
         namespace=NS,
@@ -41,6 +48,7 @@ def groups_for(framework: str, min_replicas: int = 2, settings: alerts.AlertSett
         deployment=DEP,
         min_replicas=min_replicas,
         settings=settings,
+        canary_model_uri=canary,
     )
 
 
@@ -91,17 +99,20 @@ def traffic(
     seconds: float,
     labels: Mapping[str, str] | None = None,
     success_series: bool = True,
+    failure_series: bool = True,
     rest: bool = True,
 ) -> list[Obj]:
-    """Per-minute request counts and latency as the pinned server exports them (``docs/monitoring.md``)."""
+    """Per-minute request counts and latency as the pinned server exports them (``docs/monitoring.md``).
+    ``success_series``/``failure_series`` False: that counter does not exist (yet)."""
     t = dict(labels or target())
     if framework == "triton":
         m = {**t, "model": "bert", "version": "1"}
         out = [
-            series("nv_inference_request_failure", counter(failed), **m, reason="BACKEND"),
             series("nv_inference_request_duration_us", counter(ok * seconds * 1e6), **m),
             series("nv_inference_count", counter(ok), **m),
         ]
+        if failure_series:
+            out.append(series("nv_inference_request_failure", counter(failed), **m, reason="BACKEND"))
         if success_series:
             out.append(series("nv_inference_request_success", counter(ok), **m))
         return out
@@ -109,10 +120,11 @@ def traffic(
         m = {**t, "model": "bert", "version": "v1"}
         total = ok + failed
         out = [
-            series("model_infer_request_failure_total", counter(failed), **m),
             series("model_infer_request_duration_sum", counter(total * seconds), **m),
             series("model_infer_request_duration_count", counter(total), **m),
         ]
+        if failure_series:
+            out.append(series("model_infer_request_failure_total", counter(failed), **m))
         if success_series:
             out.append(series("model_infer_request_success_total", counter(ok), **m))
         if rest:
@@ -134,8 +146,9 @@ def traffic(
         out = [
             series("ts_inference_requests_total", counter(ok + failed), **m),
             series("ts_inference_latency_microseconds", counter(ok * seconds * 1e6), **m),
-            series("Requests5XX", counter(failed), **host),
         ]
+        if failure_series:
+            out.append(series("Requests5XX", counter(failed), **host))
         if success_series:
             out.append(series("Requests2XX", counter(ok), **host))
         return out
@@ -223,11 +236,14 @@ def test_rules_pass_promtool_check(promtool: Path, tmp_path: Path, framework: st
         error_ratio=0.5, latency_seconds=0.25, for_="1m", runbook_base_url="https://docs.example/monitoring"
     )
     for min_replicas in (0, 1, 3):
-        path = tmp_path / f"rules-{min_replicas}.yaml"
-        path.write_text(yaml.safe_dump({"groups": groups_for(framework, min_replicas, settings)}))
-        out = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True)
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert "SUCCESS" in out.stdout
+        for canary in (None, CANARY_URI, 's3://models/{{ "x" }}/"quoted"\\'):
+            path = tmp_path / f"rules-{min_replicas}-{canary is not None}.yaml"
+            groups = groups_for(framework, min_replicas, settings, canary)
+            assert (alerts.CANARY_ERROR_RATIO in rules_of(groups)) == (canary is not None)
+            path.write_text(yaml.safe_dump({"groups": groups}))
+            out = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True)
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "SUCCESS" in out.stdout
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -335,6 +351,186 @@ def test_thresholds_and_for_come_from_the_settings(promtool: Path, tmp_path: Pat
     error = fired(groups, alerts.HIGH_ERROR_RATIO, "30%")
     checks = fires_between(groups, "10m", "11m", alerts.HIGH_ERROR_RATIO, error)
     run(promtool, tmp_path, groups, worse, checks)
+
+
+# -- canary alert ----------------------------------------------------------------------------------
+
+
+def canary_traffic(
+    framework: str, *, stable: tuple[float, float], canary: tuple[float, float] | None, **kw: Any
+) -> list[Obj]:
+    """(ok, failed) per minute of the stable predictor and the canary (None: no canary series)."""
+    out = traffic(framework, ok=stable[0], failed=stable[1], seconds=0.1, labels=target("predictor"))
+    if canary is not None:
+        out += traffic(framework, ok=canary[0], failed=canary[1], seconds=0.1, labels=target("canary"), **kw)
+    return out + HEALTHY_REPLICAS
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_canary_alert_fires_once_the_canary_errors_more_than_stable_for_its_for(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    groups = groups_for(framework, canary=CANARY_URI)
+    # stable 1%, canary 10% (whole service 2/110 = 1.8%: HighErrorRatio stays silent)
+    series_ = canary_traffic(framework, stable=(99, 1), canary=(9, 1))
+    worse = fired(groups, alerts.CANARY_ERROR_RATIO, "10%")
+    assert CANARY_URI in worse["exp_annotations"]["summary"]
+    checks = fires_between(groups, "5m", "6m", alerts.CANARY_ERROR_RATIO, worse)
+    run(
+        promtool, tmp_path, groups, series_, [*checks, *at("30m", groups, {alerts.CANARY_ERROR_RATIO: worse})]
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_canary_alert_fires_against_a_stable_without_failure_series(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    # MLServer and TorchServe create their failure series at the first failure: a stable that never
+    # failed has no ratio, which must count as 0% rather than silence the comparison
+    groups = groups_for(framework, canary=CANARY_URI)
+    stable = traffic(
+        framework, ok=90, failed=0, seconds=0.1, labels=target("predictor"), failure_series=False
+    )
+    canary = traffic(framework, ok=9, failed=1, seconds=0.1, labels=target("canary"))
+    worse = fired(groups, alerts.CANARY_ERROR_RATIO, "10%")
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        stable + canary + HEALTHY_REPLICAS,
+        at("10m", groups, {alerts.CANARY_ERROR_RATIO: worse}),
+    )
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_canary_alert_fires_when_the_stable_gets_no_requests(
+    promtool: Path, tmp_path: Path, framework: str
+) -> None:
+    # all traffic on the canary (the stable's ratio is 0/0): the canary is held to the margin alone
+    groups = groups_for(framework, canary=CANARY_URI)
+    series_ = canary_traffic(framework, stable=(0, 0), canary=(9, 1))
+    firing = {
+        alerts.CANARY_ERROR_RATIO: fired(groups, alerts.CANARY_ERROR_RATIO, "10%"),
+        alerts.HIGH_ERROR_RATIO: fired(groups, alerts.HIGH_ERROR_RATIO, "10%"),
+    }
+    run(promtool, tmp_path, groups, series_, at("10m", groups, firing))
+
+
+@pytest.mark.parametrize(
+    ("stable", "canary", "kw"),
+    [
+        pytest.param((97, 3), (97, 3), {}, id="equal"),
+        pytest.param((97, 3), (193, 7), {}, id="within-margin"),  # 3.5% vs 3%: under 1 point above
+        pytest.param((90, 10), (99, 1), {}, id="canary-better"),
+        pytest.param((99, 1), (0, 0), {}, id="canary-no-requests"),
+        pytest.param((99, 1), None, {}, id="canary-no-series"),
+        pytest.param((99, 1), (99, 0), {"failure_series": False}, id="canary-never-failed"),
+    ],
+)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_canary_alert_is_silent_unless_the_canary_errors_more(
+    promtool: Path,
+    tmp_path: Path,
+    framework: str,
+    stable: tuple[float, float],
+    canary: tuple[float, float] | None,
+    kw: dict[str, Any],
+) -> None:
+    groups = groups_for(framework, canary=CANARY_URI)
+    # "canary-better": the whole service fails 11/200 = 5.5%, so HighErrorRatio fires (and only it)
+    firing = {}
+    if stable == (90, 10):
+        firing[alerts.HIGH_ERROR_RATIO] = fired(groups, alerts.HIGH_ERROR_RATIO, "5.5%")
+    series_ = canary_traffic(framework, stable=stable, canary=canary, **kw)
+    run(promtool, tmp_path, groups, series_, [*at("10m", groups, firing), *at("30m", groups, firing)])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_canary_margin_and_for_come_from_the_settings(promtool: Path, tmp_path: Path, framework: str) -> None:
+    settings = alerts.AlertSettings(canary_error_margin=0.2, error_ratio=1.0, for_="10m")
+    groups = groups_for(framework, settings=settings, canary=CANARY_URI)
+    (tmp_path / "below").mkdir()
+    below = canary_traffic(framework, stable=(99, 1), canary=(85, 15))  # 15% < 1% + 20 points
+    run(promtool, tmp_path / "below", groups, below, at("30m", groups))
+    worse = canary_traffic(framework, stable=(99, 1), canary=(70, 30))  # 30% > 21%
+    expected = fired(groups, alerts.CANARY_ERROR_RATIO, "30%")
+    assert "20 percentage points" in expected["exp_annotations"]["description"]
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        worse,
+        fires_between(groups, "10m", "11m", alerts.CANARY_ERROR_RATIO, expected),
+    )
+
+
+def test_canary_model_uri_is_literal_text_in_the_annotations(promtool: Path, tmp_path: Path) -> None:
+    uri = "s3://models/{{ .Labels }}/8"
+    groups = groups_for("triton", canary=uri)
+    worse = fired(groups, alerts.CANARY_ERROR_RATIO, "10%")
+    rendered = {k: v.replace('{{ "{{" }}', "{{") for k, v in worse["exp_annotations"].items()}
+    assert uri in rendered["summary"] and uri in rendered["description"]
+    expected = {**worse, "exp_annotations": rendered}
+    series_ = canary_traffic("triton", stable=(99, 1), canary=(9, 1))
+    run(promtool, tmp_path, groups, series_, at("10m", groups, {alerts.CANARY_ERROR_RATIO: expected}))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_canary_alert_exists_only_with_a_canary(framework: str) -> None:
+    plain = groups_for(framework)
+    with_canary = groups_for(framework, canary=CANARY_URI)
+    assert list(rules_of(plain)) == list(alerts.ALERTS)
+    assert list(rules_of(with_canary)) == [*alerts.ALERTS, *alerts.CANARY_ALERTS]
+    # the alerts of the predictor are untouched by the canary
+    assert with_canary[0]["rules"][: len(alerts.ALERTS)] == plain[0]["rules"]
+    rule = rules_of(with_canary)[alerts.CANARY_ERROR_RATIO]
+    assert rule["for"] == DEFAULTS.for_
+    assert rule["labels"] == {
+        "severity": "warning",
+        "namespace": NS,
+        "inferenceservice": NAME,
+        "framework": framework,
+    }
+    assert set(rule["annotations"]) == {"summary", "description"}
+    assert CANARY_URI in rule["annotations"]["summary"] and CANARY_URI in rule["annotations"]["description"]
+    for component in ("canary", "predictor"):
+        assert f'{alerts.COMPONENT_LABEL}="{component}"' in rule["expr"]
+    assert rule["expr"].endswith(" > 0)") and "+ 0.01)" in rule["expr"]
+
+
+def isvc_target(framework: str, canary_uri: str | None, **spec: Any) -> base.Target:
+    """The PrometheusRule's target of ``ml/bert``, with a running canary serving ``canary_uri``."""
+    obj = manifest(NAME, namespace=NS, modelUri="s3://models/bert/7", framework=framework, **spec)
+    isvc = api.decode(obj)
+    comps = base.components(isvc)
+    if canary_uri is not None:
+        comps += (base.Component(labels.CANARY, canary_uri, "Canary"),)
+    [slot] = [s for s in base.slots(isvc, children.CHILDREN, comps) if s.child is monitoring.RULE]
+    return slot.target
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_prometheus_rule_has_the_canary_alert_only_while_a_canary_runs(framework: str) -> None:
+    ctx = base.BuildContext()
+    plain = monitoring.build_rule(isvc_target(framework, None), ctx)
+    with_canary = monitoring.build_rule(isvc_target(framework, CANARY_URI), ctx)
+    assert plain is not None and with_canary is not None
+    [plain_group], [canary_group] = plain["spec"]["groups"], with_canary["spec"]["groups"]
+    names = [r["alert"] for r in canary_group["rules"]]
+    assert alerts.CANARY_ERROR_RATIO not in [r["alert"] for r in plain_group["rules"]]
+    assert names[-1] == alerts.CANARY_ERROR_RATIO and names.count(alerts.CANARY_ERROR_RATIO) == 1
+    assert canary_group["rules"][:-1] == plain_group["rules"]
+    assert CANARY_URI in canary_group["rules"][-1]["annotations"]["summary"]
+    assert with_canary["metadata"] == plain["metadata"]
+
+
+def test_the_canary_alert_takes_the_operator_margin_and_the_per_object_for() -> None:
+    ctx = base.BuildContext(alerts=alerts.AlertSettings(canary_error_margin=0.05))
+    t = isvc_target("triton", CANARY_URI, extensions={"monitoring": {"alerts": {"for": "10m"}}})
+    rule = monitoring.build_rule(t, ctx)
+    assert rule is not None
+    canary = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}[alerts.CANARY_ERROR_RATIO]
+    assert "+ 0.05)" in canary["expr"] and canary["for"] == "10m"
 
 
 # -- replica alerts --------------------------------------------------------------------------------
@@ -465,6 +661,11 @@ def test_every_accepted_override_is_a_valid_alert_setting() -> None:
         ),
         pytest.param(
             {"runbook_base_url": "docs"}, "AlertSettings.runbook_base_url: must be an http(s) URL", id="url"
+        ),
+        pytest.param(
+            {"canary_error_margin": 0},
+            "AlertSettings.canary_error_margin: must be a number in (0, 1]",
+            id="canary-margin",
         ),
     ],
 )

@@ -140,6 +140,8 @@ def test_children_are_in_apply_order_and_share_one_signature() -> None:
         "Deployment",
         "Service",
         "HorizontalPodAutoscaler",
+        "VirtualService",
+        "HTTPRoute",
         "NetworkPolicy",
         "PrometheusRule",
         "ServiceMonitor",
@@ -148,6 +150,8 @@ def test_children_are_in_apply_order_and_share_one_signature() -> None:
         "DeploymentAvailable",
         "ServiceReady",
         "AutoscalerReady",
+        "TrafficSplitReady",
+        "TrafficSplitReady",
         "NetworkPolicyReady",
         "MonitoringReady",
         "MonitoringReady",
@@ -156,7 +160,7 @@ def test_children_are_in_apply_order_and_share_one_signature() -> None:
     assert {c.name(t) for c in children.CHILDREN if c.per_component} == {"bert-predictor"}
     assert {c.name(t) for c in children.CHILDREN if not c.per_component} == {"bert"}
     assert len({c.key for c in children.CHILDREN}) == len(children.CHILDREN)
-    assert [c.kind.optional for c in children.CHILDREN] == [False] * 4 + [True] * 2
+    assert [c.kind.optional for c in children.CHILDREN] == [False] * 3 + [True] * 2 + [False] + [True] * 2
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

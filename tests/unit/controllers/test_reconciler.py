@@ -21,7 +21,7 @@ import pytest
 from mlops_platform import api
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels, reconciler
-from mlops_platform.controllers.inferenceservice.children import base, monitoring
+from mlops_platform.controllers.inferenceservice.children import base, monitoring, virtualservice
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import predicates
@@ -37,7 +37,8 @@ REQ = Request(NS, NAME)
 ISVC = api.RESOURCE
 DEP, SVC, HPA, NETPOL = resources.DEPLOYMENT, resources.SERVICE, resources.HPA, resources.NETWORK_POLICY
 RULE, MONITOR = monitoring.PROMETHEUS_RULE.resource(), monitoring.SERVICE_MONITOR.resource()
-CHILD_RESOURCES = {r.plural: r for r in (DEP, SVC, HPA, NETPOL, RULE, MONITOR)}
+VS = virtualservice.KIND.resource()
+CHILD_RESOURCES = {r.plural: r for r in (DEP, SVC, HPA, NETPOL, RULE, MONITOR, VS)}
 MODEL_V1, MODEL_V2 = "s3://models/bert/v1", "s3://models/bert/v2"
 URL = f"http://{NAME}-predictor.{NS}.svc.cluster.local:8080"
 OLD = "2020-01-01T00:00:00Z"
@@ -128,12 +129,13 @@ class World:
     def __init__(self, ctx: base.BuildContext | None = None) -> None:
         self.client = fakes.FakeClient()
         self.cache = rcache.Cache(self.client)
-        self.cache.informer_for(resources.POD).store.add_indexers(
-            {reconciler.POD_INDEX: reconciler.pod_index}
-        )
+        for indexed in (resources.POD, resources.ENDPOINT_SLICE):
+            self.cache.informer_for(indexed).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
+        #: the canary Service's EndpointSlice shows its Deployment's available replicas as ready
+        self.canary_endpoints_ready = True
         self.recorder = fakes.FakeRecorder()
         self.kinds = crdwatch.OptionalKinds(self.cache)
-        for kind in (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR):
+        for kind in (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR, virtualservice.KIND):
             self.kinds.register(kind)  # as Builder.owns(optional kind) does
         self.rec = reconciler.InferenceServiceReconciler(
             self.cache, self.client, self.recorder, self.kinds, ctx or base.BuildContext()
@@ -154,6 +156,13 @@ class World:
             fakes.seed(self.cache, resources.CRD, [crd])
             self.kinds.on_add(crd)
             fakes.seed(self.cache, kind.resource(), [], synced=synced, optional=True)
+
+    def install_istio(self) -> None:
+        """Istio's VirtualService CRD appears (its informer listed)."""
+        crd = fakes.crd(virtualservice.KIND)
+        fakes.seed(self.cache, resources.CRD, [crd])
+        self.kinds.on_add(crd)
+        fakes.seed(self.cache, VS, [], optional=True)
 
     def put(self, res: rclient.Resource, obj: Obj) -> None:
         """``obj`` exists in the cluster (the client's store and the cache)."""
@@ -193,12 +202,36 @@ class World:
                 if simulate:  # the Deployment and HPA controllers write their status
                     obj = self.client.objects[key] = healthy(res, obj)
                 informer.store.upsert(self._changed(copy.deepcopy(obj)))
+        self._mirror_canary_slice()
         stored = self.client.stored(ISVC, NS, NAME)
         cr = self.cache.get(ISVC, NS, NAME)
         if stored is not None and cr is not None and "status" in stored:
             cr = copy.deepcopy(cr)
             cr["status"] = copy.deepcopy(stored["status"])
             fakes.seed(self.cache, ISVC, [self._changed(cr)])
+
+    def _mirror_canary_slice(self) -> None:
+        """The EndpointSlice controller: one slice for the canary Service, as many ready endpoints
+        as its Deployment has available replicas (none when ``canary_endpoints_ready`` is False)."""
+        store = self.cache.informer_for(resources.ENDPOINT_SLICE).store
+        service = self.client.stored(SVC, NS, f"{NAME}-canary")
+        deployment = self.client.stored(DEP, NS, f"{NAME}-canary")
+        for k in store.list_keys():
+            store.delete_key(k)
+        if service is None:
+            return
+        available = int(((deployment or {}).get("status") or {}).get("availableReplicas") or 0)
+        ready = available if self.canary_endpoints_ready else 0
+        endpoints = [{"conditions": {"ready": i < ready}} for i in range(available or 1)]
+        obj = {
+            "metadata": {
+                "name": f"{NAME}-canary-abcde",
+                "namespace": NS,
+                "labels": service["metadata"]["labels"],
+            },
+            "endpoints": endpoints,
+        }
+        store.upsert(self._changed(reconciler.slim_slice(obj)))
 
     async def converge(self) -> None:
         """Reconcile and play the cluster until a reconcile makes no call; then forget the calls."""
@@ -1306,16 +1339,136 @@ async def test_a_wanted_child_controlled_by_another_owner_is_not_taken_over() ->
     assert "ApplyFailed" in w.recorder.reasons
 
 
-async def test_an_accepted_but_unsupported_canary_is_said_on_the_object() -> None:
-    w = await world_with({"traffic": {"canaryVersion": "8", "canaryPercent": 20}})
+CANARY = f"{NAME}-canary"
+PREDICTOR = f"{NAME}-predictor"
+
+
+def _selector(w: World) -> dict[str, str]:
+    return dict(w.client.stored(SVC, NS, PREDICTOR)["spec"]["selector"])  # type: ignore[index]
+
+
+def _model(dep: Obj | None) -> str:
+    assert dep is not None
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    return str(next(e["value"] for e in env if e["name"] == "MODEL_URI"))
+
+
+async def test_a_canary_under_the_replicas_router_is_one_of_five_ready_endpoints() -> None:
+    w = await world_with(
+        {"minReplicas": 4, "maxReplicas": 4, "traffic": {"canaryVersion": "v2", "canaryPercent": 20}}
+    )
     await w.converge()
-    canary = cond(w.status, "CanaryReady")
-    assert (canary["status"], canary["reason"]) == ("False", "CanaryNotSupported")
-    assert "canaryPercent 20" in canary["message"]
-    assert cond(w.status, "Ready")["status"] == "True"  # the stable model still serves
+    canary = w.client.stored(DEP, NS, CANARY)
+    assert _model(canary) == MODEL_V2 and canary is not None and canary["spec"]["replicas"] == 1
+    assert canary["spec"]["selector"]["matchLabels"][labels.COMPONENT] == labels.CANARY
+    assert w.client.stored(SVC, NS, CANARY) is not None
+    assert labels.COMPONENT not in _selector(w)  # the predictor Service is the route: both components
+    assert brief(w.status, "CanaryReady") == ("True", "Canary")
+    split = cond(w.status, "TrafficSplitReady")
+    assert "candidate 1 of 5 ready endpoints = 20 %" in split["message"]
+    assert w.status["traffic"] == [
+        {"component": "predictor", "modelUri": MODEL_V1, "percent": 80, "readyReplicas": 4, "version": "v1"},
+        {"component": "canary", "modelUri": MODEL_V2, "percent": 20, "readyReplicas": 1, "version": "v2"},
+    ]
+    assert brief(w.status, "Ready") == ("True", "Serving")
+    assert brief(w.status, "CanaryDeploymentAvailable")[0] == "True"
+    assert (await w.reconcile()) == Result() and not w.client.calls  # steady state: nothing written
+
+
+async def test_a_candidate_without_ready_endpoints_gets_no_traffic_and_says_why() -> None:
+    w = await world_with(
+        {"minReplicas": 2, "maxReplicas": 2, "traffic": {"canaryVersion": "v2", "canaryPercent": 50}}
+    )
+    w.canary_endpoints_ready = False
+    crash = pod("CrashLoopBackOff", name=f"{CANARY}-5f6d-xyz")
+    crash["metadata"]["labels"][labels.COMPONENT] = labels.CANARY
+    w.put(resources.POD, crash)
+    await w.converge()
+    assert _selector(w)[labels.COMPONENT] == labels.PREDICTOR  # not in the route
+    assert brief(w.status, "CanaryReady") == ("False", "CrashLoopBackOff")
+    assert "the candidate gets no traffic" in cond(w.status, "CanaryReady")["message"]
+    assert brief(w.status, "Ready") == ("True", "Serving")  # the stable component serves
+    assert [t["percent"] for t in w.status["traffic"]] == [100, 0]
+
+
+async def test_a_staged_candidate_runs_without_traffic() -> None:
+    w = await world_with({"traffic": {"canaryVersion": "v2", "canaryPercent": 0}})
+    await w.converge()
+    assert w.client.stored(DEP, NS, CANARY) is not None
+    assert _selector(w)[labels.COMPONENT] == labels.PREDICTOR
+    assert brief(w.status, "CanaryReady") == ("True", "Staged")
+
+
+async def test_rolling_back_takes_the_candidate_out_of_the_route_before_deleting_it() -> None:
+    w = await world_with(
+        {"minReplicas": 4, "maxReplicas": 4, "traffic": {"canaryVersion": "v2", "canaryPercent": 20}}
+    )
+    await w.converge()
+    w.edit_spec(minReplicas=4, maxReplicas=4)  # traffic removed
+    result = await w.reconcile()
+    assert result.requeue  # the candidate leaves once the route is read back without it
+    assert ("apply", "services", PREDICTOR) in w.writes
+    assert not any(verb == "delete" for verb, _, _ in w.writes)
+    assert _selector(w)[labels.COMPONENT] == labels.PREDICTOR
+    w.mirror()
+    await w.reconcile()
+    assert ("delete", "deployments", CANARY) in w.writes and ("delete", "services", CANARY) in w.writes
+    await w.converge()
+    assert all(c["type"] not in ("CanaryReady", "TrafficSplitReady") for c in w.status["conditions"])
+    assert "traffic" not in w.status
+
+
+async def test_istio_routes_by_weight_only_while_a_canary_exists() -> None:
+    w = await world_with(
+        {"minReplicas": 5, "maxReplicas": 5, "traffic": {"canaryVersion": "v2", "canaryPercent": 20}}
+    )
+    w.install_istio()
+    await w.converge()
+    vs = w.client.stored(VS, NS, NAME)
+    assert vs is not None
+    assert virtualservice.live_weights(vs) == {"predictor": 80, "canary": 20}
+    assert w.client.stored(DEP, NS, CANARY)["spec"]["replicas"] == 1  # type: ignore[index]  # ceil(5 * 20 %)
+    assert _selector(w)[labels.COMPONENT] == labels.PREDICTOR  # the mesh splits, not the Service
+    assert brief(w.status, "TrafficSplitReady") == ("True", "WeightsApplied")
+    assert [t["percent"] for t in w.status["traffic"]] == [80, 20]
+    w.edit_spec(minReplicas=5, maxReplicas=5)  # roll back
+    await w.reconcile()
+    assert virtualservice.live_weights(w.client.stored(VS, NS, NAME)) == {"predictor": 100}
+    assert w.client.stored(DEP, NS, CANARY) is not None  # not before the route is read back
+    await w.converge()
+    assert w.client.stored(DEP, NS, CANARY) is None and w.client.stored(VS, NS, NAME) is None
     plain = await world_with()
+    plain.install_istio()
     await plain.converge()
-    assert all(c["type"] != "CanaryReady" for c in plain.status["conditions"])
+    assert plain.client.stored(VS, NS, NAME) is None  # no canary: no VirtualService
+
+
+async def test_a_missing_router_crd_is_reported_and_traffic_stays_stable() -> None:
+    ctx = base.BuildContext(router=base.Router.ISTIO)
+    w = await world_with({"traffic": {"canaryVersion": "v2", "canaryPercent": 20}}, ctx=ctx)
+    await w.converge()
+    split = cond(w.status, "TrafficSplitReady")
+    assert (split["status"], split["reason"]) == ("False", "CRDNotInstalled")
+    assert "VirtualService" in split["message"]
+    assert [t["percent"] for t in w.status["traffic"]] == [100, 0]
+    assert brief(w.status, "Ready") == ("True", "Serving")
+
+
+async def test_promoting_rolls_the_stable_component_while_the_candidate_keeps_its_share() -> None:
+    w = await world_with(
+        {"minReplicas": 4, "maxReplicas": 4, "traffic": {"canaryVersion": "v2", "canaryPercent": 20}}
+    )
+    await w.converge()
+    w.edit_spec(minReplicas=4, maxReplicas=4, modelUri=MODEL_V2)  # promote: modelUri = the candidate
+    await w.reconcile()
+    assert _model(w.client.stored(DEP, NS, PREDICTOR)) == MODEL_V2
+    assert labels.COMPONENT not in _selector(w)  # the candidate keeps its share meanwhile
+    assert not any(verb == "delete" for verb, _, _ in w.writes)
+    await w.converge()  # the stable rollout completes; route to stable, then the candidate goes
+    assert w.client.stored(DEP, NS, CANARY) is None and w.client.stored(SVC, NS, CANARY) is None
+    assert _selector(w)[labels.COMPONENT] == labels.PREDICTOR
+    assert w.status["activeVersion"] == MODEL_V2
+    assert brief(w.status, "Ready") == ("True", "Serving")
 
 
 async def test_one_event_lists_every_child_a_mixed_reconcile_changed() -> None:

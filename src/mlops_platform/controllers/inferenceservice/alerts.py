@@ -12,13 +12,18 @@ Contract:
   ``InferenceServiceHighErrorRatio``
       failed / all inference requests over ``rate_window`` above ``error_ratio``;
   ``InferenceServiceHighLatency``
-      request latency above ``latency_seconds`` (the mean; for MLServer also the REST p95).
+      request latency above ``latency_seconds`` (the mean; for MLServer also the REST p95);
+  ``InferenceServiceCanaryErrorRatioAboveStable``
+      only while a canary runs (``canary_model_uri``): the canary's error ratio above the stable
+      predictor's plus ``canary_error_margin``, while the canary receives requests (see
+      :func:`_canary_rules`). Without a canary the group is exactly the four alerts above.
 
 - Replica alerts read kube-state-metrics (``kube_deployment_status_replicas_available``,
   ``kube_deployment_spec_replicas``) by ``namespace`` and ``deployment``. Request alerts read each
   model server's own metrics (names verified at the pinned releases' sources, ``docs/monitoring.md``)
   by ``namespace`` and ``mlops_platform_inferenceservice`` (the ServiceMonitor copies the pod label
-  ``mlops.platform/inferenceservice`` onto every series), summed over components and models.
+  ``mlops.platform/inferenceservice`` onto every series), summed over components and models; the
+  canary alert also by ``mlops_platform_component`` (``canary`` against ``predictor``).
 - Every alert carries the labels ``severity``, ``namespace``, ``inferenceservice`` and
   ``framework`` (replica alerts also ``deployment``) and the annotations ``summary`` and
   ``description`` (``runbook_url`` too when :attr:`AlertSettings.runbook_base_url` is set).
@@ -43,10 +48,16 @@ BELOW_MIN_REPLICAS = "InferenceServiceBelowMinReplicas"
 HIGH_ERROR_RATIO = "InferenceServiceHighErrorRatio"
 HIGH_LATENCY = "InferenceServiceHighLatency"
 ALERTS = (NO_READY_REPLICA, BELOW_MIN_REPLICAS, HIGH_ERROR_RATIO, HIGH_LATENCY)
+CANARY_ERROR_RATIO = "InferenceServiceCanaryErrorRatioAboveStable"
+#: the alerts added while a canary runs (after :data:`ALERTS`)
+CANARY_ALERTS = (CANARY_ERROR_RATIO,)
 
 #: Prometheus label names of the pod labels the ServiceMonitor copies (``podTargetLabels``).
 ISVC_LABEL = "mlops_platform_inferenceservice"
 COMPONENT_LABEL = "mlops_platform_component"
+#: values of :data:`COMPONENT_LABEL` (the ``mlops.platform/component`` pod label, ``labels``)
+STABLE_COMPONENT = "predictor"
+CANARY_COMPONENT = "canary"
 
 DURATION_PATTERN = internal.DURATION_PATTERN
 _DURATION = re.compile(DURATION_PATTERN)
@@ -123,6 +134,9 @@ class AlertSettings:
     """The quantile compared with ``latency_seconds`` where a server exports a histogram."""
     runbook_base_url: str | None = None
     """Where ``docs/monitoring.md`` is served; alerts then get ``runbook_url: <base>#<alert>``."""
+    canary_error_margin: float = 0.01
+    """How far (absolute, 0 < x <= 1) the canary's error ratio must exceed the stable's: the
+    default 0.01 is one percentage point (see :func:`_canary_rules` for why additive)."""
 
     def __post_init__(self) -> None:
         for field, check in _FIELD_CHECKS.items():
@@ -139,6 +153,7 @@ _FIELD_CHECKS: dict[str, Callable[[object], str | None]] = {
     "rate_window": _check_window,
     "latency_quantile": _check_quantile,
     "runbook_base_url": _check_url,
+    "canary_error_margin": _check_ratio,
 }
 #: The user-facing keys (camelCase, as in a manifest) and the fields they set.
 # -- expressions -----------------------------------------------------------------------------------
@@ -177,13 +192,20 @@ def _ratio(failed: str, succeeded: str) -> str:
     return f"{failed} / ({failed} + ({succeeded} or vector(0)))"
 
 
+def _requests(failed: str, succeeded: str) -> str:
+    """Requests per second: failed + succeeded (an absent success counter counts as 0)."""
+    return f"({failed} + ({succeeded} or vector(0)))"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Server:
     """Per-framework expressions. ``errors`` yields the failed fraction (no value without traffic);
-    ``latency`` yields a full comparison with the threshold (seconds)."""
+    ``requests`` the request rate the fraction is of; ``latency`` yields a full comparison with the
+    threshold (seconds)."""
 
     software: str
     errors: Callable[[_Query], str]
+    requests: Callable[[_Query], str]
     latency: Callable[[_Query, float, float], str]
     error_metrics: str
     latency_metrics: str
@@ -191,6 +213,10 @@ class _Server:
 
 def _triton_errors(q: _Query) -> str:
     return _ratio(q.sum_rate("nv_inference_request_failure"), q.sum_rate("nv_inference_request_success"))
+
+
+def _triton_requests(q: _Query) -> str:
+    return _requests(q.sum_rate("nv_inference_request_failure"), q.sum_rate("nv_inference_request_success"))
 
 
 def _triton_latency(q: _Query, threshold: float, _quantile: float) -> str:
@@ -202,6 +228,12 @@ def _triton_latency(q: _Query, threshold: float, _quantile: float) -> str:
 
 def _mlserver_errors(q: _Query) -> str:
     return _ratio(
+        q.sum_rate("model_infer_request_failure_total"), q.sum_rate("model_infer_request_success_total")
+    )
+
+
+def _mlserver_requests(q: _Query) -> str:
+    return _requests(
         q.sum_rate("model_infer_request_failure_total"), q.sum_rate("model_infer_request_success_total")
     )
 
@@ -226,6 +258,10 @@ def _torchserve_errors(q: _Query) -> str:
     return f"clamp_max({q.sum_rate('Requests5XX')} / {total}, 1)"
 
 
+def _torchserve_requests(q: _Query) -> str:
+    return q.sum_rate("ts_inference_requests_total")
+
+
 def _torchserve_latency(q: _Query, threshold: float, _quantile: float) -> str:
     # ts_inference_latency_microseconds adds up answered requests; there is no success counter,
     # so the mean is over all requests (failed ones add no time: it under-reads while they fail).
@@ -237,6 +273,7 @@ SERVERS: Mapping[str, _Server] = {
     "triton": _Server(
         "Triton",
         _triton_errors,
+        _triton_requests,
         _triton_latency,
         "nv_inference_request_failure / (success + failure)",
         "nv_inference_request_duration_us / nv_inference_request_success",
@@ -244,6 +281,7 @@ SERVERS: Mapping[str, _Server] = {
     "seldon": _Server(
         "MLServer",
         _mlserver_errors,
+        _mlserver_requests,
         _mlserver_latency,
         "model_infer_request_failure_total / (success + failure)",
         "REST p95 of rest_server_request_duration_seconds, or the mean of model_infer_request_duration",
@@ -251,6 +289,7 @@ SERVERS: Mapping[str, _Server] = {
     "torchserve": _Server(
         "TorchServe",
         _torchserve_errors,
+        _torchserve_requests,
         _torchserve_latency,
         "Requests5XX / ts_inference_requests_total",
         "ts_inference_latency_microseconds / ts_inference_requests_total",
@@ -273,8 +312,10 @@ def rule_groups(
     deployment: str,
     min_replicas: int,
     settings: AlertSettings,
+    canary_model_uri: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The PrometheusRule ``spec.groups`` for one InferenceService (pure)."""
+    """The PrometheusRule ``spec.groups`` for one InferenceService (pure); ``canary_model_uri``:
+    the candidate's model while a canary runs (adds :data:`CANARY_ALERTS`), else None."""
     server = SERVERS.get(framework)
     if server is None:
         raise ValueError(f"framework: unknown {framework!r} (expected one of {', '.join(sorted(SERVERS))})")
@@ -288,6 +329,8 @@ def rule_groups(
     rules = _replica_rules(ctx, namespace, deployment, min_replicas)
     query = _Query(_selector(namespace=namespace, **{ISVC_LABEL: name})[1:-1], settings.rate_window)
     rules += _request_rules(ctx, server, query)
+    if canary_model_uri is not None:
+        rules += _canary_rules(ctx, server, query, canary_model_uri)
     return [{"name": group_name(namespace, name), "rules": rules}]
 
 
@@ -368,4 +411,60 @@ def _request_rules(ctx: _RuleContext, server: _Server, q: _Query) -> list[Obj]:
             f"{server.software} request latency is {{{{ $value | humanizeDuration }}}} over "
             f"{s.rate_window} (threshold {s.latency_seconds:g}s, for {s.for_}).",
         ),
+    ]
+
+
+def _of(q: _Query, component: str) -> _Query:
+    """``q`` restricted to one component's series."""
+    return dataclasses.replace(q, sel=f"{q.sel}, {COMPONENT_LABEL}={_quote(component)}")
+
+
+def _literal(text: str) -> str:
+    """``text`` as literal alert-template text: ``{{`` (e.g. in a model URI) opens no action."""
+    return text.replace("{{", '{{ "{{" }}')
+
+
+def _canary_rules(ctx: _RuleContext, server: _Server, q: _Query, model_uri: str) -> list[Obj]:
+    """The canary's error ratio above the stable's, from the same per-server ratio as
+    ``InferenceServiceHighErrorRatio`` restricted to ``component="canary"`` / ``"predictor"``::
+
+        canary_ratio > ((stable_ratio >= 0) or vector(0)) + margin
+          and canary_requests > 0
+
+    - The margin is **additive** (``canary_error_margin``, default 0.01: one percentage point
+      over the stable's), not a multiple of the stable's ratio. A multiple says nothing when the
+      stable fails 0% (the common case: 2x0 = 0 needs an extra absolute floor, so two settings),
+      and at a few percent it is blind to what matters (3% -> 5.9% is "under 2x"). Because the
+      stable's ratio is >= 0, the margin is also the absolute floor: a canary below 1% never fires.
+      1 point is well below ``error_ratio`` (5%): the canary is caught regressing while it serves
+      a small share, long before the whole service's ratio pages.
+    - The stable's ratio counts as 0 when it has no value: MLServer and TorchServe create their
+      failure series at the first failure (a stable that never failed has none), and a stable with
+      no requests in the window has no baseline (``>= 0`` drops the 0/0 NaN). The canary must then
+      stay under the margin alone.
+    - Only while the canary receives requests (``canary_requests > 0``): without traffic its ratio
+      is 0/0 or absent and nothing fires. For ``for`` like the other request alerts; severity
+      warning: the stable still serves, the action is to roll the candidate back.
+    """
+    s = ctx.settings
+    canary, stable = _of(q, CANARY_COMPONENT), _of(q, STABLE_COMPONENT)
+    baseline = f"(({server.errors(stable)}) >= 0) or vector(0)"
+    expr = (
+        f"({server.errors(canary)} > ({baseline}) + {_num(s.canary_error_margin)})"
+        f" and ({server.requests(canary)} > 0)"
+    )
+    margin = s.canary_error_margin * 100
+    points = f"{margin:g} percentage point{'' if margin == 1 else 's'}"
+    uri = _literal(model_uri)
+    return [
+        ctx.rule(
+            CANARY_ERROR_RATIO,
+            expr,
+            s.for_,
+            "warning",
+            f"{ctx.who}: canary {uri} fails more inference requests than the stable predictor",
+            f"The canary ({uri}) failed {{{{ $value | humanizePercentage }}}} of its inference requests "
+            f"to {server.software} over {s.rate_window}, more than {points} above the stable "
+            f"predictor's error ratio, for {s.for_}: consider rolling the canary back.",
+        )
     ]

@@ -19,6 +19,12 @@ RBAC = (
     rbac.requires("mlops.platform", "inferenceservices", ["list", "watch"], why="the primary kind (for_)"),
     rbac.requires("mlops.platform", "inferenceservices/status", ["patch"], why="status written by apply"),
     rbac.requires("", "pods", ["list", "watch"], why="pod failures (CrashLoopBackOff) shown on the status"),
+    rbac.requires(
+        "discovery.k8s.io",
+        "endpointslices",
+        ["list", "watch"],
+        why="a canary enters the route only once its Service has ready endpoints",
+    ),
 )
 
 
@@ -43,6 +49,12 @@ def setup(
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE, scoped=True)
     mgr.cache.transform(resources.POD, reconciler.slim_pod)
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
+    # only the canary Services' EndpointSlices (label-selected by the API server: none without a
+    # canary), slimmed to their ready count, which gates the candidate's entry into the route
+    mgr.cache.restrict(resources.ENDPOINT_SLICE, reconciler.CANARY_SLICES, scoped=True)
+    mgr.cache.transform(resources.ENDPOINT_SLICE, reconciler.slim_slice)
+    slices = mgr.cache.informer_for(resources.ENDPOINT_SLICE).store
+    slices.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
         for version in child.kind.versions:  # an optional kind's served version is known later
             mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
@@ -63,6 +75,11 @@ def setup(
         # a pod matters only through its failure (CrashLoopBackOff...): its other status changes
         # (scheduled, started, ready) are seen through the Deployment's status, once
         .watches(resources.POD, _pod_to_service, predicates.projection_changed(reconciler.pod_failure))
+        .watches(
+            resources.ENDPOINT_SLICE,
+            _pod_to_service,
+            predicates.projection_changed(reconciler.ready_endpoints),
+        )
         .with_options(max_concurrent_reconciles=workers)
     )
     for kind in dict.fromkeys(c.kind for c in children.CHILDREN):

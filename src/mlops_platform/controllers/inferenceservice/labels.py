@@ -41,6 +41,8 @@ K8S_PART_OF = "app.kubernetes.io/part-of"
 MANAGER = v1alpha1.FIELD_MANAGER
 PART_OF = "mlops-platform"
 PREDICTOR = "predictor"
+#: the candidate component of a canary rollout (``<name>-canary``: as long as ``<name>-predictor``)
+CANARY = "canary"
 #: app.kubernetes.io/component of children of the whole InferenceService (PrometheusRule, ...)
 SERVICE_COMPONENT = "inferenceservice"
 #: label selector of everything this operator creates (to restrict informers to our children)
@@ -49,6 +51,7 @@ MANAGED_BY_SELECTOR = f"{K8S_MANAGED_BY}={MANAGER}"
 PREDICTOR_SUFFIX = f"-{PREDICTOR}"
 # the API limits names so that every child name and label value fits in 63 characters
 assert v1alpha1.MAX_NAME_LENGTH + len(PREDICTOR_SUFFIX) <= 63
+assert len(CANARY) <= len(PREDICTOR)
 
 #: pod template annotation carrying the model URI the pods were started with
 MODEL_URI_ANNOTATION = f"{v1alpha1.GROUP}/model-uri"

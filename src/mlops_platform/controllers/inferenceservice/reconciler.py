@@ -36,11 +36,11 @@ from typing import Literal, Protocol
 
 from mlops_platform import api
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import children, conditions, labels, status
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice import children, conditions, labels, status, traffic
+from mlops_platform.controllers.inferenceservice.children import base, httproute, virtualservice
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
-from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.control import childsync, predicates
 from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
@@ -75,9 +75,39 @@ def slim_pod(pod: Obj) -> Obj:
 
 
 def pod_index(pod: Obj) -> list[str]:
-    """Index pods by ``namespace/<InferenceService name>`` (from the label every component carries)."""
+    """Index pods (and canary EndpointSlices) by ``namespace/<InferenceService name>`` (from the
+    label every component carries; the EndpointSlice controller copies a Service's labels)."""
     name = objects.labels(pod).get(labels.INFERENCESERVICE)
     return [f"{objects.namespace(pod)}/{name}"] if name else []
+
+
+#: the canary Service's EndpointSlices: only they are watched (label-selected by the API server)
+CANARY_SLICES = f"{labels.MANAGED_BY_SELECTOR},{labels.COMPONENT}={labels.CANARY}"
+
+
+def ready_endpoints(endpoint_slice: Obj) -> int:
+    """Ready endpoints of one EndpointSlice (``conditions.ready`` unset counts as ready, as the API
+    says); all the reconciler reads of it."""
+    if "readyEndpoints" in endpoint_slice:  # slimmed by the cache transform
+        return int(endpoint_slice["readyEndpoints"])
+    return sum(
+        1 for e in endpoint_slice.get("endpoints") or () if (e.get("conditions") or {}).get("ready", True)
+    )
+
+
+def slim_slice(endpoint_slice: Obj) -> Obj:
+    """The cache transform of EndpointSlices: identity, labels and the ready count."""
+    meta = endpoint_slice.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels")
+    slim = {
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "readyEndpoints": ready_endpoints(endpoint_slice),
+    }
+    return rinformer.intern_strings(slim)  # type: ignore[no-any-return]
+
+
+def _component(pod: Obj) -> str | None:
+    return objects.labels(pod).get(labels.COMPONENT)
 
 
 class OwnWrites(predicates.Predicate):
@@ -145,7 +175,6 @@ class _Settled:
 
     inputs: tuple[object, ...]
     isvc: internal.InferenceService
-    slots: list[base.Slot]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -187,7 +216,7 @@ class InferenceServiceReconciler:
         version = objects.meta(raw).get("resourceVersion")
         settled = self._settled.get(key)
         if settled is not None and settled.inputs[0] == version:
-            isvc, slots = settled.isvc, settled.slots  # the same CR: decoded already
+            isvc = settled.isvc  # the same CR: decoded already
         else:
             try:
                 isvc = api.decode(raw)
@@ -196,15 +225,18 @@ class InferenceServiceReconciler:
                 self._settled.pop(key, None)
                 await self._invalid(raw, str(e))
                 raise TerminalError(f"invalid spec: {e}") from None
-            slots = list(base.slots(isvc, children.CHILDREN))
-        pod_failure = status.pod_problem(self.cache.by_index(resources.POD, POD_INDEX, isvc.key))
+        plan = self._rollout(isvc)
+        slots = base.slots(isvc, children.CHILDREN, plan.components, plan.route)
+        pods = self.cache.by_index(resources.POD, POD_INDEX, isvc.key)
+        pod_failure = status.pod_problem(p for p in pods if _component(p) != labels.CANARY)
+        canary_failure = status.pod_problem(p for p in pods if _component(p) == labels.CANARY)
         problems = self._permission_problems(isvc.namespace)
         namespace = isvc.namespace
 
         def cached(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
             return self.cache.get(resource, namespace, slot.name)
 
-        inputs = self._inputs(version, slots, cached, pod_failure, problems)
+        inputs = self._inputs(version, slots, cached, (pod_failure, canary_failure, plan), problems)
         if settled is not None and settled.inputs == inputs:
             # exactly the inputs of the last reconcile, which found nothing to write: the same
             # decisions again (a resync, a no-op event); nothing to build, compare or write
@@ -216,7 +248,13 @@ class InferenceServiceReconciler:
             run.failures.append(status.Failure(what, err))
             self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
         new_status = status.compute(
-            isvc, raw.get("status") or {}, run.observed, run.failures, pod_failure, self.ctx
+            isvc,
+            raw.get("status") or {},
+            run.observed,
+            run.failures,
+            pod_failure,
+            self.ctx,
+            status.Canary(plan, canary_failure),
         )
         try:
             written = await self._write_status(raw, new_status)
@@ -246,9 +284,14 @@ class InferenceServiceReconciler:
         def answered(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
             return lives.get(slot.key)
 
+        if plan.plan.canary is traffic.CanaryAction.KEEP:
+            # the canary leaves once the live route gives it nothing: this reconcile rewrote the
+            # route (an echo the watch filter drops), the next one reads it back and deletes
+            self._settled.pop(key, None)
+            return Result(requeue=True)
         after = objects.meta(written or raw).get("resourceVersion")
         self._settled[key] = _Settled(
-            self._inputs(after, slots, answered, pod_failure, problems), isvc, slots
+            self._inputs(after, slots, answered, (pod_failure, canary_failure, plan), problems), isvc
         )
         return Result()
 
@@ -257,14 +300,15 @@ class InferenceServiceReconciler:
         cr_version: str | None,
         slots: list[base.Slot],
         live: Callable[[base.Slot, rclient.Resource], Obj | None],
-        pod_failure: tuple[str, str] | None,
+        observed: tuple[object, ...],
         problems: list[tuple[str, rclient.ApiError]],
     ) -> tuple[object, ...]:
         """Everything a reconcile decides from: the CR's resourceVersion (spec, labels, status), for
-        each slot the kind's served version and the live child's resourceVersion, the pods' failure,
-        and what cannot be read or recorded. The builders are pure and the settings fixed, so equal
-        inputs give equal decisions."""
-        parts: list[object] = [cr_version, pod_failure]
+        each slot the kind's served version and the live child's resourceVersion, what else was
+        observed (the pods' failures, the rollout decided from the canary's endpoints), and what
+        cannot be read or recorded. The builders are pure and the settings fixed, so equal inputs
+        give equal decisions."""
+        parts: list[object] = [cr_version, observed]
         for slot in slots:
             resource = self.kinds.resolve(slot.child.kind)
             if resource is None or not self._readable(slot.child, resource):
@@ -301,7 +345,7 @@ class InferenceServiceReconciler:
 
     async def _sync(self, run: _Run, slot: base.Slot) -> tuple[status.Observed, _Outcome | None]:
         child, target = slot.child, slot.target
-        desired = child.build(target, self.ctx)
+        desired = child.build(target, self.ctx) if target.component.present else None
         resource = self.kinds.resolve(child.kind)
         if resource is None or not self._readable(child, resource):
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
@@ -347,6 +391,32 @@ class InferenceServiceReconciler:
                 listed = ", ".join(what for what, _ in items)
             parts.append(f"{action} {listed}" + (" (no longer desired)" if action == "deleted" else ""))
         self.recorder.event(run.raw, "Normal", reason, reason.removesuffix("d"), "; ".join(parts))
+
+    def _rollout(self, isvc: internal.InferenceService) -> traffic.Rollout:
+        """The canary decision from the cache: the router, both components' Deployments, the
+        canary's ready endpoints and what the live route gives it (:func:`traffic.rollout`)."""
+        routes = {base.Router.ISTIO: virtualservice, base.Router.GATEWAY_API: httproute}
+        served = {r for r, m in routes.items() if self._served(m.KIND) is not None}
+        router = traffic.choose_router(isvc, self.ctx, served)
+        ns = isvc.namespace
+        stable = self.cache.get(resources.DEPLOYMENT, ns, base.component_name_of(isvc, labels.PREDICTOR))
+        canary = self.cache.get(resources.DEPLOYMENT, ns, base.component_name_of(isvc, labels.CANARY))
+        slices = self.cache.by_index(resources.ENDPOINT_SLICE, POD_INDEX, isvc.key) if canary else []
+        endpoints = sum(ready_endpoints(s) for s in slices)
+        weights: dict[str, int] | None = None
+        if router is base.Router.REPLICAS:
+            route = self.cache.get(resources.SERVICE, ns, base.component_name_of(isvc, labels.PREDICTOR))
+        else:
+            module = routes[router]
+            resource = self._served(module.KIND)
+            route = None if resource is None else self.cache.get(resource, ns, isvc.name)
+            weights = module.live_weights(route)
+        return traffic.rollout(isvc, self.ctx, router, stable, canary, route, weights, endpoints)
+
+    def _served(self, kind: kinds.Kind) -> rclient.Resource | None:
+        """The served version of an optional kind once its informer has listed, else None."""
+        resource = self.kinds.resolve(kind)
+        return resource if resource is not None and self.cache.synced(resource) else None
 
     def _readable(self, child: base.Child, resource: rclient.Resource) -> bool:
         """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""

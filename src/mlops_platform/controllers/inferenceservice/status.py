@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import conditions, labels
+from mlops_platform.controllers.inferenceservice import conditions, labels, traffic
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
@@ -62,9 +62,12 @@ class Failure:
     error: rclient.ApiError
 
 
-def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition:
-    """The condition a slot reports, typed by its slot (``CanaryDeploymentAvailable``...)."""
+def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition | None:
+    """The condition a slot reports, typed by its slot (``CanaryDeploymentAvailable``...); None for
+    a component that is not wanted (no canary) and a router child of a router not in use."""
     kind = o.slot.child.kind
+    if not o.slot.target.component.present:
+        return None
     if o.desired is not None and o.kind_state == "missing":
         cond = base.ChildCondition(
             "", "False", "CRDNotInstalled", f"{kind.group} {kind.kind} is not installed"
@@ -72,14 +75,19 @@ def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition:
     elif o.desired is not None and o.kind_state == "syncing":
         cond = base.ChildCondition("", "Unknown", "WaitingForCache", f"listing {kind.group} {kind.kind}")
     else:
-        cond = o.slot.child.condition(o.slot.target, ctx, o.desired, o.live)
+        found = o.slot.child.condition(o.slot.target, ctx, o.desired, o.live)
+        if found is None:
+            return None
+        cond = found
     return dataclasses.replace(cond, type=o.slot.condition_type)
 
 
-def merge_conditions(conds: Iterable[base.ChildCondition]) -> list[base.ChildCondition]:
+def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.ChildCondition]:
     """One condition per type, in first-seen order; the worst status wins, True messages join."""
     by_type: dict[str, base.ChildCondition] = {}
     for c in conds:
+        if c is None:
+            continue
         prev = by_type.get(c.type)
         if prev is None or _SEVERITY[c.status] < _SEVERITY[prev.status]:
             by_type[c.type] = c
@@ -101,6 +109,21 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Canary:
+    """What the status needs of the canary: the rollout decided and the candidate pods' failure."""
+
+    rollout: traffic.Rollout
+    pod_failure: tuple[str, str] | None = None
+
+
+def _serving(o: Observed) -> bool:
+    """Whether a slot gates Ready: the serving children of the stable component and of the whole
+    InferenceService; never the candidate's (a failing canary gets no traffic; CanaryReady says so)."""
+    c = o.slot.child
+    return c.serving and (not c.per_component or o.slot.target.component.key == labels.PREDICTOR)
+
+
 def compute(
     isvc: internal.InferenceService,
     previous: Obj,
@@ -108,10 +131,11 @@ def compute(
     failures: list[Failure],
     pod_failure: tuple[str, str] | None,
     ctx: base.BuildContext,
+    canary: Canary | None = None,
 ) -> Obj:
     """The whole ``status`` object (without ``lastReconcileTime``)."""
     slot_conds = merge_conditions(slot_condition(o, ctx) for o in observed)
-    serving_types = {o.slot.condition_type for o in observed if o.slot.child.serving}
+    serving_types = {o.slot.condition_type for o in observed if _serving(o)}
     serving_conds = [c for c in slot_conds if c.type in serving_types]
     contrib = _predictor_contributions(observed, ctx)
     counts = contrib.replicas or base.Replicas(0, 0, 0)
@@ -131,8 +155,12 @@ def compute(
         reconciled = base.ChildCondition(
             "Reconciled", "True", "ChildrenApplied", f"children match generation {isvc.generation}"
         )
-        ready = _ready(isvc, serving_conds, pod_failure, counts)
-    wanted = [ready, reconciled, *slot_conds, *_unsupported(isvc)]
+        candidate_serves = canary is not None and any(
+            sh.component == labels.CANARY and sh.percent > 0 and sh.ready > 0 for sh in canary.rollout.split
+        )
+        ready = _ready(isvc, serving_conds, pod_failure, counts, candidate_serves)
+    extra = _canary_conditions(canary, slot_conds) if canary is not None and canary.rollout.involved else []
+    wanted = [ready, reconciled, *slot_conds, *extra]
     out: Obj = {
         "observedGeneration": isvc.generation,
         "conditions": conditions.merge(previous.get("conditions") or [], wanted, generation=isvc.generation),
@@ -147,21 +175,67 @@ def compute(
         version = contrib.rolled_out_model or previous.get("activeVersion")
         if version:
             out["activeVersion"] = version
+    if canary is not None and canary.rollout.involved:
+        out["traffic"] = [sh.status() for sh in canary.rollout.split]
     return out
 
 
-def _unsupported(isvc: internal.InferenceService) -> list[base.ChildCondition]:
-    """Fields the API accepts that the operator does not act on yet, said on the object (never
-    silently ignored): ``spec.traffic`` until canary components and routes exist."""
-    t = isvc.traffic
-    if t is None or not (t.version or t.percent):
-        return []
-    message = (
-        f"spec.traffic (canaryVersion {t.version!r}: {t.model_uri}, canaryPercent {t.percent}) is not "
-        "acted on yet: "
-        "no canary is deployed and every request goes to spec.modelUri"
-    )
-    return [base.ChildCondition("CanaryReady", "False", "CanaryNotSupported", message)]
+CANARY_READY = "CanaryReady"
+TRAFFIC_SPLIT_READY = "TrafficSplitReady"
+
+
+def _describe(split: tuple[traffic.Share, ...]) -> str:
+    return ", ".join(f"{sh.percent} % {sh.component} ({sh.ready} ready)" for sh in split)
+
+
+def _canary_conditions(canary: Canary, slot_conds: list[base.ChildCondition]) -> list[base.ChildCondition]:
+    """``CanaryReady`` (can the candidate take its share, and where the rollout stands) and, for
+    the replicas router, ``TrafficSplitReady`` (the achieved share of ready endpoints)."""
+    r = canary.rollout
+    plan, phase = r.plan, r.plan.phase
+    effective = f"effective split: {_describe(r.split)}"
+    deployment_cond = next((c for c in slot_conds if c.type == "CanaryDeploymentAvailable"), None)
+    Phase = traffic.Phase
+    if canary.pod_failure is not None and phase in (Phase.STAGING, Phase.STAGED, Phase.CANARY):
+        reason, message = canary.pod_failure
+        cond = base.ChildCondition(CANARY_READY, "False", reason, f"{message}: the candidate gets no traffic")
+    elif phase is Phase.STAGING and deployment_cond is not None and deployment_cond.status == "False":
+        cond = base.ChildCondition(
+            CANARY_READY,
+            "False",
+            deployment_cond.reason,
+            f"{deployment_cond.message}: the candidate gets no traffic",
+        )
+    elif phase is Phase.STABLE:
+        t = r.canary.model_uri
+        cond = base.ChildCondition(
+            CANARY_READY,
+            "True",
+            "NoCandidate",
+            f"spec.traffic's candidate is spec.modelUri{': ' + t if t else ''}: no canary runs",
+        )
+    else:
+        ok: base.Status = "False" if phase in (Phase.STAGING, Phase.ROLLING_BACK) else "True"
+        cond = base.ChildCondition(CANARY_READY, ok, phase.value, f"{plan.message}; {effective}")
+    out = [cond]
+    if r.route.router is base.Router.REPLICAS and r.canary.present:
+        shares = {sh.component: sh for sh in r.split}
+        cand = shares.get(labels.CANARY)
+        stable = shares[labels.PREDICTOR]
+        if cand is not None and cand.percent > 0:
+            total = cand.ready + stable.ready
+            asked = plan.canary_weight
+            message = (
+                f"replicas router: candidate {cand.ready} of {total} ready endpoints = {cand.percent} % "
+                f"(asked {asked} %)"
+            )
+        else:
+            message = (
+                f"replicas router: 100 % to the predictor ({stable.ready} ready endpoints), "
+                "candidate not selected"
+            )
+        out.append(base.ChildCondition(TRAFFIC_SPLIT_READY, "True", "EndpointsSelected", message))
+    return out
 
 
 def _ready(
@@ -169,12 +243,21 @@ def _ready(
     serving: list[base.ChildCondition],
     pod_failure: tuple[str, str] | None,
     counts: base.Replicas,
+    candidate_serves: bool = False,
 ) -> base.ChildCondition:
     summary = f"{counts.ready}/{counts.desired} replicas ready"
     failing = next((c for c in serving if c.status == "False"), None)
     if isvc.min_replicas == 0:
         return base.ChildCondition(
             "Ready", "False", "ScaledToZero", "minReplicas is 0: no replica is running"
+        )
+    if counts.ready == 0 and candidate_serves:
+        why = pod_failure[1] if pod_failure else failing.message if failing else summary
+        return base.ChildCondition(
+            "Ready",
+            "True",
+            "ServingCandidate",
+            f"the stable component cannot serve ({why}): the candidate serves every request",
         )
     if pod_failure is not None:
         return base.ChildCondition("Ready", "False", pod_failure[0], pod_failure[1])

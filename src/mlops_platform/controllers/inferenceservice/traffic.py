@@ -35,11 +35,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 from mlops_platform.api import internal
+from mlops_platform.controllers.inferenceservice import labels
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice.children import deployment as children_deployment
+from mlops_platform.controllers.inferenceservice.children import service as children_service
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.objects import Obj
 
-STABLE_KEY = "predictor"
-CANARY_KEY = "canary"
+STABLE_KEY = labels.PREDICTOR
+CANARY_KEY = labels.CANARY
 
 
 class Phase(enum.Enum):
@@ -168,3 +175,188 @@ def endpoint_split(percent: int, stable_replicas: int, max_canary: int) -> Endpo
     want = percent / 100
     best = min(range(1, max(1, max_canary) + 1), key=lambda c: (abs(c / (stable_replicas + c) - want), c))
     return EndpointSplit(best, 100 * best / (stable_replicas + best))
+
+
+# -- the rollout: plan + components + route, from the live objects -------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Share:
+    """One backend of the effective split (``status.traffic``)."""
+
+    component: str
+    model_uri: str
+    percent: int
+    ready: int
+    version: str | None
+
+    def status(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "component": self.component,
+            "modelUri": self.model_uri,
+            "percent": self.percent,
+            "readyReplicas": self.ready,
+        }
+        if self.version:
+            out["version"] = self.version
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rollout:
+    """Everything one reconcile decides about the canary, from the CR and the live objects."""
+
+    plan: Plan
+    #: the predictor, then the canary (``present`` False when no canary component is wanted)
+    components: tuple[base.Component, ...]
+    route: base.Route
+    #: what the live route does now (not what it is being asked to do)
+    split: tuple[Share, ...]
+
+    @property
+    def canary(self) -> base.Component:
+        return self.components[1]
+
+    @property
+    def involved(self) -> bool:
+        """Whether a canary is asked for or still around (then CanaryReady and status.traffic)."""
+        return self.canary.present or self.plan.phase is not Phase.STABLE
+
+
+def choose_router(
+    isvc: internal.InferenceService, ctx: base.BuildContext, served: set[base.Router]
+) -> base.Router:
+    """The router of ``isvc``: its own setting, else the operator's; ``auto`` is Istio when its
+    VirtualService CRD is served, else the Gateway API when the HTTPRoute CRD is served and a parent
+    Gateway is configured, else the replicas router. An explicit router whose CRD is missing stays
+    chosen (the route slot then reports CRDNotInstalled; traffic keeps going to the predictor)."""
+    chosen = base.Router(isvc.router) if isvc.router else ctx.router
+    if chosen is not base.Router.AUTO:
+        return chosen
+    if base.Router.ISTIO in served:
+        return base.Router.ISTIO
+    if base.Router.GATEWAY_API in served and ctx.gateway:
+        return base.Router.GATEWAY_API
+    return base.Router.REPLICAS
+
+
+def backend(deployment: Obj | None) -> Backend:
+    """What a live component Deployment shows (:class:`Backend`)."""
+    if deployment is None:
+        return Backend()
+    ready = int((deployment.get("status") or {}).get("availableReplicas") or 0)
+    return Backend(True, children_deployment.rolled_out_model(deployment), ready)
+
+
+def _live_model(deployment: Obj | None) -> str | None:
+    annotations = objects.meta(deployment or {}).get("annotations") or {}
+    value = annotations.get(labels.MODEL_URI_ANNOTATION)
+    return str(value) if value else None
+
+
+def _live_replicas(deployment: Obj | None) -> int | None:
+    value = ((deployment or {}).get("spec") or {}).get("replicas")
+    return None if value is None else int(value)
+
+
+def _share(part: int, whole: int) -> int:
+    return round(100 * part / whole) if whole > 0 else 0
+
+
+def version_of(model_uri: str) -> str:
+    """The last path segment of a model URI (``gs://models/bert/7`` -> ``7``)."""
+    return model_uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def rollout(
+    isvc: internal.InferenceService,
+    ctx: base.BuildContext,
+    router: base.Router,
+    stable_live: Obj | None,
+    canary_live: Obj | None,
+    route_live: Obj | None,
+    live_weights: dict[str, int] | None,
+    canary_endpoints: int,
+) -> Rollout:
+    """The decision of one reconcile. ``route_live`` is the live route object (the predictor Service
+    for the replicas router) and ``live_weights`` what it gives each component (None: no route);
+    ``canary_endpoints`` the ready endpoints of the canary Service: the candidate counts as ready
+    only once its Service has them too (what a mesh or gateway routes to), not just when the
+    Deployment says its replicas are available."""
+    stable, canary = backend(stable_live), backend(canary_live)
+    canary = dataclasses.replace(canary, ready=min(canary.ready, canary_endpoints))
+    if router is base.Router.REPLICAS:
+        selects = route_live is not None and children_service.selects_canary(route_live)
+        whole = stable.ready + canary.ready
+        live = {CANARY_KEY: max(1, _share(canary.ready, whole)) if whole else 1} if selects else {}
+    else:
+        live = dict(live_weights or {})
+    p = plan(isvc, stable, canary, live.get(CANARY_KEY))
+    pred = base.predictor(isvc)
+    if p.canary is CanaryAction.DELETE:
+        cand = base.Component(CANARY_KEY, "", "Canary", 0, 0, present=False)
+    else:
+        uri = p.canary_uri if p.canary is CanaryAction.BUILD else _live_model(canary_live)
+        lo, hi = _canary_bounds(isvc, router, stable_live, canary_live)
+        cand = base.Component(CANARY_KEY, uri or isvc.model_uri, "Canary", lo, hi)
+    route = base.Route(router, {k: w for k, w in p.weights.items() if w > 0})
+    return Rollout(p, (pred, cand), route, _effective(isvc, router, stable, canary, live, pred, cand))
+
+
+def _canary_bounds(
+    isvc: internal.InferenceService, router: base.Router, stable_live: Obj | None, canary_live: Obj | None
+) -> tuple[int, int]:
+    """The canary's replica bounds (min, max; equal = fixed count) — the documented rule:
+
+    - scaled to zero (``minReplicas`` 0): 0, the canary too;
+    - no percent asked (a promotion or rollback under way): the live count is kept (never scaled
+      down while it may carry traffic);
+    - replicas router: the count whose share of ready endpoints is closest to ``canaryPercent``
+      next to the stable Deployment's current count (:func:`endpoint_split`), 1 when staged; no
+      canary HPA (an autoscaler would move the share);
+    - weighted routers: ``ceil(minReplicas * p / 100)`` (at least 1) and, when the stable component
+      is autoscaled, an HPA from there up to ``maxReplicas`` (its share of the load sizes it).
+    """
+    if isvc.min_replicas == 0:
+        return 0, 0
+    t = isvc.traffic
+    percent = t.percent if t is not None and t.model_uri not in (None, isvc.model_uri) else None
+    if percent is None:
+        count = _live_replicas(canary_live) or 1
+        return count, count
+    if router is base.Router.REPLICAS:
+        s = _live_replicas(stable_live) or isvc.min_replicas
+        count = endpoint_split(percent, s, isvc.max_replicas).canary_replicas
+        return count, count
+    lo = max(1, min(isvc.min_replicas, math.ceil(isvc.min_replicas * percent / 100)))
+    hpa = base.replica_owner(base.predictor(isvc)) is base.ReplicaOwner.HPA
+    return lo, (isvc.max_replicas if hpa else lo)
+
+
+def _effective(
+    isvc: internal.InferenceService,
+    router: base.Router,
+    stable: Backend,
+    canary: Backend,
+    live: dict[str, int],
+    pred: base.Component,
+    cand: base.Component,
+) -> tuple[Share, ...]:
+    """What the live route does now: the replicas router's share of ready endpoints, else the live
+    weights (no route object: everything goes to the predictor Service)."""
+    if router is base.Router.REPLICAS:
+        both = bool(live.get(CANARY_KEY))
+        whole = stable.ready + canary.ready if both else stable.ready
+        c_pct = _share(canary.ready, whole) if both else 0
+        s_pct = 100 - c_pct if (whole or not both) else 0
+    else:
+        c_pct = live.get(CANARY_KEY, 0) if live else 0
+        s_pct = live.get(STABLE_KEY, 0) if live else 100
+    stable_uri = stable.model_uri or pred.model_uri
+    out = [Share(STABLE_KEY, stable_uri, s_pct, stable.ready, version_of(stable_uri))]
+    if cand.present:
+        t = isvc.traffic
+        token = t.version if t is not None and t.model_uri == cand.model_uri and t.version else None
+        version = token if token and "://" not in token else version_of(cand.model_uri)
+        out.append(Share(CANARY_KEY, cand.model_uri, c_pct, canary.ready, version))
+    return tuple(out)

@@ -14,6 +14,7 @@ HPA = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAu
 NETWORK_POLICY = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 EVENT = Resource("events.k8s.io", "v1", "events", "Event")
+ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 CRD = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )

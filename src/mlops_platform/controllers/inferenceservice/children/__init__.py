@@ -2,7 +2,8 @@
 
 Every module exposes its :class:`base.Child` (``CHILD``, or ``RULE``/``MONITOR`` for the two
 monitoring kinds); :data:`CHILDREN` lists them in slot order: the Deployment first, then the Service in
-front of it, the HPA that scales it, the network policy, and the optional monitoring kinds last.
+front of it, the HPA that scales it (each for the predictor, then for a canary), the routes of the
+Istio and Gateway API routers, the network policy, and the optional monitoring kinds last.
 A reconcile writes them in parallel and reports them (status, Event, log) in this order.
 """
 
@@ -10,18 +11,32 @@ from mlops_platform.controllers.inferenceservice.children import (
     base,
     deployment,
     hpa,
+    httproute,
     monitoring,
     networkpolicy,
     service,
+    virtualservice,
 )
 
 CHILDREN: tuple[base.Child, ...] = (
     deployment.CHILD,
     service.CHILD,
     hpa.CHILD,
+    virtualservice.CHILD,
+    httproute.CHILD,
     networkpolicy.CHILD,
     monitoring.RULE,
     monitoring.MONITOR,
 )
 
-__all__ = ["CHILDREN", "base", "deployment", "hpa", "monitoring", "networkpolicy", "service"]
+__all__ = [
+    "CHILDREN",
+    "base",
+    "deployment",
+    "hpa",
+    "httproute",
+    "monitoring",
+    "networkpolicy",
+    "service",
+    "virtualservice",
+]

@@ -55,6 +55,15 @@ def _no_labels() -> Mapping[str, str]:
     return MappingProxyType({})
 
 
+class Router(enum.Enum):
+    """What splits traffic between the components (``--traffic-router``, per-CR override)."""
+
+    AUTO = "auto"  # Istio if its CRDs are served, else Gateway API with a parent Gateway, else replicas
+    ISTIO = "istio"  # a VirtualService with weighted destinations to the components' Services
+    GATEWAY_API = "gateway-api"  # an HTTPRoute with weighted backendRefs on the configured Gateway
+    REPLICAS = "replicas"  # no mesh: the predictor Service selects both components' pods
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class BuildContext:
     """What builders need besides the CR: the runtime table and operator-wide settings."""
@@ -76,6 +85,12 @@ class BuildContext:
     monitoring_namespace: str = "monitoring"
     #: when set, egress of the predictor pods is limited to these CIDRs plus DNS; empty: unrestricted
     egress_cidrs: tuple[str, ...] = ()
+    #: what splits canary traffic (``--traffic-router``; per-CR ``spec.extensions.traffic.router``)
+    router: Router = Router.AUTO
+    #: the parent Gateway of HTTPRoutes, ``namespace/name`` (``--gateway``); None: no Gateway API
+    gateway: str | None = None
+    #: HTTPRoute hostnames are ``<name>.<namespace>.<ingress_domain>`` (``--ingress-domain``)
+    ingress_domain: str = "example.com"
 
     def server(self, isvc: internal.InferenceService) -> ServingRuntime:
         """The runtime of the CR's framework (``KeyError`` naming it if the table lacks it)."""
@@ -87,25 +102,70 @@ class BuildContext:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Component:
-    """One set of model-server pods: ``key`` names it (``predictor``), ``model_uri`` is what it serves."""
+    """One set of model-server pods: ``key`` names it (``predictor``), ``model_uri`` is what it serves,
+    ``min_replicas``/``max_replicas`` its replica bounds (equal: a fixed count, 0 = scaled to zero;
+    ``max > min >= 1``: an HPA owns the count, :func:`replica_owner`)."""
 
     key: str
     model_uri: str
     #: prefix of its children's condition types ("" for the predictor, "Canary" for a canary)
     condition_prefix: str = ""
+    min_replicas: int = 1
+    max_replicas: int = 1
+    #: False: the component is not wanted (its slots build nothing, a live child is deleted)
+    present: bool = True
+
+
+def predictor(isvc: internal.InferenceService) -> Component:
+    """The stable component: ``spec.modelUri`` within ``spec.minReplicas..maxReplicas``."""
+    return Component(labels.PREDICTOR, isvc.model_uri, "", isvc.min_replicas, isvc.max_replicas)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Route:
+    """What the route carries now: the resolved router (never AUTO) and the weight of each component
+    in it (by component key; only weights > 0 are listed, they sum to 100). A router child builds
+    its object from this; the replicas router is the predictor Service's selector."""
+
+    router: Router = Router.REPLICAS
+    weights: Mapping[str, int] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({labels.PREDICTOR: 100})
+    )
 
 
 def components(isvc: internal.InferenceService) -> tuple[Component, ...]:
-    """The components of an InferenceService, the predictor first."""
-    return (Component(labels.PREDICTOR, isvc.model_uri),)
+    """The components of an InferenceService without a canary (the reconciler adds the canary)."""
+    return (predictor(isvc),)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Target:
-    """What a child is built for: the InferenceService and one of its components."""
+    """What a child is built for: the InferenceService, one of its components, every component
+    (the predictor first; empty = just ``component``) and the route between them."""
 
     isvc: internal.InferenceService
     component: Component
+    route: Route = Route()
+    all_components: tuple[Component, ...] = ()
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        return self.all_components or (self.component,)
+
+    def component_named(self, key: str) -> Component | None:
+        """The component ``key`` when it is wanted (``present``), else None."""
+        return next((c for c in self.components if c.key == key and c.present), None)
+
+    def ordered_weights(self) -> list[tuple[str, int]]:
+        """``route.weights`` in component order (the predictor first), then any other key."""
+        order = {c.key: i for i, c in enumerate(self.components)}
+        weights = self.route.weights
+        return [(k, weights[k]) for k in sorted(weights, key=lambda k: order.get(k, len(order)))]
+
+
+def describe_weights(weights: Mapping[str, int], empty: str = "no backends") -> str:
+    """``80 % predictor, 20 % canary`` (a route's weights, for condition messages)."""
+    return ", ".join(f"{w} % {k}" for k, w in weights.items()) or empty
 
 
 class ReplicaOwner(enum.Enum):
@@ -115,9 +175,10 @@ class ReplicaOwner(enum.Enum):
     HPA = "hpa"  # maxReplicas > minReplicas >= 1: a HorizontalPodAutoscaler
 
 
-def replica_owner(isvc: internal.InferenceService) -> ReplicaOwner:
-    """The single statement of who owns the replica count; children read it, never re-derive it."""
-    if isvc.max_replicas > isvc.min_replicas >= 1:
+def replica_owner(component: Component) -> ReplicaOwner:
+    """The single statement of who owns a component's replica count; children read it, never
+    re-derive it."""
+    if component.max_replicas > component.min_replicas >= 1:
         return ReplicaOwner.HPA
     return ReplicaOwner.OPERATOR
 
@@ -141,7 +202,8 @@ class Contribution:
 
 NameFn = Callable[[Target], str]
 BuildFn = Callable[[Target, BuildContext], Obj | None]
-ConditionFn = Callable[[Target, BuildContext, Obj | None, Obj | None], ChildCondition]
+#: None: the slot reports no condition (a router child of a router not in use)
+ConditionFn = Callable[[Target, BuildContext, Obj | None, Obj | None], ChildCondition | None]
 ContributeFn = Callable[[Target, BuildContext, Obj | None], Contribution]
 SettleFn = Callable[[Target, Obj, Obj | None], None]
 
@@ -184,11 +246,19 @@ class Slot:
         return self.child.name(self.target)
 
 
-def slots(isvc: internal.InferenceService, children: tuple[Child, ...]) -> list[Slot]:
-    """Every slot of ``isvc``: per-component children for each component, then the others once."""
-    comps = components(isvc)
-    out = [Slot(c, Target(isvc, comp)) for comp in comps for c in children if c.per_component]
-    out += [Slot(c, Target(isvc, comps[0])) for c in children if not c.per_component]
+def slots(
+    isvc: internal.InferenceService,
+    children: tuple[Child, ...],
+    comps: tuple[Component, ...] | None = None,
+    route: Route | None = None,
+) -> list[Slot]:
+    """Every slot of ``isvc``: per-component children for each component (the predictor first),
+    then the others once. ``comps`` defaults to :func:`components` (no canary)."""
+    comps = comps or components(isvc)
+    route = route or Route()
+    targets = [Target(isvc, comp, route, comps) for comp in comps]
+    out = [Slot(c, t) for t in targets for c in children if c.per_component]
+    out += [Slot(c, targets[0]) for c in children if not c.per_component]
     return out
 
 
@@ -217,7 +287,12 @@ def service_name(target: Target) -> str:
 
 def component_name(target: Target) -> str:
     """``<name>-<component>``: the Deployment, Service and HPA of a component share it."""
-    return f"{target.isvc.name}-{target.component.key}"
+    return component_name_of(target.isvc, target.component.key)
+
+
+def component_name_of(isvc: internal.InferenceService, key: str) -> str:
+    """``<name>-<key>`` (``predictor`` or ``canary``: both fit 63 characters, see labels)."""
+    return f"{isvc.name}-{key}"
 
 
 def metadata(

@@ -35,16 +35,17 @@ KIND = kinds.Kind.of(resources.DEPLOYMENT)
 name = base.component_name
 
 
-def replicas(isvc: internal.InferenceService) -> int | None:
-    """The replica count to apply; ``None`` when an autoscaler owns it."""
-    return isvc.min_replicas if base.replica_owner(isvc) is base.ReplicaOwner.OPERATOR else None
+def replicas(component: base.Component) -> int | None:
+    """The component's replica count to apply; ``None`` when an autoscaler owns it."""
+    owner = base.replica_owner(component)
+    return component.min_replicas if owner is base.ReplicaOwner.OPERATOR else None
 
 
 def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
     isvc = target.isvc
     rt = ctx.server(isvc)
     spec: base.Obj = {}
-    count = replicas(isvc)
+    count = replicas(target.component)
     if count is not None:
         spec["replicas"] = count
     spec |= {
@@ -162,7 +163,7 @@ def condition(
         return base.not_found(CONDITION, KIND, name(target))
     spec, st = live.get("spec") or {}, live.get("status") or {}
     count = int(st.get("replicas") or 0)
-    if target.isvc.min_replicas == 0:
+    if target.component.min_replicas == 0:
         left = f"; {count} pod(s) still terminating" if count else ""
         return base.ChildCondition(
             CONDITION, "True", "ScaledToZero", f"minReplicas is 0: scaled to zero{left}"
@@ -216,7 +217,7 @@ def settle(target: base.Target, desired: base.Obj, live: base.Obj | None) -> Non
     spec = desired["spec"]
     if "replicas" not in spec:
         live_replicas = ((live or {}).get("spec") or {}).get("replicas")
-        spec["replicas"] = live_replicas if live_replicas is not None else target.isvc.min_replicas
+        spec["replicas"] = live_replicas if live_replicas is not None else target.component.min_replicas
 
 
 def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | None) -> base.Contribution:
@@ -228,7 +229,7 @@ def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | Non
         ready=int(st.get("readyReplicas") or 0),
         desired=int((live.get("spec") or {}).get("replicas") or 0),
     )
-    model = rolled_out_model(live) if target.isvc.min_replicas > 0 else None
+    model = rolled_out_model(live) if target.component.min_replicas > 0 else None
     return base.Contribution(replicas=counts, rolled_out_model=model)
 
 

@@ -24,8 +24,8 @@ name = base.component_name
 
 
 def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
-    isvc = target.isvc
-    if base.replica_owner(isvc) is not base.ReplicaOwner.HPA:
+    isvc, component = target.isvc, target.component
+    if base.replica_owner(component) is not base.ReplicaOwner.HPA:
         return None
     utilization = ctx.server(isvc).target_cpu_utilization
     return {
@@ -38,8 +38,8 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
                 "kind": resources.DEPLOYMENT.kind,
                 "name": deployment.name(target),
             },
-            "minReplicas": isvc.min_replicas,
-            "maxReplicas": isvc.max_replicas,
+            "minReplicas": component.min_replicas,
+            "maxReplicas": component.max_replicas,
             "metrics": [
                 {
                     "type": "Resource",
@@ -56,7 +56,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
 def condition(
     target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
 ) -> base.ChildCondition:
-    s = target.isvc
+    s = target.component
     if desired is None:
         if s.min_replicas == 0:
             why = "minReplicas is 0: scaled to zero, nothing to autoscale"

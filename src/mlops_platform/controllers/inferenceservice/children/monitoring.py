@@ -11,6 +11,9 @@ Contract (pure builders):
   in the InferenceService's namespace, scrapes their ``metrics`` port at the runtime's path, and
   copies the ``mlops.platform/inferenceservice`` and ``mlops.platform/component`` pod labels onto
   every series: the alert expressions (:mod:`..alerts`) select on them;
+- while a canary runs (``target.component_named(labels.CANARY)``) the PrometheusRule also holds
+  the canary alert (:data:`alerts.CANARY_ALERTS`, naming the candidate's model URI); without one
+  it is exactly the rule of the predictor alone;
 - both report to ``MonitoringReady`` (not gating ``Ready``): True when present or turned off,
   False ``CRDNotInstalled`` while the Prometheus Operator's CRDs are absent (set by the reconciler).
 """
@@ -53,6 +56,7 @@ def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
     if not enabled(target, ctx):
         return None
     isvc = target.isvc
+    canary = target.component_named(labels.CANARY)
     groups = alerts.rule_groups(
         name=isvc.name,
         namespace=isvc.namespace,
@@ -60,6 +64,7 @@ def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
         deployment=deployment.name(target),
         min_replicas=isvc.min_replicas,
         settings=settings(target, ctx),
+        canary_model_uri=None if canary is None else canary.model_uri,
     )
     return {
         "apiVersion": PROMETHEUS_RULE.resource().api_version,

@@ -4,7 +4,10 @@ Contract of :func:`build` (pure): a ClusterIP Service with a port named ``http``
 whose ``targetPort`` is the container port *by name* (``http``), so during a rollout that changes
 the port old and new pods are each reached on their own port, and, where the runtime exports
 metrics, a port named ``metrics`` (what the ServiceMonitor scrapes). Its selector is the
-component's Deployment's (:func:`labels.selector`), stable for the life of the CR.
+component's Deployment's (:func:`labels.selector`), except under the ``replicas`` router while the
+route gives the canary a share: then the predictor Service is the route and selects the pods of
+both components (:func:`labels.service_selector`), the share being the canary's share of ready
+endpoints (:func:`live_weights` reads it back).
 ``ServiceReady`` is True once the Service exists with a cluster IP (endpoints readiness is the
 Deployment's condition).
 """
@@ -42,10 +45,23 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
         "metadata": base.metadata(target, ctx, name(target)),
         "spec": {
             "type": "ClusterIP",
-            "selector": labels.selector(isvc, target.component.key),
+            "selector": _selector(target),
             "ports": ports,
         },
     }
+
+
+def _selector(target: base.Target) -> dict[str, str]:
+    route, key = target.route, target.component.key
+    if key == labels.PREDICTOR and route.router is base.Router.REPLICAS and route.weights.get(labels.CANARY):
+        return labels.service_selector(target.isvc)
+    return labels.selector(target.isvc, key)
+
+
+def selects_canary(live: base.Obj | None) -> bool:
+    """Whether a live predictor Service is the replicas router's split (it selects every component)."""
+    selector = ((live or {}).get("spec") or {}).get("selector") or {}
+    return bool(selector) and labels.COMPONENT not in selector
 
 
 def condition(
