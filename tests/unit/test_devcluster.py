@@ -71,3 +71,21 @@ def test_binary_cache_directory_is_per_version(monkeypatch: object) -> None:
     v = binaries.versions()
     assert v["KUBE_VERSION"] in d.name and v["ETCD_VERSION"] in d.name and v["KWOK_VERSION"] in d.name
     assert ROOT not in d.parents  # outside the repo
+
+
+def test_the_demo_reads_each_expected_condition_of_a_sample() -> None:
+    from mlops_platform.devcluster import demo
+
+    obj = {
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Serving"},
+                {"type": "CanaryReady", "status": "False", "reason": "Staging"},
+            ]
+        }
+    }
+    assert demo._state(obj, "Ready=True") == "Ready=True"
+    assert demo._state(obj, "Ready=True,CanaryReady=True/Canary") == "Ready=True,CanaryReady=False/Staging"
+    obj["status"]["conditions"][1] |= {"status": "True", "reason": "Canary"}
+    assert demo._state(obj, "Ready=True,CanaryReady=True/Canary") == "Ready=True,CanaryReady=True/Canary"
+    assert demo._state({}, "Ready=True") == "Ready: no status yet"

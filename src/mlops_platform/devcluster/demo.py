@@ -1,7 +1,8 @@
 """``make demo``: the local cluster, the CRD, the operator, the samples, and their expected states.
 
 Each sample in ``config/samples/`` says what it should reach in the annotation
-``demo.mlops.platform/expect`` (``Ready=True`` or ``Ready=False/ScaledToZero``); the demo waits for
+``demo.mlops.platform/expect`` (``Ready=True``, ``Ready=False/ScaledToZero``, or several conditions:
+``Ready=True,CanaryReady=True/Canary``); the demo waits for
 every one, with progress, then prints ``kubectl get isvc`` and the children, and leaves the operator
 running (its PID file and log are in the cluster directory; ``dev down`` stops it with the cluster).
 """
@@ -89,11 +90,19 @@ def load_samples() -> list[dict[str, Any]]:
     return docs
 
 
-def _state(obj: dict[str, Any]) -> str:
-    cond = objects.condition(obj, "Ready")
-    if cond is None:
-        return "no status yet"
-    return f"Ready={cond['status']}" + ("" if cond["status"] == "True" else f"/{cond.get('reason')}")
+def _state(obj: dict[str, Any], expect: str) -> str:
+    """The object's state in the terms of ``expect``: ``Type=Status``, with ``/Reason`` when the
+    status is not True or the expectation names a reason; comma-separated like ``expect``."""
+    parts = []
+    for item in expect.split(","):
+        type_ = item.split("=", 1)[0]
+        cond = objects.condition(obj, type_)
+        if cond is None:
+            parts.append(f"{type_}: no status yet")
+            continue
+        with_reason = cond["status"] != "True" or "/" in item
+        parts.append(f"{type_}={cond['status']}" + (f"/{cond.get('reason')}" if with_reason else ""))
+    return ",".join(parts)
 
 
 async def _run(name: str, timeout: float) -> None:
@@ -119,7 +128,7 @@ async def _run(name: str, timeout: float) -> None:
         pending = {objects.name(s): objects.annotations(s)[EXPECT] for s in samples}
         last = ""
         while pending:
-            states = {n: _state(await c.get(isvc, n, NAMESPACE)) for n in pending}
+            states = {n: _state(await c.get(isvc, n, NAMESPACE), pending[n]) for n in pending}
             line = ", ".join(f"{n}: {st}" for n, st in states.items())
             if line != last:
                 _log(f"waiting: {line}")
@@ -141,7 +150,7 @@ def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
         ["get", "isvc", "-n", NAMESPACE, "-o", "wide"],
         [
             "get",
-            "deployments,services,hpa,networkpolicies,prometheusrules,servicemonitors,pods",
+            "deployments,services,hpa,virtualservices,networkpolicies,prometheusrules,servicemonitors,pods",
             "-n",
             NAMESPACE,
         ],

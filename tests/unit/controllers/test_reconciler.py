@@ -1391,6 +1391,16 @@ async def test_a_candidate_without_ready_endpoints_gets_no_traffic_and_says_why(
     assert [t["percent"] for t in w.status["traffic"]] == [100, 0]
 
 
+async def test_a_candidate_at_100_percent_is_the_only_one_selected() -> None:
+    w = await world_with(
+        {"minReplicas": 2, "maxReplicas": 2, "traffic": {"canaryVersion": "v2", "canaryPercent": 100}}
+    )
+    await w.converge()
+    assert _selector(w)[labels.COMPONENT] == labels.CANARY
+    assert [t["percent"] for t in w.status["traffic"]] == [0, 100]
+    assert brief(w.status, "Ready") == ("True", "Serving")
+
+
 async def test_a_staged_candidate_runs_without_traffic() -> None:
     w = await world_with({"traffic": {"canaryVersion": "v2", "canaryPercent": 0}})
     await w.converge()

@@ -286,9 +286,13 @@ def rollout(
     stable, canary = backend(stable_live), backend(canary_live)
     canary = dataclasses.replace(canary, ready=min(canary.ready, canary_endpoints))
     if router is base.Router.REPLICAS:
-        selects = route_live is not None and children_service.selects_canary(route_live)
-        whole = stable.ready + canary.ready
-        live = {CANARY_KEY: max(1, _share(canary.ready, whole)) if whole else 1} if selects else {}
+        chosen = children_service.selected(route_live)
+        live: dict[str, int] = {}
+        if chosen == {CANARY_KEY}:
+            live = {CANARY_KEY: 100}
+        elif CANARY_KEY in chosen:  # both selected (the stable key marks it; shares by ready endpoints)
+            whole = stable.ready + canary.ready
+            live = {STABLE_KEY: 0, CANARY_KEY: max(1, _share(canary.ready, whole)) if whole else 1}
     else:
         live = dict(live_weights or {})
     p = plan(isvc, stable, canary, live.get(CANARY_KEY))
@@ -344,14 +348,15 @@ def _effective(
 ) -> tuple[Share, ...]:
     """What the live route does now: the replicas router's share of ready endpoints, else the live
     weights (no route object: everything goes to the predictor Service)."""
-    if router is base.Router.REPLICAS:
-        both = bool(live.get(CANARY_KEY))
-        whole = stable.ready + canary.ready if both else stable.ready
-        c_pct = _share(canary.ready, whole) if both else 0
-        s_pct = 100 - c_pct if (whole or not both) else 0
-    else:
-        c_pct = live.get(CANARY_KEY, 0) if live else 0
-        s_pct = live.get(STABLE_KEY, 0) if live else 100
+    if router is base.Router.REPLICAS and live.get(CANARY_KEY) and STABLE_KEY in live:
+        # both components selected: each gets its share of the ready endpoints
+        whole = stable.ready + canary.ready
+        c_pct = _share(canary.ready, whole)
+        s_pct = 100 - c_pct if whole else 0
+    elif live:
+        c_pct, s_pct = live.get(CANARY_KEY, 0), live.get(STABLE_KEY, 0)
+    else:  # no route object, or the predictor Service selects only the predictor
+        c_pct, s_pct = 0, 100
     stable_uri = stable.model_uri or pred.model_uri
     out = [Share(STABLE_KEY, stable_uri, s_pct, stable.ready, version_of(stable_uri))]
     if cand.present:

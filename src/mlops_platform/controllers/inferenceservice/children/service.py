@@ -54,14 +54,20 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
 def _selector(target: base.Target) -> dict[str, str]:
     route, key = target.route, target.component.key
     if key == labels.PREDICTOR and route.router is base.Router.REPLICAS and route.weights.get(labels.CANARY):
+        if not route.weights.get(labels.PREDICTOR):  # the candidate takes every request
+            return labels.selector(target.isvc, labels.CANARY)
         return labels.service_selector(target.isvc)
     return labels.selector(target.isvc, key)
 
 
-def selects_canary(live: base.Obj | None) -> bool:
-    """Whether a live predictor Service is the replicas router's split (it selects every component)."""
+def selected(live: base.Obj | None) -> frozenset[str]:
+    """The components a live predictor Service selects (the replicas router's route): the one of
+    its selector, or every component when the selector has no component key."""
     selector = ((live or {}).get("spec") or {}).get("selector") or {}
-    return bool(selector) and labels.COMPONENT not in selector
+    if not selector:
+        return frozenset()
+    component = selector.get(labels.COMPONENT)
+    return frozenset((component,)) if component else frozenset((labels.PREDICTOR, labels.CANARY))
 
 
 def condition(
