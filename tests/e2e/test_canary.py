@@ -255,7 +255,9 @@ async def _canary_converged(
             and t[PREDICTOR]["readyReplicas"] == n
             and obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
         )
-        return obj if ok else None
+        # a failed probe is retried; its message is what the timeout reports
+        assert ok, (t, probes.condition(obj, "CanaryReady"), obj["metadata"]["generation"])
+        return obj
 
     obj: dict[str, Any] = await _until(status, f"status.traffic {100 - percent}/{percent}")
     assert probes.condition(obj, "CanaryReady")["status"] == "True"

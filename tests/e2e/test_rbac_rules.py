@@ -55,6 +55,19 @@ EXPECT: dict[str, tuple[str | None, str | None]] = {
         "list/watch servicemonitors.monitoring.coreos.com",
         "PermissionDenied",
     ),
+    # canary gating and routes: reported like any other list/watch (no canary needed to see it)
+    "endpointslices.discovery.k8s.io": (
+        "list/watch endpointslices.discovery.k8s.io",
+        "PermissionDenied",
+    ),
+    "virtualservices.networking.istio.io": (
+        "list/watch virtualservices.networking.istio.io",
+        "PermissionDenied",
+    ),
+    "httproutes.gateway.networking.k8s.io": (
+        "list/watch httproutes.gateway.networking.k8s.io",
+        "PermissionDenied",
+    ),
     # without it no optional kind can be discovered: the cache starts degraded and says why
     "customresourcedefinitions.apiextensions.k8s.io": (
         "list/watch customresourcedefinitions.apiextensions.k8s.io",

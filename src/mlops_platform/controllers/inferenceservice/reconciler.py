@@ -425,7 +425,7 @@ class InferenceServiceReconciler:
     def _permission_problems(self, namespace: str) -> list[tuple[str, rclient.ApiError]]:
         """What the operator cannot see or record (a 403 on list/watch, or on writing Events)."""
         problems: list[tuple[str, rclient.ApiError]] = []
-        watched = [resources.POD, resources.CRD]
+        watched = [resources.POD, resources.ENDPOINT_SLICE, resources.CRD]
         watched += [r for c in children.CHILDREN if (r := self.kinds.resolve(c.kind)) is not None]
         for group_resource, err in sorted(self.cache.errors(watched).items()):
             if isinstance(err, rclient.ApiError):
