@@ -193,18 +193,19 @@ async def test_create_becomes_ready_with_url_and_children(
     pods = (await admin_client.list(resources.POD, namespace, label_selector=of_web))["items"]
     assert len(pods) == 2
 
-    async def created_events() -> list[str] | None:
+    async def created_events() -> list[dict[str, Any]] | None:
         items = (await admin_client.list(resources.EVENT, namespace))["items"]
-        notes = [
-            e.get("note", "") for e in items if e["regarding"]["name"] == "web" and e["reason"] == "Created"
-        ]
-        return notes or None
+        found = [e for e in items if e["regarding"]["name"] == "web" and e["reason"] == "Created"]
+        return found or None
 
-    notes = await wait.until(created_events, timeout=30, what="the Created Event on the InferenceService")
+    found = await wait.until(created_events, timeout=30, what="the Created Event on the InferenceService")
     # one Event for the reconcile that created the children, listing them in slot order
-    assert notes == [
+    assert [e.get("note", "") for e in found] == [
         "created Deployment/web-predictor, Service/web-predictor, PrometheusRule/web, ServiceMonitor/web"
     ]
+    # and it names that reconcile: the reconcile_id of its JSON log line
+    reconcile_id = found[0]["metadata"].get("annotations", {}).get(labels.RECONCILE_ID_ANNOTATION, "")
+    assert len(reconcile_id) == 12 and int(reconcile_id, 16) >= 0
     assert all(p["status"]["phase"] == "Running" for p in pods)
 
 

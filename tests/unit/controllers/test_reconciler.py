@@ -1527,6 +1527,56 @@ def test_the_pod_cache_keeps_what_the_reconciler_reads_and_nothing_more() -> Non
     assert reconciler.pod_failure(reconciler.slim_pod(_pod("Running"))) is None
 
 
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/5 nodes are available: 5 Insufficient nvidia.com/gpu.",
+}
+
+
+def test_a_pod_the_scheduler_cannot_place_is_named_with_the_schedulers_message() -> None:
+    stuck = _pod("Pending")
+    stuck["status"]["conditions"] = [UNSCHEDULABLE]
+    slim = reconciler.slim_pod(copy.deepcopy(stuck))
+    assert reconciler.pod_failure(slim) == reconciler.pod_failure(stuck)
+    assert reconciler.pod_failure(slim) == (
+        "Unschedulable",
+        "pod p cannot be scheduled: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu.",
+    )
+
+
+def test_a_crash_loop_says_why_the_container_last_exited() -> None:
+    oom = _pod("Running", CRASH)
+    oom["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"reason": "OOMKilled", "exitCode": 137, "startedAt": "2026-01-01T00:00:00Z"}
+    }
+    slim = reconciler.slim_pod(copy.deepcopy(oom))
+    reason, message = reconciler.pod_failure(slim) or ("", "")
+    assert reason == "CrashLoopBackOff" and message.endswith("(last exit: OOMKilled, code 137)")
+    assert "startedAt" not in str(slim)
+
+
+def test_an_upstream_message_is_bounded_on_the_status() -> None:
+    long = _pod("Running", {"reason": "ErrImagePull", "message": "x" * 5000})
+    _, message = reconciler.pod_failure(long) or ("", "")
+    assert len(message) == reconciler.status.MAX_UPSTREAM_MESSAGE and message.endswith("…")
+
+
+async def test_unschedulable_pods_gate_ready_only_while_nothing_serves() -> None:
+    w = await world_with({"minReplicas": 2, "maxReplicas": 2}, mon="absent")
+    stuck = pod("Unused")
+    stuck["status"] = {"containerStatuses": [], "conditions": [UNSCHEDULABLE]}
+    w.put(resources.POD, stuck)
+    await w.converge()  # the fake Deployment controller reports 2 available replicas
+    assert brief(w.status, "Ready") == ("True", "Serving")
+    w.edit(DEP, PREDICTOR, lambda d: d["status"].update(availableReplicas=0, readyReplicas=0))
+    await w.reconcile()
+    ready = cond(w.status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Unschedulable")
+    assert "5 Insufficient nvidia.com/gpu" in ready["message"]
+
+
 def test_pod_events_enqueue_only_when_a_failure_appears_changes_or_goes() -> None:
     p = predicates.projection_changed(reconciler.pod_failure)
     pending, running, crashing = _pod("Pending"), _pod("Running"), _pod("Running", CRASH)
@@ -1584,3 +1634,41 @@ async def test_the_state_our_own_writes_produced_is_settled_too(monkeypatch: pyt
     monkeypatch.setattr(reconciler.status, "compute", lambda *a, **k: computed.append(1) or real(*a, **k))
     await w.reconcile()
     assert (w.client.calls, computed) == ([], [])
+
+
+async def test_the_status_stays_within_its_byte_budget_whatever_upstream_says() -> None:
+    """Every condition present (canary, route, monitoring, network policy) and every upstream
+    message huge: the status is still at most STATUS_BUDGET_BYTES of JSON."""
+    import json
+
+    huge = "m" * 20_000
+    spec = {
+        "minReplicas": 2,
+        "maxReplicas": 6,
+        "modelUri": "s3://models/" + "x" * 1900 + "/v1",
+        "traffic": {"canaryVersion": "v2", "canaryPercent": 50},
+        "extensions": {"networkPolicy": {"enabled": True}},
+    }
+    w = await world_with(spec)
+    w.install_istio()
+    w.canary_endpoints_ready = False
+    crash = pod("CrashLoopBackOff", name=f"{NAME}-canary-x")
+    crash["metadata"]["labels"][labels.COMPONENT] = labels.CANARY
+    crash["status"]["containerStatuses"][0]["state"]["waiting"]["message"] = huge
+    w.put(resources.POD, crash)
+    with contextlib.suppress(Exception):
+        await w.converge()
+
+    def hostile(d: Obj) -> None:
+        d["status"]["conditions"] = [
+            {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": huge}
+        ]
+
+    w.edit(DEP, PREDICTOR, hostile)
+    w.client.fail("apply", "services", status=500, message=huge)
+    with contextlib.suppress(Exception):
+        await w.reconcile()
+    size = len(json.dumps(w.status).encode())
+    print(f"status: {size} bytes, {len(w.status['conditions'])} conditions")
+    assert len(w.status["conditions"]) >= 10
+    assert size <= reconciler.status.STATUS_BUDGET_BYTES

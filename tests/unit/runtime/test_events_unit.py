@@ -253,3 +253,33 @@ async def test_transient_write_failures_are_retried_after_1_2_4_seconds(
         await recorder.flush()
     assert len(sink.calls) == 4
     assert [e["reason"] for e in sink.events()] == ["Retried"]
+
+
+async def test_events_carry_the_id_of_the_reconcile_that_recorded_them(
+    sink: FakeSink, clock: FakeClock
+) -> None:
+    from mlops_platform.runtime.observability import logs
+
+    key = "example.com/reconcile-id"
+    rec = EventRecorder(sink, "c", "i", clock=clock, correlation_annotation=key)
+    rec.start()
+    try:
+        with logs.log_context(reconcile_id="aaa111"):
+            rec.event(pod(), "Normal", "Created", "Create", "made it")
+        rec.event(pod(name="other"), "Normal", "Created", "Create", "no reconcile bound")
+        await rec.flush()
+        by_name = {e["regarding"]["name"]: e for e in sink.events()}
+        assert by_name["p"]["metadata"]["annotations"] == {key: "aaa111"}
+        assert "annotations" not in by_name["other"]["metadata"]
+        with logs.log_context(reconcile_id="bbb222"):  # a repeat: the series names the latest
+            rec.event(pod(), "Normal", "Created", "Create", "made it")
+        await rec.flush()
+        assert sink.calls[-1][0] == "patch"
+        by_name = {e["regarding"]["name"]: e for e in sink.events()}
+        assert by_name["p"]["metadata"]["annotations"] == {key: "bbb222"}
+    finally:
+        await rec.stop()
+    plain = EventRecorder(FakeSink(), "c", "i", clock=clock)
+    with logs.log_context(reconcile_id="ccc"):
+        plain.event(pod(), "Normal", "Created", "Create", "x")
+    assert not plain._entries or all(not e.correlation for e in plain._entries.values())

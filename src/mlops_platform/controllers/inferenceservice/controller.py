@@ -59,7 +59,11 @@ def setup(
         for version in child.kind.versions:  # an optional kind's served version is known later
             mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
     rec = reconciler.InferenceServiceReconciler(
-        mgr.cache, mgr.client, mgr.event_recorder("mlops-platform"), mgr.optional_kinds, ctx
+        mgr.cache,
+        mgr.client,
+        mgr.event_recorder("mlops-platform", correlation_annotation=labels.RECONCILE_ID_ANNOTATION),
+        mgr.optional_kinds,
+        ctx,
     )
     builder = (
         mgr.builder(NAME)

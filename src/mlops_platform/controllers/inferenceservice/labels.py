@@ -53,6 +53,9 @@ PREDICTOR_SUFFIX = f"-{PREDICTOR}"
 assert v1alpha1.MAX_NAME_LENGTH + len(PREDICTOR_SUFFIX) <= 63
 assert len(CANARY) <= len(PREDICTOR)
 
+#: Event annotation: the id of the reconcile that recorded it (its JSON log line's ``reconcile_id``)
+RECONCILE_ID_ANNOTATION = f"{v1alpha1.GROUP}/reconcile-id"
+
 #: pod template annotation carrying the model URI the pods were started with
 MODEL_URI_ANNOTATION = f"{v1alpha1.GROUP}/model-uri"
 

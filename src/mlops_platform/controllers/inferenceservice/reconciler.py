@@ -57,7 +57,8 @@ POD_INDEX = "inferenceservice"
 
 
 def pod_failure(pod: Obj) -> tuple[str, str] | None:
-    """All the reconciler reads of one pod: its first failing container (see status.pod_problem)."""
+    """All the reconciler reads of one pod: its first failing container, else why it cannot be
+    scheduled (see status.pod_problem)."""
     return status.pod_problem((pod,))
 
 
@@ -65,12 +66,26 @@ def slim_pod(pod: Obj) -> Obj:
     """The cache transform of pods: what :func:`pod_index` and :func:`pod_failure` read, and no more
     (a pod's spec is most of its bytes; at thousands of pods it would be most of the cache)."""
     meta = pod.get("metadata") or {}
+    st = pod.get("status") or {}
     statuses = []
-    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+    for cs in st.get("containerStatuses") or ():
         waiting = (cs.get("state") or {}).get("waiting")
-        statuses.append({"name": cs.get("name"), "state": {"waiting": waiting} if waiting else {}})
+        slim_cs: Obj = {"name": cs.get("name"), "state": {"waiting": waiting} if waiting else {}}
+        terminated = (cs.get("lastState") or {}).get("terminated")
+        if waiting and terminated:  # why it is waiting again (OOMKilled, Error)
+            keep = ("reason", "exitCode")
+            slim_cs["lastState"] = {"terminated": {k: terminated[k] for k in keep if k in terminated}}
+        statuses.append(slim_cs)
+    unscheduled = [
+        {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+        for c in st.get("conditions") or ()
+        if c.get("type") == "PodScheduled" and c.get("status") == "False"
+    ]
     kept = ("name", "namespace", "uid", "resourceVersion", "labels")
-    slim = {"metadata": {k: meta[k] for k in kept if k in meta}, "status": {"containerStatuses": statuses}}
+    slim_status: Obj = {"containerStatuses": statuses}
+    if unscheduled:
+        slim_status["conditions"] = unscheduled
+    slim = {"metadata": {k: meta[k] for k in kept if k in meta}, "status": slim_status}
     return rinformer.intern_strings(slim)  # type: ignore[no-any-return]
 
 

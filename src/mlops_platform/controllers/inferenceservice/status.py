@@ -96,17 +96,47 @@ def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.C
     return list(by_type.values())
 
 
+#: pod causes that hold the pod back from running at all; they gate Ready only while no replica is
+#: ready (a scale-up beyond the cluster's capacity leaves a serving service serving)
+POD_PENDING_REASONS = frozenset({"Unschedulable"})
+#: an upstream message is cut to this many characters on the status (the status stays small)
+MAX_UPSTREAM_MESSAGE = 512
+#: the most bytes a status may take (JSON), whatever the children and upstream controllers say:
+#: at most ~14 conditions of bounded messages, two traffic entries, a few scalars (docs/api.md)
+STATUS_BUDGET_BYTES = 12 * 1024
+
+
+def bounded(message: str, limit: int = MAX_UPSTREAM_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters (an ellipsis marks the cut)."""
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
 def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
-    """The first failing container of the InferenceService's pods: (reason, message)."""
+    """The first cause among the InferenceService's pods that a pod cannot run or serve:
+    (reason, message). A failing container (``CrashLoopBackOff`` with its last exit reason, e.g.
+    ``OOMKilled``; image pull errors; ...) first, else a pod the scheduler cannot place
+    (``Unschedulable``, with the scheduler's message: ``0/5 nodes are available: 5 Insufficient
+    nvidia.com/gpu``)."""
+    pending: tuple[str, str] | None = None
     for pod in pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        st = pod.get("status") or {}
+        for cs in st.get("containerStatuses") or ():
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in POD_FAILURE_REASONS:
                 msg = f"pod {objects.name(pod)} container {cs.get('name')}: {waiting['reason']}"
                 if waiting.get("message"):
                     msg += f": {waiting['message']}"
-                return str(waiting["reason"]), msg
-    return None
+                last = ((cs.get("lastState") or {}).get("terminated")) or {}
+                if last.get("reason") or last.get("exitCode") is not None:
+                    msg += f" (last exit: {last.get('reason') or 'Error'}, code {last.get('exitCode')})"
+                return str(waiting["reason"]), bounded(msg)
+        if pending is None:
+            for cond in st.get("conditions") or ():
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    reason = str(cond.get("reason") or "Unschedulable")
+                    msg = f"pod {objects.name(pod)} cannot be scheduled: {cond.get('message') or reason}"
+                    pending = reason, bounded(msg)
+    return pending
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -160,7 +190,10 @@ def compute(
         )
         ready = _ready(isvc, serving_conds, pod_failure, counts, candidate_serves)
     extra = _canary_conditions(canary, slot_conds) if canary is not None and canary.rollout.involved else []
-    wanted = [ready, reconciled, *slot_conds, *extra]
+    # every message is bounded: the status stays small whatever an upstream controller says
+    wanted = [
+        dataclasses.replace(c, message=bounded(c.message)) for c in (ready, reconciled, *slot_conds, *extra)
+    ]
     out: Obj = {
         "observedGeneration": isvc.generation,
         "conditions": conditions.merge(previous.get("conditions") or [], wanted, generation=isvc.generation),
@@ -259,7 +292,7 @@ def _ready(
             "ServingCandidate",
             f"the stable component cannot serve ({why}): the candidate serves every request",
         )
-    if pod_failure is not None:
+    if pod_failure is not None and (pod_failure[0] not in POD_PENDING_REASONS or counts.ready == 0):
         return base.ChildCondition("Ready", "False", pod_failure[0], pod_failure[1])
     if failing is not None:
         return base.ChildCondition("Ready", "False", failing.reason, failing.message)
@@ -287,8 +320,8 @@ def invalid(raw: Obj, message: str) -> Obj:
     generation = objects.generation(raw)
     previous = raw.get("status") or {}
     wanted = [
-        base.ChildCondition("Ready", "False", "InvalidSpec", message),
-        base.ChildCondition("Reconciled", "False", "InvalidSpec", message),
+        base.ChildCondition("Ready", "False", "InvalidSpec", bounded(message)),
+        base.ChildCondition("Reconciled", "False", "InvalidSpec", bounded(message)),
     ]
     return {
         **{k: v for k, v in previous.items() if k not in ("conditions", "lastReconcileTime", "url")},

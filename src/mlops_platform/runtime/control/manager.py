@@ -142,9 +142,14 @@ class Manager:
     def add(self, ctrl: rcontroller.Controller) -> None:
         self.controllers.append(ctrl)
 
-    def event_recorder(self, component: str) -> events.EventRecorder:
-        """An Event recorder for ``component``, started and flushed with the manager."""
-        rec = events.EventRecorder(self.client, component, self.options.identity)
+    def event_recorder(
+        self, component: str, *, correlation_annotation: str | None = None
+    ) -> events.EventRecorder:
+        """An Event recorder for ``component``, started and flushed with the manager (with
+        ``correlation_annotation``, Events carry the recording reconcile's id in it)."""
+        rec = events.EventRecorder(
+            self.client, component, self.options.identity, correlation_annotation=correlation_annotation
+        )
         self._recorders.append(rec)
         return rec
 

@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol
 
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.clock import Clock, RealClock, TimerHandle, rfc3339, utcnow
+from mlops_platform.runtime.observability import logs
 from mlops_platform.runtime.queue import ratelimiter
 from mlops_platform.runtime.transport.client import JSON, ApiError, PatchType, Resource
 from mlops_platform.runtime.transport.resources import EVENT
@@ -87,6 +88,8 @@ class _Entry:
     created: bool = False
     last_seen: float = 0.0  # local monotonic clock
     last_wall: str = ""
+    #: the reconcile id of the latest occurrence ("" without one)
+    correlation: str = ""
     queued: bool = False
     deferred: TimerHandle | None = None
     failures: int = 0
@@ -107,8 +110,13 @@ class EventRecorder:
         refill_seconds: float = 300.0,
         clock: Clock | None = None,
         wall_clock: Callable[[], datetime.datetime] | None = None,
+        correlation_annotation: str | None = None,
     ) -> None:
         self._client = client
+        #: when set, each Event carries the ``reconcile_id`` of the log context that recorded it (the
+        #: latest occurrence's, for a series) in this annotation: one grep finds a reconcile's log
+        #: line and its Events
+        self.correlation_annotation = correlation_annotation
         self.reporting_controller = reporting_controller
         self.reporting_instance = reporting_instance[:FIELD_LIMIT]
         self.window, self.burst, self.refill_seconds = window, burst, refill_seconds
@@ -197,10 +205,12 @@ class EventRecorder:
         object_key = tuple(str(ref.get(k, "")) for k in ("apiVersion", "kind", "namespace", "name", "uid"))
         key = (*object_key, type_, reason, action, note)
         now, wall = self._clock.now(), rfc3339(self._wall(), 6)
+        correlation = logs.current_context().get("reconcile_id", "") if self.correlation_annotation else ""
         entry = self._entries.get(key)
         if entry is not None and now - entry.last_seen <= self.window:
             entry.count += 1
             entry.last_seen, entry.last_wall = now, wall
+            entry.correlation = correlation or entry.correlation
             self._entries.move_to_end(key)
             if entry.deferred is None:
                 self._enqueue(entry)
@@ -210,10 +220,13 @@ class EventRecorder:
             log.debug("spam filter: dropping event %s about %s", reason, "/".join(object_key))
             return
         namespace = str(ref.get("namespace") or "default")
+        metadata: JSON = {"name": self._event_name(name), "namespace": namespace}
+        if correlation and self.correlation_annotation:
+            metadata["annotations"] = {self.correlation_annotation: correlation}
         body = {
             "apiVersion": EVENT.api_version,
             "kind": EVENT.kind,
-            "metadata": {"name": self._event_name(name), "namespace": namespace},
+            "metadata": metadata,
             "eventTime": wall,
             "reportingController": self.reporting_controller,
             "reportingInstance": self.reporting_instance,
@@ -223,7 +236,7 @@ class EventRecorder:
             "note": note,
             "regarding": ref,
         }
-        entry = _Entry(namespace, body, object_key, last_seen=now, last_wall=wall)
+        entry = _Entry(namespace, body, object_key, last_seen=now, last_wall=wall, correlation=correlation)
         self._entries[key] = entry
         while len(self._entries) > MAX_ENTRIES:
             self._entries.popitem(last=False)
@@ -287,9 +300,12 @@ class EventRecorder:
             if not entry.created:
                 await self._create(entry, series if count > 1 else None)
             else:
+                patch: JSON = {"series": series}
+                if entry.correlation and self.correlation_annotation:
+                    patch["metadata"] = {"annotations": {self.correlation_annotation: entry.correlation}}
                 try:
                     await self._client.patch(
-                        EVENT, name, {"series": series}, namespace=entry.namespace, patch_type="merge"
+                        EVENT, name, patch, namespace=entry.namespace, patch_type="merge"
                     )
                 except ApiError as e:
                     if not e.not_found:
@@ -316,6 +332,10 @@ class EventRecorder:
 
     async def _create(self, entry: _Entry, series: JSON | None) -> None:
         body = dict(entry.body)
+        if entry.correlation and self.correlation_annotation:
+            meta = dict(body["metadata"])
+            meta["annotations"] = {self.correlation_annotation: entry.correlation}
+            body["metadata"] = meta
         if series is not None:
             body["series"] = series
         try:

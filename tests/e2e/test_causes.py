@@ -1,0 +1,118 @@
+"""Why a service does not serve, on its status: each cause the local cluster can produce shows as
+``Ready=False`` with the documented reason and the upstream message, within 10 seconds.
+
+The operator runs in this process with admin credentials (the RBAC suite proves its own rules);
+each test makes one cause in its own namespace: a GPU request no node can satisfy (the
+scheduler's ``Unschedulable``), a ResourceQuota and a LimitRange that make the ReplicaSet's pod
+creation fail (``FailedCreate``), and an image that cannot be pulled (a kwok stage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_platform.api import crd
+from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.devcluster import nodes
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.testing import isvc, probes, stages, wait
+
+ISVC = crd.RESOURCE
+WITHIN = 10.0  # the acceptance bound, measured from the cause's creation
+QUOTA = rclient.Resource("", "v1", "resourcequotas", "ResourceQuota")
+LIMIT_RANGE = rclient.Resource("", "v1", "limitranges", "LimitRange")
+
+
+@pytest.fixture(scope="module")
+async def operator(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[rmanager.Manager]:
+    await crd.install(admin_client)
+    async with rclient.Client.from_kubeconfig(str(kube_cluster)) as c:
+        mgr = rmanager.Manager(c, rmanager.Options(health_probe_address=None, metrics_address=None))
+        controller.setup(mgr, workers=4)
+        task = asyncio.create_task(mgr.run())
+        await wait.until(mgr.is_ready, timeout=60, what="operator ready")
+        try:
+            yield mgr
+        finally:
+            mgr.stop()
+            await asyncio.wait_for(task, 60)
+
+
+async def _not_ready(c: rclient.Client, ns: str, name: str, reason: str, started: float) -> dict[str, Any]:
+    obj = await wait.for_condition(c, ISVC, ns, name, "Ready", "False", reason, timeout=60)
+    took = time.monotonic() - started
+    print(f"\n{name}: Ready=False/{reason} {took:.1f}s after the cause")
+    assert took < WITHIN, f"{reason} took {took:.1f}s"
+    return probes.condition(obj, "Ready")
+
+
+def _model(name: str, **spec: Any) -> dict[str, Any]:
+    return isvc.manifest(name, modelUri=f"s3://models/{name}/1", framework="seldon", **spec)
+
+
+async def test_a_gpu_request_no_node_can_satisfy_says_insufficient_gpu(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    too_many = nodes.GPUS_PER_NODE * 2
+    started = time.monotonic()
+    await admin_client.create(ISVC, _model("big", gpuPerReplica=too_many), namespace)
+    ready = await _not_ready(admin_client, namespace, "big", "Unschedulable", started)
+    assert "cannot be scheduled" in ready["message"]
+    assert "Insufficient nvidia.com/gpu" in ready["message"]  # the scheduler's own words
+
+
+async def test_a_resource_quota_that_forbids_pods_says_exceeded_quota(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    started = time.monotonic()
+    await admin_client.create(QUOTA, quota, namespace)
+    await admin_client.create(ISVC, _model("quota"), namespace)
+    ready = await _not_ready(admin_client, namespace, "quota", "FailedCreate", started)
+    assert "exceeded quota: no-pods" in ready["message"]
+
+
+async def test_a_limit_range_below_the_request_says_which_limit(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    limits = {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "small"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "100m"}}]},
+    }
+    started = time.monotonic()
+    await admin_client.create(LIMIT_RANGE, limits, namespace)
+    spec = {"resources": {"cpuRequest": "500m", "cpuLimit": "1"}}
+    await admin_client.create(ISVC, _model("limited", **spec), namespace)
+    ready = await _not_ready(admin_client, namespace, "limited", "FailedCreate", started)
+    assert "maximum cpu usage per Container is 100m" in ready["message"]
+
+
+async def test_an_image_that_cannot_be_pulled_says_so(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    stage = stages.crashloop_stage(
+        f"pull-{namespace}"[:63], namespace, "app", "pull", reason="ImagePullBackOff"
+    )
+    stage_res = await admin_client.resource_for(stages.STAGE_API_VERSION, "Stage")
+    await admin_client.create(stage_res, stage)
+    try:
+        started = time.monotonic()
+        await admin_client.create(ISVC, _model("pull"), namespace)
+        ready = await _not_ready(admin_client, namespace, "pull", "ImagePullBackOff", started)
+        assert "container predictor: ImagePullBackOff" in ready["message"]
+    finally:
+        await admin_client.delete(stage_res, stage["metadata"]["name"])
