@@ -214,14 +214,37 @@ class World:
         """The EndpointSlice controller: one slice for the canary Service, as many ready endpoints
         as its Deployment has available replicas (none when ``canary_endpoints_ready`` is False)."""
         store = self.cache.informer_for(resources.ENDPOINT_SLICE).store
+        pods = self.cache.informer_for(resources.POD).store
         service = self.client.stored(SVC, NS, f"{NAME}-canary")
         deployment = self.client.stored(DEP, NS, f"{NAME}-canary")
         for k in store.list_keys():
             store.delete_key(k)
+        for k in pods.list_keys():
+            if k.startswith(f"{NS}/{NAME}-canary-ready-"):
+                pods.delete_key(k)
         if service is None:
             return
         available = int(((deployment or {}).get("status") or {}).get("availableReplicas") or 0)
         ready = available if self.canary_endpoints_ready else 0
+        template = (deployment or {}).get("spec", {}).get("template", {})
+        for i in range(ready):  # the canary's ready pods, running its template's model
+            pods.upsert(
+                reconciler.slim_pod(
+                    {
+                        "metadata": {
+                            "name": f"{NAME}-canary-ready-{i}",
+                            "namespace": NS,
+                            "resourceVersion": "1",
+                            "labels": template["metadata"]["labels"],
+                            "annotations": template["metadata"]["annotations"],
+                        },
+                        "status": {
+                            "conditions": [{"type": "Ready", "status": "True"}],
+                            "containerStatuses": [],
+                        },
+                    }
+                )
+            )
         endpoints = [{"conditions": {"ready": i < ready}} for i in range(available or 1)]
         obj = {
             "metadata": {
@@ -1441,6 +1464,13 @@ async def test_istio_routes_by_weight_only_while_a_canary_exists() -> None:
     assert _selector(w)[labels.COMPONENT] == labels.PREDICTOR  # the mesh splits, not the Service
     assert brief(w.status, "TrafficSplitReady") == ("True", "WeightsApplied")
     assert [t["percent"] for t in w.status["traffic"]] == [80, 20]
+    w.edit_spec(minReplicas=5, maxReplicas=5, traffic={"canaryVersion": "v2", "canaryPercent": 50})
+    assert (await w.reconcile()) == Result()  # one reconcile: the route and the status it now carries
+    assert virtualservice.live_weights(w.client.stored(VS, NS, NAME)) == {"predictor": 50, "canary": 50}
+    assert [t["percent"] for t in w.status["traffic"]] == [50, 50]
+    assert "effective split: 50 % predictor" in cond(w.status, "CanaryReady")["message"]
+    w.mirror()
+    await w.converge()
     w.edit_spec(minReplicas=5, maxReplicas=5)  # roll back
     await w.reconcile()
     assert virtualservice.live_weights(w.client.stored(VS, NS, NAME)) == {"predictor": 100}
@@ -1672,3 +1702,22 @@ async def test_the_status_stays_within_its_byte_budget_whatever_upstream_says() 
     print(f"status: {size} bytes, {len(w.status['conditions'])} conditions")
     assert len(w.status["conditions"]) >= 10
     assert size <= reconciler.status.STATUS_BUDGET_BYTES
+
+
+async def test_a_status_that_lands_on_a_newer_spec_does_not_settle_the_older_decode() -> None:
+    """The race: a reconcile decides from generation 1 while the user changes the spec; its status
+    write answers with generation 2. The spec event's reconcile then reads exactly that answer: it
+    must decode generation 2 and act on it, not find "the inputs of a settled reconcile"."""
+    w = await world_with({"minReplicas": 1, "maxReplicas": 1}, mon="absent")
+    await w.converge()
+    stored = w.client.objects[(ISVC.plural, NS, NAME)]
+    stored["metadata"]["generation"] = 2
+    stored["spec"] = isvc(minReplicas=3, maxReplicas=3)["spec"]  # the user's edit, not yet in the cache
+    w.edit(DEP, PREDICTOR, lambda d: d["status"].update(availableReplicas=0))  # something to report
+    await w.reconcile()
+    assert w.client.status_writes  # answered with generation 2
+    answer = copy.deepcopy(w.client.objects[(ISVC.plural, NS, NAME)])
+    fakes.seed(w.cache, ISVC, [answer])  # the watch delivers exactly that version
+    await w.reconcile()
+    assert D in w.writes  # generation 2 is acted on: 3 replicas
+    assert w.client.stored(DEP, NS, PREDICTOR)["spec"]["replicas"] == 3  # type: ignore[index]

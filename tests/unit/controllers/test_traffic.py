@@ -168,3 +168,22 @@ def test_no_other_replica_count_is_closer(percent: int, stable: int, cap: int) -
     assert 1 <= split.canary_replicas <= cap
     err = abs(split.percent - percent)
     assert all(abs(100 * c / (stable + c) - percent) >= err - 1e-9 for c in range(1, cap + 1))
+
+
+def _pod(model: str, ready: bool = True, deleting: bool = False) -> dict[str, object]:
+    from mlops_platform.controllers.inferenceservice import labels
+
+    meta: dict[str, object] = {"name": "p", "annotations": {labels.MODEL_URI_ANNOTATION: model}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def test_a_component_serves_a_model_only_when_its_ready_pods_agree_on_it() -> None:
+    b = traffic.pods_backend
+    assert b(True, [_pod("m/2"), _pod("m/2")]) == traffic.Backend(True, "m/2", 2)
+    assert b(True, [_pod("m/2"), _pod("m/1", ready=False)]) == traffic.Backend(True, "m/2", 1)
+    assert b(True, [_pod("m/2"), _pod("m/1", deleting=True)]) == traffic.Backend(True, "m/2", 1)
+    assert b(True, [_pod("m/2"), _pod("m/3")]) == traffic.Backend(True, None, 0)  # a model rollout
+    assert b(True, []) == traffic.Backend(True, None, 0)
+    assert b(False, []) == traffic.Backend()

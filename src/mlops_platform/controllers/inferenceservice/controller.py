@@ -76,9 +76,10 @@ def setup(
             predicates.any_of(predicates.generation_changed(), predicates.labels_changed()),
             priority=workqueue.HIGH,
         )
-        # a pod matters only through its failure (CrashLoopBackOff...): its other status changes
-        # (scheduled, started, ready) are seen through the Deployment's status, once
-        .watches(resources.POD, _pod_to_service, predicates.projection_changed(reconciler.pod_failure))
+        # a stable pod matters only through its failure (CrashLoopBackOff...): its other status
+        # changes (scheduled, started, ready) are seen through the Deployment's status, once; a
+        # canary pod's readiness and model also decide its entry into the route
+        .watches(resources.POD, _pod_to_service, predicates.projection_changed(reconciler.pod_signal))
         .watches(
             resources.ENDPOINT_SLICE,
             _pod_to_service,

@@ -57,9 +57,18 @@ POD_INDEX = "inferenceservice"
 
 
 def pod_failure(pod: Obj) -> tuple[str, str] | None:
-    """All the reconciler reads of one pod: its first failing container, else why it cannot be
-    scheduled (see status.pod_problem)."""
+    """What the reconciler reads of a stable pod: its first failing container, else why it cannot
+    be scheduled (see status.pod_problem)."""
     return status.pod_problem((pod,))
+
+
+def pod_signal(pod: Obj) -> object:
+    """All the reconciler reads of one pod (the watch enqueues when it changes): its failure, and
+    for a canary pod also its readiness and model (the candidate's entry into the route)."""
+    failure = pod_failure(pod)
+    if _component(pod) != labels.CANARY:
+        return failure
+    return failure, traffic.pod_ready(pod), traffic.pod_model(pod)
 
 
 def slim_pod(pod: Obj) -> Obj:
@@ -76,16 +85,20 @@ def slim_pod(pod: Obj) -> Obj:
             keep = ("reason", "exitCode")
             slim_cs["lastState"] = {"terminated": {k: terminated[k] for k in keep if k in terminated}}
         statuses.append(slim_cs)
-    unscheduled = [
+    kept_conditions = [  # unscheduled, and readiness (a canary's entry into the route)
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in st.get("conditions") or ()
-        if c.get("type") == "PodScheduled" and c.get("status") == "False"
+        if (c.get("type") == "PodScheduled" and c.get("status") == "False") or c.get("type") == "Ready"
     ]
-    kept = ("name", "namespace", "uid", "resourceVersion", "labels")
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+    slim_meta = {k: meta[k] for k in kept if k in meta}
+    model = (meta.get("annotations") or {}).get(labels.MODEL_URI_ANNOTATION)
+    if model:
+        slim_meta["annotations"] = {labels.MODEL_URI_ANNOTATION: model}
     slim_status: Obj = {"containerStatuses": statuses}
-    if unscheduled:
-        slim_status["conditions"] = unscheduled
-    slim = {"metadata": {k: meta[k] for k in kept if k in meta}, "status": slim_status}
+    if kept_conditions:
+        slim_status["conditions"] = kept_conditions
+    slim = {"metadata": slim_meta, "status": slim_status}
     return rinformer.intern_strings(slim)  # type: ignore[no-any-return]
 
 
@@ -258,6 +271,19 @@ class InferenceServiceReconciler:
             return Result()
         run = _Run(raw, isvc)
         await self._sync_all(run, slots)
+        # the rollout as the cluster now shows it: the objects our writes answered with (a route we
+        # just rewrote, a canary just created or deleted), else the cache. The status reports this
+        # split; the next reconcile, reading our writes back, starts from it.
+        written_objs = {
+            (o.slot.child.kind.plural, o.slot.name): o.live for o in run.observed if o.kind_state == "served"
+        }
+
+        def now_live(resource: rclient.Resource, name: str) -> Obj | None:
+            if (resource.plural, name) in written_objs:
+                return written_objs[(resource.plural, name)]
+            return self.cache.get(resource, namespace, name)
+
+        after = self._rollout(isvc, now_live)
         self._event_for_changes(run)
         for what, err in problems:
             run.failures.append(status.Failure(what, err))
@@ -269,7 +295,7 @@ class InferenceServiceReconciler:
             run.failures,
             pod_failure,
             self.ctx,
-            status.Canary(plan, canary_failure),
+            status.Canary(after, canary_failure),
         )
         try:
             written = await self._write_status(raw, new_status)
@@ -299,14 +325,26 @@ class InferenceServiceReconciler:
         def answered(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
             return lives.get(slot.key)
 
-        if plan.plan.canary is traffic.CanaryAction.KEEP:
-            # the canary leaves once the live route gives it nothing: this reconcile rewrote the
-            # route (an echo the watch filter drops), the next one reads it back and deletes
+        if (after.components, after.route) != (plan.components, plan.route):
+            # our own writes changed what to decide (the route now gives a leaving canary nothing, so
+            # it can go): decide again now; those writes' echoes are filtered from the watch
             self._settled.pop(key, None)
             return Result(requeue=True)
-        after = objects.meta(written or raw).get("resourceVersion")
+        answer = written or raw
+        if objects.generation(answer) != isvc.generation:
+            # the status landed on a newer spec than the one decided from: its version must not
+            # be settled with this decode (the spec event's reconcile would find "nothing new")
+            self._settled.pop(key, None)
+            return Result()
         self._settled[key] = _Settled(
-            self._inputs(after, slots, answered, (pod_failure, canary_failure, plan), problems), isvc
+            self._inputs(
+                objects.meta(answer).get("resourceVersion"),
+                slots,
+                answered,
+                (pod_failure, canary_failure, after),
+                problems,
+            ),
+            isvc,
         )
         return Result()
 
@@ -407,26 +445,34 @@ class InferenceServiceReconciler:
             parts.append(f"{action} {listed}" + (" (no longer desired)" if action == "deleted" else ""))
         self.recorder.event(run.raw, "Normal", reason, reason.removesuffix("d"), "; ".join(parts))
 
-    def _rollout(self, isvc: internal.InferenceService) -> traffic.Rollout:
-        """The canary decision from the cache: the router, both components' Deployments, the
-        canary's ready endpoints and what the live route gives it (:func:`traffic.rollout`)."""
+    def _rollout(
+        self,
+        isvc: internal.InferenceService,
+        live: Callable[[rclient.Resource, str], Obj | None] | None = None,
+    ) -> traffic.Rollout:
+        """The canary decision from what ``live`` shows (default: the cache): the router, both
+        components' Deployments, the canary's ready endpoints and what the live route gives it
+        (:func:`traffic.rollout`)."""
+        ns = isvc.namespace
+        get = live or (lambda resource, name: self.cache.get(resource, ns, name))
         routes = {base.Router.ISTIO: virtualservice, base.Router.GATEWAY_API: httproute}
         served = {r for r, m in routes.items() if self._served(m.KIND) is not None}
         router = traffic.choose_router(isvc, self.ctx, served)
-        ns = isvc.namespace
-        stable = self.cache.get(resources.DEPLOYMENT, ns, base.component_name_of(isvc, labels.PREDICTOR))
-        canary = self.cache.get(resources.DEPLOYMENT, ns, base.component_name_of(isvc, labels.CANARY))
+        stable = get(resources.DEPLOYMENT, base.component_name_of(isvc, labels.PREDICTOR))
+        canary = get(resources.DEPLOYMENT, base.component_name_of(isvc, labels.CANARY))
         slices = self.cache.by_index(resources.ENDPOINT_SLICE, POD_INDEX, isvc.key) if canary else []
         endpoints = sum(ready_endpoints(s) for s in slices)
+        pods = self.cache.by_index(resources.POD, POD_INDEX, isvc.key) if canary else []
+        canary_pods = [p for p in pods if _component(p) == labels.CANARY]
         weights: dict[str, int] | None = None
         if router is base.Router.REPLICAS:
-            route = self.cache.get(resources.SERVICE, ns, base.component_name_of(isvc, labels.PREDICTOR))
+            route = get(resources.SERVICE, base.component_name_of(isvc, labels.PREDICTOR))
         else:
             module = routes[router]
             resource = self._served(module.KIND)
-            route = None if resource is None else self.cache.get(resource, ns, isvc.name)
+            route = None if resource is None else get(resource, isvc.name)
             weights = module.live_weights(route)
-        return traffic.rollout(isvc, self.ctx, router, stable, canary, route, weights, endpoints)
+        return traffic.rollout(isvc, self.ctx, router, stable, canary, route, weights, endpoints, canary_pods)
 
     def _served(self, kind: kinds.Kind) -> rclient.Resource | None:
         """The served version of an optional kind once its informer has listed, else None."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Iterable
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels
@@ -241,11 +242,40 @@ def choose_router(
 
 
 def backend(deployment: Obj | None) -> Backend:
-    """What a live component Deployment shows (:class:`Backend`)."""
+    """What a live component Deployment shows (:class:`Backend`): the model all its pods run
+    (:func:`~.children.deployment.serving_model`: a scale-up keeps it, a model rollout clears it
+    until no old pod is left) and its available replicas."""
     if deployment is None:
         return Backend()
     ready = int((deployment.get("status") or {}).get("availableReplicas") or 0)
-    return Backend(True, children_deployment.rolled_out_model(deployment), ready)
+    return Backend(True, children_deployment.serving_model(deployment), ready)
+
+
+def pod_ready(pod: Obj) -> bool:
+    """A pod counts when its Ready condition is True and it is not terminating."""
+    if objects.deleting(pod):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
+
+
+def pod_model(pod: Obj) -> str | None:
+    """The model a pod was started with (its template's model annotation)."""
+    value = (objects.meta(pod).get("annotations") or {}).get(labels.MODEL_URI_ANNOTATION)
+    return str(value) if value else None
+
+
+def pods_backend(exists: bool, pods: Iterable[Obj]) -> Backend:
+    """A component as its pods show it: the model its ready pods run when they all run the same
+    one (None while a model rollout leaves pods of two models ready), and how many are ready. Exact
+    where the Deployment's status lags: a scale-up bumps the Deployment's generation, so until its
+    controller observes it the Deployment cannot say the pods still run the candidate."""
+    ready = [p for p in pods if pod_ready(p)]
+    models = {pod_model(p) for p in ready}
+    model = next(iter(models)) if len(models) == 1 else None
+    return Backend(exists, model, len(ready) if model is not None else 0)
 
 
 def _live_model(deployment: Obj | None) -> str | None:
@@ -277,13 +307,16 @@ def rollout(
     route_live: Obj | None,
     live_weights: dict[str, int] | None,
     canary_endpoints: int,
+    canary_pods: Iterable[Obj] = (),
 ) -> Rollout:
     """The decision of one reconcile. ``route_live`` is the live route object (the predictor Service
     for the replicas router) and ``live_weights`` what it gives each component (None: no route);
     ``canary_endpoints`` the ready endpoints of the canary Service: the candidate counts as ready
     only once its Service has them too (what a mesh or gateway routes to), not just when the
-    Deployment says its replicas are available."""
-    stable, canary = backend(stable_live), backend(canary_live)
+    Deployment says its replicas are available. The candidate's model is read from its ready pods
+    (:func:`pods_backend`), so scaling it (a new percent) never takes it out of the route."""
+    stable = backend(stable_live)
+    canary = pods_backend(canary_live is not None, canary_pods)
     canary = dataclasses.replace(canary, ready=min(canary.ready, canary_endpoints))
     if router is base.Router.REPLICAS:
         chosen = children_service.selected(route_live)

@@ -233,6 +233,30 @@ def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | Non
     return base.Contribution(replicas=counts, rolled_out_model=model)
 
 
+def serving_model(deployment: base.Obj) -> str | None:
+    """The MODEL_URI every pod of the Deployment runs, once at least one is available: its current
+    template's, when the controller has observed it and no pod of an older template is left. A
+    scale-up does not change it (new pods run the same template); a model change does, until the
+    old pods are gone. What a router may send a component's share to."""
+    if not deployment:
+        return None
+    spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
+    current = (
+        int(st.get("observedGeneration") or 0) >= objects.generation(deployment)
+        and int(st.get("updatedReplicas") or 0) == int(st.get("replicas") or 0)
+        and int(st.get("availableReplicas") or 0) > 0
+    )
+    return _model_of(spec) if current else None
+
+
+def _model_of(spec: base.Obj) -> str | None:
+    for container in (spec.get("template") or {}).get("spec", {}).get("containers") or ():
+        for env in container.get("env") or ():
+            if env.get("name") == "MODEL_URI" and env.get("value"):
+                return str(env["value"])
+    return None
+
+
 def rolled_out_model(deployment: base.Obj) -> str | None:
     """The MODEL_URI of the Deployment's template once its rollout has fully completed."""
     if not deployment:
@@ -246,13 +270,7 @@ def rolled_out_model(deployment: base.Obj) -> str | None:
         and int(st.get("replicas") or 0) == want
         and int(st.get("availableReplicas") or 0) == want
     )
-    if not complete:
-        return None
-    for container in (spec.get("template") or {}).get("spec", {}).get("containers") or ():
-        for env in container.get("env") or ():
-            if env.get("name") == "MODEL_URI" and env.get("value"):
-                return str(env["value"])
-    return None
+    return _model_of(spec) if complete else None
 
 
 CHILD = base.Child(
