@@ -346,6 +346,73 @@ def manifests(namespace: str, watch_namespaces: tuple[str, ...], image: str | No
     )
 
 
+@main.command(name="why")
+@click.argument("name")
+@click.option("-n", "--namespace", help="default: the kubeconfig context's namespace, else default")
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help="format"
+)
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
+)
+@click.option("--context", help="kubeconfig context (default: current)")
+@click.option(
+    "--traffic-router",
+    type=click.Choice(["auto", "istio", "gateway-api", "replicas"]),
+    default="auto",
+    show_default=True,
+    help="the operator's --traffic-router (must match it)",
+)
+@click.option(
+    "--gateway",
+    callback=lambda ctx, param, value: _gateway(param, value),
+    metavar="NAMESPACE/NAME",
+    help="the operator's --gateway (must match it)",
+)
+@click.option(
+    "--ingress-domain", default="example.com", show_default=True, help="the operator's --ingress-domain"
+)
+@click.option(
+    "--events",
+    "max_events",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="newest Events shown",
+)
+def why_command(
+    name: str,
+    namespace: str | None,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+    traffic_router: str,
+    gateway: str | None,
+    ingress_domain: str,
+    max_events: int,
+) -> None:
+    """Why NAME is (not) serving: conditions, what the operator would change now, pods, Events.
+
+    Reads the API only (read-only RBAC: docs/why.md). The child comparison assumes the operator's
+    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain when they differ.
+    """
+    from mlops_platform import why
+    from mlops_platform.controllers.inferenceservice.children import base
+
+    ctx = base.BuildContext(
+        router=base.Router(traffic_router), gateway=gateway, ingress_domain=ingress_domain
+    )
+    try:
+        report = asyncio.run(why.collect(kubeconfig, context, namespace, name, ctx, max_events=max_events))
+    except why.WhyError as e:
+        raise click.ClickException(str(e)) from None
+    if output == "json":
+        click.echo(json.dumps(why.to_json(report), indent=2))
+        return
+    color = why.use_color(sys.stdout)
+    click.echo(why.render_text(report, width=why.terminal_width(), color=color), nl=False, color=color)
+
+
 @main.group()
 def dev() -> None:
     """The local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes)."""
@@ -454,6 +521,20 @@ def build() -> None:
 
     for name, path in binaries.find().paths.items():
         click.echo(f"{name}\t{path}")
+
+
+@click.group(name="kubectl mlops")
+@click.version_option(__version__, prog_name="kubectl-mlops")
+def plugin() -> None:
+    """The kubectl plugin of mlops-platform: kubectl mlops why NAME [-n NAMESPACE]."""
+
+
+plugin.add_command(why_command)
+
+
+def kubectl_plugin() -> None:
+    """The ``kubectl-mlops`` executable: kubectl runs it for ``kubectl mlops ...``."""
+    plugin(prog_name="kubectl mlops")
 
 
 if __name__ == "__main__":

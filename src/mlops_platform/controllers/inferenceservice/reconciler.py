@@ -37,7 +37,7 @@ from typing import Literal, Protocol
 from mlops_platform import api
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import children, conditions, labels, status, traffic
-from mlops_platform.controllers.inferenceservice.children import base, httproute, virtualservice
+from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
@@ -277,13 +277,7 @@ class InferenceServiceReconciler:
         written_objs = {
             (o.slot.child.kind.plural, o.slot.name): o.live for o in run.observed if o.kind_state == "served"
         }
-
-        def now_live(resource: rclient.Resource, name: str) -> Obj | None:
-            if (resource.plural, name) in written_objs:
-                return written_objs[(resource.plural, name)]
-            return self.cache.get(resource, namespace, name)
-
-        after = self._rollout(isvc, now_live)
+        after = self._rollout(isvc, written_objs)
         self._event_for_changes(run)
         for what, err in problems:
             run.failures.append(status.Failure(what, err))
@@ -448,31 +442,32 @@ class InferenceServiceReconciler:
     def _rollout(
         self,
         isvc: internal.InferenceService,
-        live: Callable[[rclient.Resource, str], Obj | None] | None = None,
+        answered: dict[tuple[str, str], Obj | None] | None = None,
     ) -> traffic.Rollout:
-        """The canary decision from what ``live`` shows (default: the cache): the router, both
-        components' Deployments, the canary's ready endpoints and what the live route gives it
-        (:func:`traffic.rollout`)."""
+        """The canary decision (:func:`traffic.decide`) from the cache, or from the objects this
+        reconcile's writes ``answered`` with (by plural and name) where it wrote."""
         ns = isvc.namespace
-        get = live or (lambda resource, name: self.cache.get(resource, ns, name))
-        routes = {base.Router.ISTIO: virtualservice, base.Router.GATEWAY_API: httproute}
-        served = {r for r, m in routes.items() if self._served(m.KIND) is not None}
-        router = traffic.choose_router(isvc, self.ctx, served)
-        stable = get(resources.DEPLOYMENT, base.component_name_of(isvc, labels.PREDICTOR))
-        canary = get(resources.DEPLOYMENT, base.component_name_of(isvc, labels.CANARY))
-        slices = self.cache.by_index(resources.ENDPOINT_SLICE, POD_INDEX, isvc.key) if canary else []
-        endpoints = sum(ready_endpoints(s) for s in slices)
-        pods = self.cache.by_index(resources.POD, POD_INDEX, isvc.key) if canary else []
-        canary_pods = [p for p in pods if _component(p) == labels.CANARY]
-        weights: dict[str, int] | None = None
-        if router is base.Router.REPLICAS:
-            route = get(resources.SERVICE, base.component_name_of(isvc, labels.PREDICTOR))
-        else:
-            module = routes[router]
-            resource = self._served(module.KIND)
-            route = None if resource is None else get(resource, isvc.name)
-            weights = module.live_weights(route)
-        return traffic.rollout(isvc, self.ctx, router, stable, canary, route, weights, endpoints, canary_pods)
+
+        def live(kind: kinds.Kind, name: str) -> Obj | None:
+            resource = self._served(kind) if kind.optional else kind.resource()
+            if resource is None:
+                return None
+            if answered is not None and (resource.plural, name) in answered:
+                return answered[(resource.plural, name)]
+            return self.cache.get(resource, ns, name)
+
+        def endpoints() -> int:
+            slices = self.cache.by_index(resources.ENDPOINT_SLICE, POD_INDEX, isvc.key)
+            return sum(ready_endpoints(s) for s in slices)
+
+        return traffic.decide(
+            isvc,
+            self.ctx,
+            lambda kind: self._served(kind) is not None,
+            live,
+            endpoints,
+            lambda: self.cache.by_index(resources.POD, POD_INDEX, isvc.key),
+        )
 
     def _served(self, kind: kinds.Kind) -> rclient.Resource | None:
         """The served version of an optional kind once its informer has listed, else None."""

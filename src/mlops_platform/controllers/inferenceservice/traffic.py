@@ -36,14 +36,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice.children import base, httproute, virtualservice
 from mlops_platform.controllers.inferenceservice.children import deployment as children_deployment
 from mlops_platform.controllers.inferenceservice.children import service as children_service
 from mlops_platform.runtime import objects
+from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.objects import Obj
 
 STABLE_KEY = labels.PREDICTOR
@@ -398,3 +399,36 @@ def _effective(
         version = token if token and "://" not in token else version_of(cand.model_uri)
         out.append(Share(CANARY_KEY, cand.model_uri, c_pct, canary.ready, version))
     return tuple(out)
+
+
+#: the route object of each weighted router
+ROUTES = {base.Router.ISTIO: virtualservice, base.Router.GATEWAY_API: httproute}
+
+
+def decide(
+    isvc: internal.InferenceService,
+    ctx: base.BuildContext,
+    served: Callable[[kinds.Kind], bool],
+    live: Callable[[kinds.Kind, str], Obj | None],
+    canary_endpoints: Callable[[], int],
+    pods: Callable[[], Iterable[Obj]],
+) -> Rollout:
+    """The canary decision of one reconcile from what a reader shows: whether an optional kind is
+    served (``served``), a live object by kind and name (``live``), the canary Service's ready
+    endpoints and the InferenceService's pods (read only while a canary Deployment exists). The
+    reconciler reads its cache (or the answers of its writes); ``mlops-platform why`` the API."""
+    router = choose_router(isvc, ctx, {r for r, m in ROUTES.items() if served(m.KIND)})
+    stable = live(children_deployment.KIND, base.component_name_of(isvc, labels.PREDICTOR))
+    canary = live(children_deployment.KIND, base.component_name_of(isvc, labels.CANARY))
+    endpoints = canary_endpoints() if canary else 0
+    canary_pods = (
+        [p for p in pods() if objects.labels(p).get(labels.COMPONENT) == labels.CANARY] if canary else []
+    )
+    weights: dict[str, int] | None = None
+    if router is base.Router.REPLICAS:
+        route = live(children_service.KIND, base.component_name_of(isvc, labels.PREDICTOR))
+    else:
+        module = ROUTES[router]
+        route = live(module.KIND, isvc.name) if served(module.KIND) else None
+        weights = module.live_weights(route)
+    return rollout(isvc, ctx, router, stable, canary, route, weights, endpoints, canary_pods)

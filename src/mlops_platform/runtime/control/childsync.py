@@ -72,6 +72,15 @@ class Outcome:
     changes: tuple[str, ...] = ()
 
 
+def prepare(desired: Obj, owner: Obj, hash_annotation: str) -> Obj:
+    """``desired`` with ``owner`` as its controller owner reference and the desired-hash annotation
+    (in place): what :class:`ChildSyncer` applies, and what a reader compares live children with."""
+    meta = desired.setdefault("metadata", {})
+    meta["ownerReferences"] = [owner_reference(owner)]
+    meta.setdefault("annotations", {})[hash_annotation] = diff.desired_hash(desired)
+    return desired
+
+
 class ChildSyncer:
     def __init__(self, client: rclient.Client, *, field_manager: str, hash_annotation: str) -> None:
         self.client = client
@@ -80,10 +89,7 @@ class ChildSyncer:
 
     def prepare(self, desired: Obj, owner: Obj) -> Obj:
         """``desired`` with the controller owner reference and the desired-hash annotation (in place)."""
-        meta = desired.setdefault("metadata", {})
-        meta["ownerReferences"] = [owner_reference(owner)]
-        meta.setdefault("annotations", {})[self.hash_annotation] = diff.desired_hash(desired)
-        return desired
+        return prepare(desired, owner, self.hash_annotation)
 
     async def ensure(
         self, resource: rclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
