@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mlops_platform import why
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.devcluster import nodes
@@ -46,11 +47,15 @@ async def operator(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIte
 
 
 async def _not_ready(c: rclient.Client, ns: str, name: str, reason: str, started: float) -> dict[str, Any]:
+    """Wait for ``Ready=False/<reason>`` (within the bound), then check ``why`` says the same."""
     obj = await wait.for_condition(c, ISVC, ns, name, "Ready", "False", reason, timeout=60)
     took = time.monotonic() - started
     print(f"\n{name}: Ready=False/{reason} {took:.1f}s after the cause")
     assert took < WITHIN, f"{reason} took {took:.1f}s"
-    return probes.condition(obj, "Ready")
+    ready = probes.condition(obj, "Ready")
+    text = " ".join(why.render_text(why.analyze(await why.read(c, ns, name)), width=400).split())
+    assert reason in text and " ".join(ready["message"].split()) in text, text
+    return ready
 
 
 def _model(name: str, **spec: Any) -> dict[str, Any]:
