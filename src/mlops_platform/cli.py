@@ -145,6 +145,19 @@ def main() -> None:
     show_default=True,
     help="HTTPRoute hostnames are <name>.<namespace>.<ingress-domain>",
 )
+@click.option(
+    "--keda-prometheus-url",
+    default="http://prometheus-operated.monitoring.svc:9090",
+    show_default=True,
+    help="the Prometheus that KEDA ScaledObjects (minReplicas 0, KEDA installed) query",
+)
+@click.option(
+    "--keda-requests-per-replica",
+    type=click.FloatRange(0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="requests per second per replica before KEDA adds one",
+)
 @click.option("--log-level", default="info", show_default=True)
 def run(
     kubeconfig: str | None,
@@ -174,6 +187,8 @@ def run(
     traffic_router: str,
     gateway: str | None,
     ingress_domain: str,
+    keda_prometheus_url: str,
+    keda_requests_per_replica: float,
     log_level: str,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
@@ -197,6 +212,8 @@ def run(
         traffic_router=traffic_router,
         gateway=gateway,
         ingress_domain=ingress_domain,
+        keda_prometheus_url=keda_prometheus_url,
+        keda_requests_per_replica=keda_requests_per_replica,
     )
 
     async def main_async() -> None:
@@ -239,6 +256,8 @@ def _settings(
     traffic_router: str = "auto",
     gateway: str | None = None,
     ingress_domain: str = "example.com",
+    keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090",
+    keda_requests_per_replica: float = 10.0,
 ) -> BuildContext:
     """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
     import yaml
@@ -266,6 +285,8 @@ def _settings(
         router=base.Router(traffic_router),
         gateway=gateway,
         ingress_domain=ingress_domain,
+        keda_prometheus_url=keda_prometheus_url,
+        keda_requests_per_replica=keda_requests_per_replica,
     )
 
 

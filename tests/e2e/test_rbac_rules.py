@@ -68,6 +68,7 @@ EXPECT: dict[str, tuple[str | None, str | None]] = {
         "list/watch httproutes.gateway.networking.k8s.io",
         "PermissionDenied",
     ),
+    "scaledobjects.keda.sh": ("list/watch scaledobjects.keda.sh", "PermissionDenied"),
     # without it no optional kind can be discovered: the cache starts degraded and says why
     "customresourcedefinitions.apiextensions.k8s.io": (
         "list/watch customresourcedefinitions.apiextensions.k8s.io",

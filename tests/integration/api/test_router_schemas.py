@@ -25,6 +25,7 @@ from mlops_platform.devcluster import crds
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport.client import JSON, ApiError, Client
+from mlops_platform.testing.schemas import apply_strict
 
 WEIGHTS = {labels.PREDICTOR: 80, labels.CANARY: 20}
 GATEWAY_CTX = base.BuildContext(gateway="gateways/public", ingress_domain="models.example.org")
@@ -46,29 +47,6 @@ def build_httproute(namespace: str) -> JSON:
     obj = httproute.build(target(namespace, base.Router.GATEWAY_API), GATEWAY_CTX)
     assert obj is not None
     return obj
-
-
-async def apply_strict(client: Client, kind: kinds.Kind, obj: JSON, version: str, *, dry_run: bool) -> JSON:
-    """Server-side apply ``obj`` at ``version`` with strict field validation."""
-    res = kind.resource(version)
-    obj = {**obj, "apiVersion": res.api_version}
-    meta = obj["metadata"]
-    params = {
-        "fieldManager": labels.MANAGER,
-        "force": "true",
-        "fieldValidation": "Strict",
-        **({"dryRun": "All"} if dry_run else {}),
-    }
-    return await client.request(
-        "PATCH",
-        res.path(meta["namespace"], meta["name"]),
-        params=params,
-        body=obj,
-        content_type="application/apply-patch+yaml",
-        resource=res.group_resource,
-        namespace=meta["namespace"],
-        name=meta["name"],
-    )
 
 
 @pytest.fixture(scope="module")

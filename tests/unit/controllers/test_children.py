@@ -140,6 +140,7 @@ def test_children_are_in_apply_order_and_share_one_signature() -> None:
         "Deployment",
         "Service",
         "HorizontalPodAutoscaler",
+        "ScaledObject",
         "VirtualService",
         "HTTPRoute",
         "NetworkPolicy",
@@ -149,6 +150,7 @@ def test_children_are_in_apply_order_and_share_one_signature() -> None:
     assert [c.condition_type for c in children.CHILDREN] == [
         "DeploymentAvailable",
         "ServiceReady",
+        "AutoscalerReady",
         "AutoscalerReady",
         "TrafficSplitReady",
         "TrafficSplitReady",
@@ -160,7 +162,7 @@ def test_children_are_in_apply_order_and_share_one_signature() -> None:
     assert {c.name(t) for c in children.CHILDREN if c.per_component} == {"bert-predictor"}
     assert {c.name(t) for c in children.CHILDREN if not c.per_component} == {"bert"}
     assert len({c.key for c in children.CHILDREN}) == len(children.CHILDREN)
-    assert [c.kind.optional for c in children.CHILDREN] == [False] * 3 + [True] * 2 + [False] + [True] * 2
+    assert [c.kind.optional for c in children.CHILDREN] == [False] * 3 + [True] * 3 + [False] + [True] * 2
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -677,9 +679,16 @@ def test_network_policy_peers_and_egress_from_operator_settings() -> None:
 
 
 def test_replica_owner_is_stated_once() -> None:
-    assert base.replica_owner(make(minReplicas=2, maxReplicas=5).isvc) is base.ReplicaOwner.HPA
+    def owner(lo: int, hi: int, *, keda: bool = False) -> base.ReplicaOwner:
+        return base.replica_owner(base.predictor(make(minReplicas=lo, maxReplicas=hi).isvc, keda=keda))
+
+    assert owner(2, 5) is base.ReplicaOwner.HPA
     for lo, hi in ((1, 1), (0, 3), (3, 3)):
-        assert base.replica_owner(make(minReplicas=lo, maxReplicas=hi).isvc) is base.ReplicaOwner.OPERATOR
+        assert owner(lo, hi) is base.ReplicaOwner.OPERATOR
+    assert owner(0, 3, keda=True) is base.ReplicaOwner.KEDA  # scale from zero where KEDA is installed
+    assert owner(2, 5, keda=True) is base.ReplicaOwner.HPA  # KEDA only for minReplicas 0
+    zero = base.Component(labels.PREDICTOR, "s3://m/1", "", 0, 0, scale_to_zero=True)
+    assert base.replica_owner(zero) is base.ReplicaOwner.OPERATOR  # nothing to scale to
 
 
 def test_operator_labels_never_replace_the_operators_own() -> None:

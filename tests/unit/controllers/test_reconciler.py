@@ -21,9 +21,14 @@ import pytest
 from mlops_platform import api
 from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice import labels, reconciler
-from mlops_platform.controllers.inferenceservice.children import base, monitoring, virtualservice
+from mlops_platform.controllers.inferenceservice.children import (
+    base,
+    monitoring,
+    scaledobject,
+    virtualservice,
+)
 from mlops_platform.runtime.caching import cache as rcache
-from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request, Result, TerminalError
 from mlops_platform.runtime.transport import client as rclient
@@ -38,7 +43,8 @@ ISVC = api.RESOURCE
 DEP, SVC, HPA, NETPOL = resources.DEPLOYMENT, resources.SERVICE, resources.HPA, resources.NETWORK_POLICY
 RULE, MONITOR = monitoring.PROMETHEUS_RULE.resource(), monitoring.SERVICE_MONITOR.resource()
 VS = virtualservice.KIND.resource()
-CHILD_RESOURCES = {r.plural: r for r in (DEP, SVC, HPA, NETPOL, RULE, MONITOR, VS)}
+SO = scaledobject.KIND.resource()
+CHILD_RESOURCES = {r.plural: r for r in (DEP, SVC, HPA, NETPOL, RULE, MONITOR, VS, SO)}
 MODEL_V1, MODEL_V2 = "s3://models/bert/v1", "s3://models/bert/v2"
 URL = f"http://{NAME}-predictor.{NS}.svc.cluster.local:8080"
 OLD = "2020-01-01T00:00:00Z"
@@ -135,7 +141,12 @@ class World:
         self.canary_endpoints_ready = True
         self.recorder = fakes.FakeRecorder()
         self.kinds = crdwatch.OptionalKinds(self.cache)
-        for kind in (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR, virtualservice.KIND):
+        for kind in (
+            monitoring.PROMETHEUS_RULE,
+            monitoring.SERVICE_MONITOR,
+            virtualservice.KIND,
+            scaledobject.KIND,
+        ):
             self.kinds.register(kind)  # as Builder.owns(optional kind) does
         self.rec = reconciler.InferenceServiceReconciler(
             self.cache, self.client, self.recorder, self.kinds, ctx or base.BuildContext()
@@ -159,10 +170,17 @@ class World:
 
     def install_istio(self) -> None:
         """Istio's VirtualService CRD appears (its informer listed)."""
-        crd = fakes.crd(virtualservice.KIND)
+        self._install(virtualservice.KIND)
+
+    def install_keda(self) -> None:
+        """KEDA's ScaledObject CRD appears (its informer listed)."""
+        self._install(scaledobject.KIND)
+
+    def _install(self, kind: kinds.Kind) -> None:
+        crd = fakes.crd(kind)
         fakes.seed(self.cache, resources.CRD, [crd])
         self.kinds.on_add(crd)
-        fakes.seed(self.cache, VS, [], optional=True)
+        fakes.seed(self.cache, kind.resource(), [], optional=True)
 
     def put(self, res: rclient.Resource, obj: Obj) -> None:
         """``obj`` exists in the cluster (the client's store and the cache)."""
@@ -1014,14 +1032,14 @@ async def test_a_child_owned_by_someone_else_is_never_deleted(
         (
             {"minReplicas": 1, "maxReplicas": 3},
             {},
-            [D, ("delete", "horizontalpodautoscalers", f"{NAME}-predictor")],
+            [("delete", "horizontalpodautoscalers", f"{NAME}-predictor"), D],  # deletions go first
             ("True", "NotRequired"),
         ),
         # (the PrometheusRule's below-minimum alert follows minReplicas)
         (
             {"minReplicas": 1, "maxReplicas": 3},
             {"minReplicas": 0, "maxReplicas": 3},
-            [D, ("delete", "horizontalpodautoscalers", f"{NAME}-predictor"), R],
+            [("delete", "horizontalpodautoscalers", f"{NAME}-predictor"), D, R],
             ("True", "NotRequired"),
         ),
         (
@@ -1517,7 +1535,7 @@ async def test_one_event_lists_every_child_a_mixed_reconcile_changed() -> None:
     await w.converge()
     w.edit_spec(minReplicas=2, maxReplicas=2)
     await w.reconcile()
-    assert w.writes == [D, ("delete", "horizontalpodautoscalers", f"{NAME}-predictor")]
+    assert w.writes == [("delete", "horizontalpodautoscalers", f"{NAME}-predictor"), D]
     assert w.recorder.reasons == ["Updated"]
     note = w.recorder.events[0].note
     assert note.startswith(f"updated Deployment/{NAME}-predictor (")
@@ -1721,3 +1739,54 @@ async def test_a_status_that_lands_on_a_newer_spec_does_not_settle_the_older_dec
     await w.reconcile()
     assert D in w.writes  # generation 2 is acted on: 3 replicas
     assert w.client.stored(DEP, NS, PREDICTOR)["spec"]["replicas"] == 3  # type: ignore[index]
+
+
+async def test_keda_scales_a_zero_minimum_from_zero_instead_of_no_autoscaler() -> None:
+    spec = {"minReplicas": 0, "maxReplicas": 3}
+    plain = await world_with(spec, mon="absent")
+    await plain.converge()
+    assert plain.client.stored(SO, NS, PREDICTOR) is None  # KEDA absent: today's behaviour
+    assert brief(plain.status, "Ready") == ("False", "ScaledToZero")
+    w = await world_with(spec, mon="absent")
+    w.install_keda()
+    await w.converge()
+    so = w.client.stored(SO, NS, PREDICTOR)
+    assert so is not None and w.client.stored(HPA, NS, PREDICTOR) is None  # never both
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (0, 3)
+    assert so["spec"]["scaleTargetRef"]["name"] == PREDICTOR
+    trigger = so["spec"]["triggers"][0]
+    assert (
+        trigger["type"] == "prometheus"
+        and 'mlops_platform_inferenceservice="bert"' in trigger["metadata"]["query"]
+    )
+    assert 'destination_service_name="bert-predictor"' in trigger["metadata"]["query"]  # wakes from zero
+    ready = cond(w.status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ScaledToZero")
+    assert "KEDA ScaledObject bert-predictor scales it up on any request" in ready["message"]
+    assert brief(w.status, "AutoscalerReady") == ("Unknown", "Pending")  # no KEDA operator here
+    # KEDA wakes it: the operator keeps KEDA's count and the service serves
+    w.edit(DEP, PREDICTOR, lambda d: d["spec"].update(replicas=1))
+    w.mirror()
+    await w.reconcile()
+    assert D not in w.writes
+    assert brief(w.status, "Ready") == ("True", "Serving")
+
+
+async def test_switching_from_an_hpa_to_keda_deletes_the_hpa_first() -> None:
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
+    w.install_keda()
+    await w.converge()
+    assert w.client.stored(HPA, NS, PREDICTOR) is not None
+    w.edit_spec(minReplicas=0, maxReplicas=3)
+    await w.reconcile()
+    writes = w.writes
+    assert writes.index(("delete", "horizontalpodautoscalers", PREDICTOR)) < writes.index(
+        ("apply", "scaledobjects", PREDICTOR)
+    )
+    w.mirror()
+    w.edit_spec(generation=3, minReplicas=1, maxReplicas=3)  # and back
+    await w.reconcile()
+    writes = w.writes
+    assert writes.index(("delete", "scaledobjects", PREDICTOR)) < writes.index(
+        ("apply", "horizontalpodautoscalers", PREDICTOR)
+    )

@@ -300,6 +300,12 @@ SERVERS: Mapping[str, _Server] = {
 # -- rules -----------------------------------------------------------------------------------------
 
 
+def request_query(namespace: str, name: str, window: str = "1m") -> _Query:
+    """The series of one InferenceService's model-server metrics (``SERVERS[...].requests(...)``
+    gives its request rate: what a KEDA trigger scales on)."""
+    return _Query(_selector(namespace=namespace, **{ISVC_LABEL: name})[1:-1], window)
+
+
 def group_name(namespace: str, name: str) -> str:
     return f"mlops-platform.{namespace}.{name}"
 

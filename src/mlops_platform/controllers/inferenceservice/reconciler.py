@@ -378,9 +378,18 @@ class InferenceServiceReconciler:
     async def _sync_all(self, run: _Run, slots: list[base.Slot]) -> None:
         """Sync every slot, the writes in parallel (they are independent: no child reads another's
         live state), then record the outcomes in slot order, so status, log and Event are the same
-        whatever order the answers came in."""
-        outcomes = await asyncio.gather(*(self._sync(run, slot) for slot in slots))
-        for observed, outcome in outcomes:
+        whatever order the answers came in. Deletions go first: a child that replaces another
+        (a KEDA ScaledObject for an HPA: KEDA refuses a ScaledObject whose target has an HPA) is
+        created only once the one it replaces is gone."""
+        desired = [s.child.build(s.target, self.ctx) if s.target.component.present else None for s in slots]
+        gone = [i for i, d in enumerate(desired) if d is None]
+        kept = [i for i, d in enumerate(desired) if d is not None]
+        outcomes: dict[int, tuple[status.Observed, _Outcome | None]] = {}
+        for phase in (gone, kept):
+            done = await asyncio.gather(*(self._sync(run, slots[i], desired[i]) for i in phase))
+            outcomes.update(zip(phase, done, strict=True))
+        for i in range(len(slots)):
+            observed, outcome = outcomes[i]
             run.observed.append(observed)
             if outcome is None or outcome.action == "none":
                 continue
@@ -390,9 +399,10 @@ class InferenceServiceReconciler:
                 run.changes[what] = list(outcome.changes)
             run.done.append((outcome.action, what, outcome.changes))
 
-    async def _sync(self, run: _Run, slot: base.Slot) -> tuple[status.Observed, _Outcome | None]:
+    async def _sync(
+        self, run: _Run, slot: base.Slot, desired: Obj | None
+    ) -> tuple[status.Observed, _Outcome | None]:
         child, target = slot.child, slot.target
-        desired = child.build(target, self.ctx) if target.component.present else None
         resource = self.kinds.resolve(child.kind)
         if resource is None or not self._readable(child, resource):
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to

@@ -25,7 +25,7 @@ from typing import Literal
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import conditions, labels, traffic
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice.children import base, scaledobject
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
@@ -188,7 +188,8 @@ def compute(
         candidate_serves = canary is not None and any(
             sh.component == labels.CANARY and sh.percent > 0 and sh.ready > 0 for sh in canary.rollout.split
         )
-        ready = _ready(isvc, serving_conds, pod_failure, counts, candidate_serves)
+        pred = canary.rollout.components[0] if canary is not None else base.predictor(isvc)
+        ready = _ready(isvc, serving_conds, pod_failure, counts, candidate_serves, pred, ctx)
     extra = _canary_conditions(canary, slot_conds) if canary is not None and canary.rollout.involved else []
     # every message is bounded: the status stays small whatever an upstream controller says
     wanted = [
@@ -277,13 +278,20 @@ def _ready(
     pod_failure: tuple[str, str] | None,
     counts: base.Replicas,
     candidate_serves: bool = False,
+    predictor: base.Component | None = None,
+    ctx: base.BuildContext | None = None,
 ) -> base.ChildCondition:
     summary = f"{counts.ready}/{counts.desired} replicas ready"
     failing = next((c for c in serving if c.status == "False"), None)
-    if isvc.min_replicas == 0:
+    keda = predictor is not None and base.replica_owner(predictor) is base.ReplicaOwner.KEDA
+    if isvc.min_replicas == 0 and not keda:
         return base.ChildCondition(
             "Ready", "False", "ScaledToZero", "minReplicas is 0: no replica is running"
         )
+    if keda and counts.desired == 0 and predictor is not None:
+        target = base.Target(isvc, predictor)
+        why = scaledobject.wakes(target, ctx or base.BuildContext())
+        return base.ChildCondition("Ready", "False", "ScaledToZero", f"scaled to zero: {why}")
     if counts.ready == 0 and candidate_serves:
         why = pod_failure[1] if pod_failure else failing.message if failing else summary
         return base.ChildCondition(

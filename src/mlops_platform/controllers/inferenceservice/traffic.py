@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels
-from mlops_platform.controllers.inferenceservice.children import base, httproute, virtualservice
+from mlops_platform.controllers.inferenceservice.children import base, httproute, scaledobject, virtualservice
 from mlops_platform.controllers.inferenceservice.children import deployment as children_deployment
 from mlops_platform.controllers.inferenceservice.children import service as children_service
 from mlops_platform.runtime import objects
@@ -309,6 +309,7 @@ def rollout(
     live_weights: dict[str, int] | None,
     canary_endpoints: int,
     canary_pods: Iterable[Obj] = (),
+    keda: bool = False,
 ) -> Rollout:
     """The decision of one reconcile. ``route_live`` is the live route object (the predictor Service
     for the replicas router) and ``live_weights`` what it gives each component (None: no route);
@@ -330,7 +331,7 @@ def rollout(
     else:
         live = dict(live_weights or {})
     p = plan(isvc, stable, canary, live.get(CANARY_KEY))
-    pred = base.predictor(isvc)
+    pred = base.predictor(isvc, keda=keda)
     if p.canary is CanaryAction.DELETE:
         cand = base.Component(CANARY_KEY, "", "Canary", 0, 0, present=False)
     else:
@@ -418,6 +419,7 @@ def decide(
     endpoints and the InferenceService's pods (read only while a canary Deployment exists). The
     reconciler reads its cache (or the answers of its writes); ``mlops-platform why`` the API."""
     router = choose_router(isvc, ctx, {r for r, m in ROUTES.items() if served(m.KIND)})
+    keda = served(scaledobject.KIND)
     stable = live(children_deployment.KIND, base.component_name_of(isvc, labels.PREDICTOR))
     canary = live(children_deployment.KIND, base.component_name_of(isvc, labels.CANARY))
     endpoints = canary_endpoints() if canary else 0
@@ -431,4 +433,4 @@ def decide(
         module = ROUTES[router]
         route = live(module.KIND, isvc.name) if served(module.KIND) else None
         weights = module.live_weights(route)
-    return rollout(isvc, ctx, router, stable, canary, route, weights, endpoints, canary_pods)
+    return rollout(isvc, ctx, router, stable, canary, route, weights, endpoints, canary_pods, keda)

@@ -2,7 +2,8 @@
 
 Every module exposes its :class:`base.Child` (``CHILD``, or ``RULE``/``MONITOR`` for the two
 monitoring kinds); :data:`CHILDREN` lists them in slot order: the Deployment first, then the Service in
-front of it, the HPA that scales it (each for the predictor, then for a canary), the routes of the
+front of it, the HPA or KEDA ScaledObject that scales it (each for the predictor, then for a
+canary), the routes of the
 Istio and Gateway API routers, the network policy, and the optional monitoring kinds last.
 A reconcile writes them in parallel and reports them (status, Event, log) in this order.
 """
@@ -14,6 +15,7 @@ from mlops_platform.controllers.inferenceservice.children import (
     httproute,
     monitoring,
     networkpolicy,
+    scaledobject,
     service,
     virtualservice,
 )
@@ -22,6 +24,7 @@ CHILDREN: tuple[base.Child, ...] = (
     deployment.CHILD,
     service.CHILD,
     hpa.CHILD,
+    scaledobject.CHILD,
     virtualservice.CHILD,
     httproute.CHILD,
     networkpolicy.CHILD,
@@ -37,6 +40,7 @@ __all__ = [
     "httproute",
     "monitoring",
     "networkpolicy",
+    "scaledobject",
     "service",
     "virtualservice",
 ]

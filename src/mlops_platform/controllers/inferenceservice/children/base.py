@@ -91,6 +91,10 @@ class BuildContext:
     gateway: str | None = None
     #: HTTPRoute hostnames are ``<name>.<namespace>.<ingress_domain>`` (``--ingress-domain``)
     ingress_domain: str = "example.com"
+    #: the Prometheus a KEDA ScaledObject's trigger queries (``--keda-prometheus-url``)
+    keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    #: requests per second one replica takes before KEDA adds one (``--keda-requests-per-replica``)
+    keda_requests_per_replica: float = 10.0
 
     def server(self, isvc: internal.InferenceService) -> ServingRuntime:
         """The runtime of the CR's framework (``KeyError`` naming it if the table lacks it)."""
@@ -114,11 +118,16 @@ class Component:
     max_replicas: int = 1
     #: False: the component is not wanted (its slots build nothing, a live child is deleted)
     present: bool = True
+    #: KEDA's ScaledObject CRD is served: ``min_replicas`` 0 with a maximum scales from zero
+    scale_to_zero: bool = False
 
 
-def predictor(isvc: internal.InferenceService) -> Component:
-    """The stable component: ``spec.modelUri`` within ``spec.minReplicas..maxReplicas``."""
-    return Component(labels.PREDICTOR, isvc.model_uri, "", isvc.min_replicas, isvc.max_replicas)
+def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Component:
+    """The stable component: ``spec.modelUri`` within ``spec.minReplicas..maxReplicas`` (``keda``:
+    KEDA is installed, so ``minReplicas: 0`` autoscales from zero)."""
+    return Component(
+        labels.PREDICTOR, isvc.model_uri, "", isvc.min_replicas, isvc.max_replicas, scale_to_zero=keda
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -173,6 +182,7 @@ class ReplicaOwner(enum.Enum):
 
     OPERATOR = "operator"  # fixed count: minReplicas (0 = scaled to zero)
     HPA = "hpa"  # maxReplicas > minReplicas >= 1: a HorizontalPodAutoscaler
+    KEDA = "keda"  # minReplicas 0, maxReplicas >= 1, KEDA installed: a ScaledObject (from zero)
 
 
 def replica_owner(component: Component) -> ReplicaOwner:
@@ -180,6 +190,8 @@ def replica_owner(component: Component) -> ReplicaOwner:
     re-derive it."""
     if component.max_replicas > component.min_replicas >= 1:
         return ReplicaOwner.HPA
+    if component.min_replicas == 0 and component.max_replicas >= 1 and component.scale_to_zero:
+        return ReplicaOwner.KEDA  # never both: KEDA refuses a ScaledObject whose target has an HPA
     return ReplicaOwner.OPERATOR
 
 

@@ -163,7 +163,8 @@ def condition(
         return base.not_found(CONDITION, KIND, name(target))
     spec, st = live.get("spec") or {}, live.get("status") or {}
     count = int(st.get("replicas") or 0)
-    if target.component.min_replicas == 0:
+    keda = base.replica_owner(target.component) is base.ReplicaOwner.KEDA
+    if target.component.min_replicas == 0 and not (keda and int(spec.get("replicas") or 0) > 0):
         left = f"; {count} pod(s) still terminating" if count else ""
         return base.ChildCondition(
             CONDITION, "True", "ScaledToZero", f"minReplicas is 0: scaled to zero{left}"

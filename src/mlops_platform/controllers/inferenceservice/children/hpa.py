@@ -55,8 +55,10 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
 
 def condition(
     target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
-) -> base.ChildCondition:
+) -> base.ChildCondition | None:
     s = target.component
+    if desired is None and base.replica_owner(s) is base.ReplicaOwner.KEDA:
+        return None  # the ScaledObject reports AutoscalerReady
     if desired is None:
         if s.min_replicas == 0:
             why = "minReplicas is 0: scaled to zero, nothing to autoscale"

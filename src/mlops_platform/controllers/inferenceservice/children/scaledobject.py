@@ -1,0 +1,109 @@
+"""The KEDA ScaledObject (``keda.sh/v1alpha1``) ``<name>-predictor``: autoscaling from zero.
+
+Contract of :func:`build` (pure): desired only when KEDA owns the replica count
+(:func:`base.replica_owner`: ``minReplicas: 0``, ``maxReplicas >= 1`` and KEDA's ScaledObject CRD
+served); otherwise ``None``, so a stale one is deleted — never both a ScaledObject and an HPA (KEDA's
+admission refuses a ScaledObject whose target already has an HPA; the reconciler deletes before it
+creates). It scales the component's Deployment between 0 and ``maxReplicas`` on one Prometheus
+trigger (:func:`query`): the model server's own request rate, or, when the server has no series
+(at zero replicas there is no pod to export one), the mesh's count of requests to the predictor
+Service (``istio_requests_total``, recorded by the calling proxy), so a request wakes it. One
+replica per ``--keda-requests-per-replica`` requests per second; any request activates.
+``AutoscalerReady`` follows the ScaledObject's ``Ready`` condition (KEDA's operator writes it);
+none is reported when no ScaledObject is wanted (the HPA child reports then).
+"""
+
+from __future__ import annotations
+
+from mlops_platform.controllers.inferenceservice import alerts
+from mlops_platform.controllers.inferenceservice.children import base, deployment
+from mlops_platform.runtime import objects
+from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.transport import resources
+
+GROUP = "keda.sh"
+KIND = kinds.Kind(GROUP, "ScaledObject", "scaledobjects", ("v1alpha1",), optional=True)
+CONDITION = "AutoscalerReady"
+#: seconds without activity before KEDA scales back to zero (KEDA's default)
+COOLDOWN_SECONDS = 300
+
+name = base.component_name
+
+
+def query(target: base.Target) -> str:
+    """The trigger's PromQL: requests per second to this component (see the module doc)."""
+    isvc = target.isvc
+    server = alerts.SERVERS[isvc.framework].requests(alerts.request_query(isvc.namespace, isvc.name))
+    service = base.component_name(target)
+    mesh = (
+        f'sum(rate(istio_requests_total{{destination_service_namespace="{isvc.namespace}", '
+        f'destination_service_name="{service}"}}[1m]))'
+    )
+    return f"({server}) or {mesh}"
+
+
+def wakes(target: base.Target, ctx: base.BuildContext) -> str:
+    """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``)."""
+    return (
+        f"KEDA ScaledObject {name(target)} scales it up on any request (Prometheus trigger at "
+        f"{ctx.keda_prometheus_url}, one replica per {ctx.keda_requests_per_replica:g} requests/s)"
+    )
+
+
+def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
+    component = target.component
+    if base.replica_owner(component) is not base.ReplicaOwner.KEDA:
+        return None
+    return {
+        "apiVersion": KIND.resource().api_version,
+        "kind": KIND.kind,
+        "metadata": base.metadata(target, ctx, name(target)),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": resources.DEPLOYMENT.api_version,
+                "kind": resources.DEPLOYMENT.kind,
+                "name": deployment.name(target),
+            },
+            "minReplicaCount": 0,
+            "maxReplicaCount": component.max_replicas,
+            "cooldownPeriod": COOLDOWN_SECONDS,
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": ctx.keda_prometheus_url,
+                        "query": query(target),
+                        "threshold": f"{ctx.keda_requests_per_replica:g}",
+                        "activationThreshold": "0",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def condition(
+    target: base.Target, ctx: base.BuildContext, desired: base.Obj | None, live: base.Obj | None
+) -> base.ChildCondition | None:
+    if desired is None:
+        return None
+    if live is None:
+        return base.not_found(CONDITION, KIND, name(target))
+    ready = objects.condition(live, "Ready")
+    if ready is None or ready.get("status") == "Unknown":
+        msg = f"ScaledObject {name(target)}: the KEDA operator has not evaluated it yet"
+        return base.ChildCondition(CONDITION, "Unknown", "Pending", msg)
+    if ready.get("status") == "False":
+        return base.ChildCondition(
+            CONDITION, "False", ready.get("reason") or "ScaledObjectNotReady", ready.get("message", "")
+        )
+    active = objects.condition(live, "Active") or {}
+    state = "active" if active.get("status") == "True" else "idle (scaled to zero)"
+    return base.ChildCondition(
+        CONDITION, "True", "ScaledObjectReady", f"ScaledObject {name(target)}: {state}"
+    )
+
+
+RBAC = base.child_rbac(KIND, why="the KEDA ScaledObject (scale from zero): watched, applied, deleted")
+# like the HPA, its health is reported but does not stop a service serving
+CHILD = base.Child("scaledobject", KIND, CONDITION, name, build, condition, serving=False)
