@@ -22,6 +22,10 @@ def test_go_modules_pin_the_versions_in_versions_env() -> None:
     assert all(src == dst and ver == minor_patch for src, dst, ver in staging), staging
     assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in (ROOT / "hack/etcd/go.mod").read_text()
     assert f"sigs.k8s.io/kwok {v['KWOK_VERSION']}" in (ROOT / "hack/kwok/go.mod").read_text()
+    metrics_server = (ROOT / "hack/metrics-server/go.mod").read_text()
+    pin = rf"^\s+sigs\.k8s\.io/metrics-server {v['METRICS_SERVER_VERSION']}\b"
+    assert re.search(pin, metrics_server, re.M)
+    assert "tool sigs.k8s.io/metrics-server/cmd/metrics-server" in metrics_server
 
 
 def test_promtool_go_module_is_the_prometheus_release_in_versions_env() -> None:
@@ -35,6 +39,14 @@ def test_promtool_go_module_is_the_prometheus_release_in_versions_env() -> None:
     assert tag, v["PROMTOOL_MODULE_VERSION"]
     assert v["PROMTOOL_VERSION"] == f"v3.{int(tag.group(1))}.{tag.group(2)}"
     assert "github.com/prometheus/prometheus/cmd/promtool" in (ROOT / "hack/promtool/tools.go").read_text()
+
+
+def test_metrics_server_has_its_own_cache_directory_and_version() -> None:
+    d = binaries.metrics_server_cache_dir()
+    assert d.name == f"metrics-server-{binaries.versions()['METRICS_SERVER_VERSION']}"
+    assert d.parent == binaries.cache_bin_dir().parent and d != binaries.cache_bin_dir()
+    assert "metrics-server" in binaries.NAMES  # kwokctl runs it
+    assert binaries.expected_version("metrics-server") == binaries.versions()["METRICS_SERVER_VERSION"]
 
 
 def test_promtool_has_its_own_cache_directory() -> None:

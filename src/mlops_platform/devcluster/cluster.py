@@ -251,7 +251,7 @@ def _pids(name: str) -> Iterator[int]:
 def down(name: str = DEFAULT_NAME) -> None:
     """Delete the cluster ``name`` and make sure none of its processes is left."""
     if exists(name):
-        bins = binaries.find(build=False)
+        bins = binaries.find(build=False, names=("kwokctl", "kubectl"))
         result = _kwokctl(bins, "delete", "cluster", "--name", name, check=False)
         if result.returncode != 0:
             _log(f"kwokctl delete cluster failed: {result.stderr.strip()[-300:]}")
@@ -283,5 +283,5 @@ def status(name: str = DEFAULT_NAME) -> dict[str, Any]:
 
 
 def kubectl(name: str, args: list[str]) -> int:
-    bins = binaries.find(build=False)
+    bins = binaries.find(build=False, names=("kubectl",))
     return subprocess.call([str(bins["kubectl"]), "--kubeconfig", str(kubeconfig_path(name)), *args])
