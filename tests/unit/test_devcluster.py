@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -56,10 +57,25 @@ def test_promtool_has_its_own_cache_directory() -> None:
     assert "promtool" not in binaries.NAMES  # not a control-plane binary: kwokctl never sees it
 
 
-def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> None:
+def _config(**kw: Any) -> dict[str, Any]:
     bins = binaries.Binaries({name: Path(f"/opt/bin/{name}") for name in binaries.NAMES})
-    conf = yaml.safe_load(cluster.kwokctl_config(bins))
-    opts = conf["options"]
+    conf: dict[str, Any] = yaml.safe_load(
+        cluster.kwokctl_config(bins, metrics_server_manifests="/opt/ms/manifests/overlays/release", **kw)
+    )
+    return conf
+
+
+def _patches(conf: dict[str, Any], component: str) -> dict[str, str]:
+    return {
+        a["key"]: a["value"]
+        for p in conf["componentsPatches"]
+        if p["name"] == component
+        for a in p["extraArgs"]
+    }
+
+
+def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> None:
+    opts = _config()["options"]
     assert opts["bindAddress"] == "127.0.0.1"
     assert opts["runtime"] == "binary"
     assert opts["kubeAuthorization"] is True and opts["securePort"] is True
@@ -68,12 +84,39 @@ def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> No
     assert "Stage" in opts["enableCRDs"]
 
 
+def test_kwokctl_runs_our_metrics_server_from_local_manifests_with_kwoks_usage_crds() -> None:
+    conf = _config()
+    opts = conf["options"]
+    assert opts["enable"] == ["metrics-server"]
+    assert opts["metricsServerBinary"] == "/opt/bin/metrics-server"
+    # a kustomize directory, never kwokctl's default download of the release manifests
+    assert opts["metricsServerManifests"] == ["/opt/ms/manifests/overlays/release"]
+    assert not any(m.startswith(("http://", "https://")) for m in opts["metricsServerManifests"])
+    assert {"Metric", "ClusterResourceUsage", "ResourceUsage"} <= set(opts["enableCRDs"])
+    assert _patches(conf, "metrics-server") == {"metric-resolution": cluster.METRIC_RESOLUTION}
+    without = _config(metrics_server=False)
+    assert "enable" not in without["options"] and "metricsServerBinary" not in without["options"]
+    assert _patches(without, "metrics-server") == {}
+
+
+def test_hpa_timing_of_the_local_cluster_is_short_and_explicit() -> None:
+    kcm = _patches(_config(), "kube-controller-manager")
+    assert kcm == {
+        "horizontal-pod-autoscaler-sync-period": "5s",
+        "horizontal-pod-autoscaler-downscale-stabilization": "15s",
+    }
+
+
 def test_fake_nodes_three_cpu_two_gpu() -> None:
     all_nodes = nodes.fake_nodes()
     pools = [n["metadata"]["labels"][nodes.POOL_LABEL] for n in all_nodes]
     assert pools.count("cpu") == 3 and pools.count("gpu") == 2
     for n in all_nodes:
         assert n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+        # metrics-server scrapes the path kwok serves this node's resource metrics on
+        name = n["metadata"]["name"]
+        path = n["metadata"]["annotations"][nodes.RESOURCE_METRICS_PATH_ANNOTATION]
+        assert path == f"/metrics/nodes/{name}/metrics/resource"
         has_gpu = "nvidia.com/gpu" in n["status"]["capacity"]
         assert has_gpu == (n["metadata"]["labels"][nodes.POOL_LABEL] == "gpu")
 
