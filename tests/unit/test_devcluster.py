@@ -144,3 +144,24 @@ def test_the_demo_reads_each_expected_condition_of_a_sample() -> None:
     obj["status"]["conditions"][1] |= {"status": "True", "reason": "Canary"}
     assert demo._state(obj, "Ready=True,CanaryReady=True/Canary") == "Ready=True,CanaryReady=True/Canary"
     assert demo._state({}, "Ready=True") == "Ready: no status yet"
+
+
+def test_the_demo_shows_how_to_load_the_autoscaled_sample_above_its_target_and_back() -> None:
+    from mlops_platform.controllers.inferenceservice import servers
+    from mlops_platform.devcluster import demo
+
+    samples = demo.load_samples()
+    hpa = next(s for s in samples if s["metadata"]["name"] == "bert-torchserve")
+    # the demo waits for a healthy HPA on it (metrics-server serves it), not only Ready
+    assert "AutoscalerReady=True" in hpa["metadata"]["annotations"][demo.EXPECT].split(",")[1]
+    hints = demo.scaling_hints(samples, "mlops-x")
+    # only the sample an HPA scales (not min == max, not scale to zero)
+    assert [h for h in hints if h.startswith("Make ")] == [
+        "Make bert-torchserve scale 2 -> 5: its pods use 150 % of their CPU request (its HPA targets 80 %):"
+    ]
+    cmd = "  .venv/bin/mlops-platform dev load bert-torchserve -n mlops-demo --name mlops-x"
+    assert f"{cmd} --cpu 150%" in hints
+    assert hints[-1] == f"{cmd} --clear"
+    # above the target by more than the HPA's 10 % tolerance
+    target = servers.default_table()["torchserve"].target_cpu_utilization
+    assert target * 1.1 < demo.DEMO_LOAD_PERCENT
