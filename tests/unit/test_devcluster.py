@@ -97,6 +97,7 @@ def test_kwokctl_runs_our_metrics_server_from_local_manifests_with_kwoks_usage_c
     without = _config(metrics_server=False)
     assert "enable" not in without["options"] and "metricsServerBinary" not in without["options"]
     assert _patches(without, "metrics-server") == {}
+    assert _patches(without, "kube-controller-manager") == {}  # upstream's HPA timing
 
 
 def test_hpa_timing_of_the_local_cluster_is_short_and_explicit() -> None:
