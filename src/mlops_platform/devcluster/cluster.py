@@ -288,7 +288,8 @@ async def _populate(name: str, install_crds: bool, wait: float, started: float, 
             _log("installing kwok's resource metrics (upstream Metric) and the simulated usage", started)
             await usage.install(c)
         else:
-            _log(f"cluster {name!r} was created without metrics-server (re-create it to get one)", started)
+            why = "created --without-metrics-server, or before metrics-server came: re-create it for one"
+            _log(f"cluster {name!r} has no metrics API ({why})", started)
         if install_crds:
             _log("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)", started)
             await crds.install(c)
