@@ -640,7 +640,10 @@ def nodes_for(n: int) -> int:
 
 def fresh_cluster(name: str, n: int) -> str:
     dev_cluster_down(name)
+    # no metrics-server (and upstream's HPA timing): the cluster the recorded figures were taken on;
+    # with it, half of N InferenceServices' HPAs would be synced every 5 s against real metrics
     cmd = [*cli_binary(), "dev", "up", "--name", name, "--nodes", str(nodes_for(n)), "--unthrottled"]
+    cmd.append("--without-metrics-server")
     log(f"fresh cluster: {' '.join(cmd)}")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]

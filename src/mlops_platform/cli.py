@@ -462,15 +462,74 @@ _name = click.option("--name", default="mlops-dev", show_default=True, help="clu
     help="no client QPS limits in controller-manager and scheduler, no in-flight limits in the API "
     "server (scale benchmarks; applies when the cluster is created)",
 )
-def up(name: str, without_crds: bool, wait: float, cpu_nodes: int, unthrottled: bool) -> None:
+@click.option(
+    "--without-metrics-server",
+    is_flag=True,
+    help="no metrics-server (no metrics API: kubectl top and HPAs fail) and upstream's HPA timing "
+    "(15 s sync, 5 min downscale stabilization); applies when the cluster is created",
+)
+def up(
+    name: str,
+    without_crds: bool,
+    wait: float,
+    cpu_nodes: int,
+    unthrottled: bool,
+    without_metrics_server: bool,
+) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     from mlops_platform.devcluster import cluster
 
     click.echo(
         cluster.up(
-            name, install_crds=not without_crds, wait=wait, cpu_nodes=cpu_nodes, unthrottled=unthrottled
+            name,
+            install_crds=not without_crds,
+            wait=wait,
+            cpu_nodes=cpu_nodes,
+            unthrottled=unthrottled,
+            metrics_server=not without_metrics_server,
         )
     )
+
+
+def _fraction(value: str | None) -> float | None:
+    """``90%``, ``90`` -> 0.9 (of the request)."""
+    if value is None:
+        return None
+    try:
+        return float(value.strip().removesuffix("%")) / 100
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a percentage (e.g. 90%)") from None
+
+
+@dev.command()
+@_name
+@click.argument("inferenceservice")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("--cpu", help="CPU use of each pod, in % of its CPU request (e.g. 150%)")
+@click.option("--memory", help="memory use of each pod, in % of its memory request")
+@click.option("--clear", is_flag=True, help="back to idle (1m CPU, 1Mi memory)")
+def load(
+    name: str, inferenceservice: str, namespace: str, cpu: str | None, memory: str | None, clear: bool
+) -> None:
+    """Simulate the CPU/memory use of an InferenceService's pods (kwok resource usage): what
+    metrics-server, `kubectl top` and the HPA see. Prints the simulated loads of the cluster."""
+    from mlops_platform.devcluster import cluster, usage
+    from mlops_platform.runtime.transport import client as rclient
+
+    if clear == (cpu is not None or memory is not None):
+        raise click.UsageError("give --cpu and/or --memory, or --clear")
+    row = usage.for_inferenceservice(
+        namespace, inferenceservice, cpu=_fraction(cpu), memory=_fraction(memory)
+    )
+
+    async def run() -> list[usage.Load]:
+        async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
+            return await (usage.clear_load(c, row) if clear else usage.set_load(c, row))
+
+    for r in asyncio.run(run()):
+        parts = [f"{k} {v:.0%}" for k, v in (("cpu", r.cpu), ("memory", r.memory)) if v is not None]
+        selector = ",".join(f"{k}={v}" for k, v in r.selector)
+        click.echo(f"{r.namespace}\t{selector}\t{', '.join(parts)} of request")
 
 
 @dev.command()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.devcluster import crds, nodes
-from mlops_platform.runtime import objects
+from mlops_platform.devcluster import crds, nodes, usage
+from mlops_platform.runtime import objects, quantity
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
@@ -47,6 +47,42 @@ async def test_deployment_pods_become_ready_through_real_controllers(
     assert all(_pod_ready(p) for p in pods), [p["status"] for p in pods]
     # kwok nodes, assigned by the real scheduler
     assert {p["spec"]["nodeName"] for p in pods} <= {n["metadata"]["name"] for n in nodes.fake_nodes()}
+
+
+async def test_the_metrics_api_serves_the_simulated_usage_of_each_pod(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    """metrics-server behind the aggregator, scraping kwok's emulated kubelet resource metrics: a
+    load of 150 % CPU / 50 % memory of the request on one Deployment's pods, the idle default (1m,
+    1Mi) on another's."""
+    requests = {"cpu": "200m", "memory": "100Mi"}
+    for name, replicas in (("busy", 2), ("calm", 1)):
+        await admin_client.create(resources.DEPLOYMENT, _deployment(name, replicas, requests), namespace)
+    path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods"
+
+    async def usage_by_app() -> dict[str, list[tuple[float, float]]] | None:
+        items = (await admin_client.request("GET", path, resource="pods.metrics.k8s.io"))["items"]
+        out: dict[str, list[tuple[float, float]]] = {}
+        for pod in items:
+            used = pod["containers"][0]["usage"]
+            app = pod["metadata"]["name"].split("-")[0]
+            out.setdefault(app, []).append(
+                (float(quantity.parse(used["cpu"])), float(quantity.parse(used["memory"])))
+            )
+        return out if sorted((k, len(v)) for k, v in out.items()) == [("busy", 2), ("calm", 1)] else None
+
+    async with usage.loaded(admin_client, usage.make(namespace, {"app": "busy"}, cpu=1.5, memory=0.5)):
+
+        async def loaded() -> dict[str, list[tuple[float, float]]] | None:
+            got = await usage_by_app()
+            return got if got and all(cpu > 0.25 for cpu, _ in got["busy"]) else None
+
+        got = await wait.until(loaded, timeout=120, what="metrics of 3 pods, the busy ones loaded")
+    for cpu, memory in got["busy"]:
+        assert abs(cpu - 0.3) < 0.3 * 0.05, cpu  # 150 % of 200m, within 5 %
+        assert memory == 50 * 2**20, memory  # 50 % of 100Mi
+    [(cpu, memory)] = got["calm"]
+    assert cpu < 0.005 and memory == 2**20, (cpu, memory)  # the idle default: 1m, 1Mi
 
 
 async def test_deleting_an_owner_cascades_through_the_garbage_collector(

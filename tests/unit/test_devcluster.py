@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -22,6 +23,10 @@ def test_go_modules_pin_the_versions_in_versions_env() -> None:
     assert all(src == dst and ver == minor_patch for src, dst, ver in staging), staging
     assert f"go.etcd.io/etcd/server/v3 {v['ETCD_VERSION']}" in (ROOT / "hack/etcd/go.mod").read_text()
     assert f"sigs.k8s.io/kwok {v['KWOK_VERSION']}" in (ROOT / "hack/kwok/go.mod").read_text()
+    metrics_server = (ROOT / "hack/metrics-server/go.mod").read_text()
+    pin = rf"^\s+sigs\.k8s\.io/metrics-server {v['METRICS_SERVER_VERSION']}\b"
+    assert re.search(pin, metrics_server, re.M)
+    assert "tool sigs.k8s.io/metrics-server/cmd/metrics-server" in metrics_server
 
 
 def test_promtool_go_module_is_the_prometheus_release_in_versions_env() -> None:
@@ -37,6 +42,14 @@ def test_promtool_go_module_is_the_prometheus_release_in_versions_env() -> None:
     assert "github.com/prometheus/prometheus/cmd/promtool" in (ROOT / "hack/promtool/tools.go").read_text()
 
 
+def test_metrics_server_has_its_own_cache_directory_and_version() -> None:
+    d = binaries.metrics_server_cache_dir()
+    assert d.name == f"metrics-server-{binaries.versions()['METRICS_SERVER_VERSION']}"
+    assert d.parent == binaries.cache_bin_dir().parent and d != binaries.cache_bin_dir()
+    assert "metrics-server" in binaries.NAMES  # kwokctl runs it
+    assert binaries.expected_version("metrics-server") == binaries.versions()["METRICS_SERVER_VERSION"]
+
+
 def test_promtool_has_its_own_cache_directory() -> None:
     d = binaries.promtool_cache_dir()
     assert d.name == f"promtool-{binaries.versions()['PROMTOOL_VERSION']}"
@@ -44,10 +57,25 @@ def test_promtool_has_its_own_cache_directory() -> None:
     assert "promtool" not in binaries.NAMES  # not a control-plane binary: kwokctl never sees it
 
 
-def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> None:
+def _config(**kw: Any) -> dict[str, Any]:
     bins = binaries.Binaries({name: Path(f"/opt/bin/{name}") for name in binaries.NAMES})
-    conf = yaml.safe_load(cluster.kwokctl_config(bins))
-    opts = conf["options"]
+    conf: dict[str, Any] = yaml.safe_load(
+        cluster.kwokctl_config(bins, metrics_server_manifests="/opt/ms/manifests/overlays/release", **kw)
+    )
+    return conf
+
+
+def _patches(conf: dict[str, Any], component: str) -> dict[str, str]:
+    return {
+        a["key"]: a["value"]
+        for p in conf["componentsPatches"]
+        if p["name"] == component
+        for a in p["extraArgs"]
+    }
+
+
+def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> None:
+    opts = _config()["options"]
     assert opts["bindAddress"] == "127.0.0.1"
     assert opts["runtime"] == "binary"
     assert opts["kubeAuthorization"] is True and opts["securePort"] is True
@@ -56,12 +84,40 @@ def test_kwokctl_configuration_binds_loopback_with_rbac_and_our_binaries() -> No
     assert "Stage" in opts["enableCRDs"]
 
 
+def test_kwokctl_runs_our_metrics_server_from_local_manifests_with_kwoks_usage_crds() -> None:
+    conf = _config()
+    opts = conf["options"]
+    assert opts["enable"] == ["metrics-server"]
+    assert opts["metricsServerBinary"] == "/opt/bin/metrics-server"
+    # a kustomize directory, never kwokctl's default download of the release manifests
+    assert opts["metricsServerManifests"] == ["/opt/ms/manifests/overlays/release"]
+    assert not any(m.startswith(("http://", "https://")) for m in opts["metricsServerManifests"])
+    assert {"Metric", "ClusterResourceUsage", "ResourceUsage"} <= set(opts["enableCRDs"])
+    assert _patches(conf, "metrics-server") == {"metric-resolution": cluster.METRIC_RESOLUTION}
+    without = _config(metrics_server=False)
+    assert "enable" not in without["options"] and "metricsServerBinary" not in without["options"]
+    assert _patches(without, "metrics-server") == {}
+    assert _patches(without, "kube-controller-manager") == {}  # upstream's HPA timing
+
+
+def test_hpa_timing_of_the_local_cluster_is_short_and_explicit() -> None:
+    kcm = _patches(_config(), "kube-controller-manager")
+    assert kcm == {
+        "horizontal-pod-autoscaler-sync-period": "5s",
+        "horizontal-pod-autoscaler-downscale-stabilization": "15s",
+    }
+
+
 def test_fake_nodes_three_cpu_two_gpu() -> None:
     all_nodes = nodes.fake_nodes()
     pools = [n["metadata"]["labels"][nodes.POOL_LABEL] for n in all_nodes]
     assert pools.count("cpu") == 3 and pools.count("gpu") == 2
     for n in all_nodes:
         assert n["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+        # metrics-server scrapes the path kwok serves this node's resource metrics on
+        name = n["metadata"]["name"]
+        path = n["metadata"]["annotations"][nodes.RESOURCE_METRICS_PATH_ANNOTATION]
+        assert path == f"/metrics/nodes/{name}/metrics/resource"
         has_gpu = "nvidia.com/gpu" in n["status"]["capacity"]
         assert has_gpu == (n["metadata"]["labels"][nodes.POOL_LABEL] == "gpu")
 
@@ -89,3 +145,24 @@ def test_the_demo_reads_each_expected_condition_of_a_sample() -> None:
     obj["status"]["conditions"][1] |= {"status": "True", "reason": "Canary"}
     assert demo._state(obj, "Ready=True,CanaryReady=True/Canary") == "Ready=True,CanaryReady=True/Canary"
     assert demo._state({}, "Ready=True") == "Ready: no status yet"
+
+
+def test_the_demo_shows_how_to_load_the_autoscaled_sample_above_its_target_and_back() -> None:
+    from mlops_platform.controllers.inferenceservice import servers
+    from mlops_platform.devcluster import demo
+
+    samples = demo.load_samples()
+    hpa = next(s for s in samples if s["metadata"]["name"] == "bert-torchserve")
+    # the demo waits for a healthy HPA on it (metrics-server serves it), not only Ready
+    assert "AutoscalerReady=True" in hpa["metadata"]["annotations"][demo.EXPECT].split(",")[1]
+    hints = demo.scaling_hints(samples, "mlops-x")
+    # only the sample an HPA scales (not min == max, not scale to zero)
+    assert [h for h in hints if h.startswith("Make ")] == [
+        "Make bert-torchserve scale 2 -> 5: its pods use 150 % of their CPU request (its HPA targets 80 %):"
+    ]
+    cmd = "  .venv/bin/mlops-platform dev load bert-torchserve -n mlops-demo --name mlops-x"
+    assert f"{cmd} --cpu 150%" in hints
+    assert hints[-1] == f"{cmd} --clear"
+    # above the target by more than the HPA's 10 % tolerance
+    target = servers.default_table()["torchserve"].target_cpu_utilization
+    assert target * 1.1 < demo.DEMO_LOAD_PERCENT

@@ -6,8 +6,9 @@ Resolution order for each binary (envtest convention first):
 2. ``<name>`` on ``PATH`` when it reports the pinned version;
 3. the per-version build cache that ``hack/build-control-plane`` fills (built on demand).
 
-:func:`promtool` (for the alert rule tests) resolves the same way, ``PATH`` first, from its own
-per-version cache directory (so pinning another Prometheus never rebuilds Kubernetes).
+metrics-server (kwokctl runs it: the resource metrics API) has its own per-version cache directory,
+and so does :func:`promtool` (for the alert rule tests, ``PATH`` first), so pinning another
+metrics-server or Prometheus never rebuilds Kubernetes.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
+METRICS_SERVER = "metrics-server"
 NAMES = (
     "etcd",
     "kube-apiserver",
@@ -28,11 +31,12 @@ NAMES = (
     "kubectl",
     "kwok",
     "kwokctl",
+    METRICS_SERVER,
 )
 
 
 def versions() -> dict[str, str]:
-    """The pinned versions from ``versions.env`` (KUBE_VERSION, ETCD_VERSION, KWOK_VERSION)."""
+    """The pinned versions from ``versions.env`` (KUBE_VERSION, ETCD_VERSION, KWOK_VERSION, ...)."""
     text = resources.files("mlops_platform.devcluster").joinpath("versions.env").read_text()
     return dict(
         line.split("=", 1)
@@ -49,6 +53,8 @@ def expected_version(name: str) -> str:
         return v["ETCD_VERSION"]
     if name in ("kwok", "kwokctl"):
         return v["KWOK_VERSION"]
+    if name == METRICS_SERVER:
+        return v["METRICS_SERVER_VERSION"]
     return v["KUBE_VERSION"]
 
 
@@ -63,6 +69,15 @@ def cache_root() -> Path:
 def cache_bin_dir() -> Path:
     v = versions()
     return cache_root() / "bin" / f"k8s-{v['KUBE_VERSION']}_etcd-{v['ETCD_VERSION']}_kwok-{v['KWOK_VERSION']}"
+
+
+def metrics_server_cache_dir() -> Path:
+    """Where ``hack/build-control-plane`` puts metrics-server: ``<cache>/bin/metrics-server-<version>``."""
+    return cache_root() / "bin" / f"metrics-server-{versions()['METRICS_SERVER_VERSION']}"
+
+
+def _cache_dir(name: str) -> Path:
+    return metrics_server_cache_dir() if name == METRICS_SERVER else cache_bin_dir()
 
 
 def repo_root() -> Path | None:
@@ -120,12 +135,13 @@ def _candidates(name: str) -> list[Path]:
     return found
 
 
-def find(build: bool = True) -> Binaries:
-    """Resolve every binary; build the missing ones with ``hack/build-control-plane`` if allowed."""
+def find(build: bool = True, names: Iterable[str] = NAMES) -> Binaries:
+    """Resolve ``names`` (default: every binary); build the missing ones with
+    ``hack/build-control-plane`` if allowed."""
     paths: dict[str, Path] = {}
     missing: list[str] = []
-    cache = cache_bin_dir()
-    for name in NAMES:
+    for name in names:
+        cache = _cache_dir(name)
         want = expected_version(name)
         chosen = next(
             (c for c in _candidates(name) if c.is_file() and reported_version(c) == want),
@@ -150,7 +166,7 @@ def find(build: bool = True) -> Binaries:
             )
         subprocess.run([str(root / "hack" / "build-control-plane")], check=True)
         for name in missing:
-            paths[name] = cache / name
+            paths[name] = _cache_dir(name) / name
     return Binaries(paths)
 
 

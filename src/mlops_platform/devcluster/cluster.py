@@ -2,10 +2,13 @@
 
 ``up`` is idempotent (a running cluster is left alone, a stopped one restarted) and everything binds
 to 127.0.0.1. The cluster runs etcd, kube-apiserver (RBAC + admission on, service-account token
-signing on), kube-controller-manager, kube-scheduler and the kwok controller, which plays the
-kubelet for fake nodes: 3 CPU nodes and 2 nodes advertising ``nvidia.com/gpu``. kwok's Stage CRD is
-enabled and the upstream default stages are installed as objects, so tests can add their own stages
-(e.g. a CrashLoopBackOff) at run time.
+signing on), kube-controller-manager, kube-scheduler, the kwok controller, which plays the
+kubelet for fake nodes: 3 CPU nodes and 2 nodes advertising ``nvidia.com/gpu``, and metrics-server
+(the resource metrics API: ``kubectl top``, the HPA), which scrapes the kubelet resource metrics
+that kwok emulates from simulated usage (:mod:`~mlops_platform.devcluster.usage`). kwok's Stage,
+Metric and (Cluster)ResourceUsage CRDs are enabled and the upstream default stages and metrics
+are installed as objects, so tests can add their own stages (e.g. a CrashLoopBackOff) and set pods'
+usage at run time.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from mlops_platform.devcluster import binaries, crds, nodes
+from mlops_platform.devcluster import binaries, crds, gomod, nodes, usage
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -33,6 +36,18 @@ from mlops_platform.runtime.transport import resources
 DEFAULT_NAME = "mlops-dev"
 SERVICE_CIDR = "10.96.0.0/16"
 FIELD_MANAGER = "mlops-platform-dev"
+# The HorizontalPodAutoscaler controller's timing on the local cluster with metrics-server
+# (kube-controller-manager flags; upstream defaults 15s and 5m): a sync every 5 s, and a scale-down
+# once the recommendation has been lower for 15 s, so scaling is seen in seconds (tests, the demo).
+HPA_SYNC_PERIOD = "5s"
+HPA_DOWNSCALE_STABILIZATION = "15s"
+# metrics-server keeps one sample per pod per resolution (kwokctl's default; its minimum is 10 s)
+METRIC_RESOLUTION = "15s"
+METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
+# kwok kinds served as CRDs (objects changed at run time) rather than read once from its config
+KWOK_CRDS = ("Stage", "Metric", "ClusterResourceUsage", "ResourceUsage")
+# upstream's release kustomization (components.yaml): kwokctl keeps its APIService and Service
+METRICS_SERVER_MANIFESTS = "manifests/overlays/release"
 
 
 def _log(msg: str, started: float | None = None) -> None:
@@ -66,13 +81,25 @@ def _kwokctl(bins: binaries.Binaries, *args: str, check: bool = True) -> subproc
     )
 
 
-def kwokctl_config(bins: binaries.Binaries, *, unthrottled: bool = False) -> str:
+def kwokctl_config(
+    bins: binaries.Binaries,
+    *,
+    unthrottled: bool = False,
+    metrics_server: bool = True,
+    metrics_server_manifests: str | None = None,
+) -> str:
     """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML).
 
     ``unthrottled``: kwokctl's ``disableQPSLimits``: kube-controller-manager's and kube-scheduler's
     clients without QPS limits (defaults 20 and 50 requests/s) and kube-apiserver without in-flight
     limits or priority and fairness, so that a scale benchmark measures the operator, not a
-    throttled controller-manager."""
+    throttled controller-manager.
+
+    ``metrics_server``: kwokctl runs our metrics-server, registered as the ``metrics.k8s.io`` APIService
+    through kwokctl's rewrite of upstream's release manifests (``metrics_server_manifests``: a
+    kustomize directory, by default the pinned module's ``manifests/overlays/release``), and the HPA
+    controller runs with the short timing above; without it the HPA timing is upstream's (a cluster
+    as before metrics-server came, e.g. for benchmarks compared with earlier figures)."""
     v = binaries.versions()
     conf: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -86,7 +113,7 @@ def kwokctl_config(bins: binaries.Binaries, *, unthrottled: bool = False) -> str
             "kubeVersion": v["KUBE_VERSION"],
             "etcdVersion": v["ETCD_VERSION"].lstrip("v"),
             "kwokVersion": v["KWOK_VERSION"],
-            "enableCRDs": ["Stage"],
+            "enableCRDs": list(KWOK_CRDS),
             "disableQPSLimits": unthrottled,
             "etcdBinary": str(bins["etcd"]),
             "kubeApiserverBinary": str(bins["kube-apiserver"]),
@@ -95,14 +122,41 @@ def kwokctl_config(bins: binaries.Binaries, *, unthrottled: bool = False) -> str
             "kwokControllerBinary": str(bins["kwok"]),
             "kubectlBinary": str(bins["kubectl"]),
         },
-        # kube-apiserver's default Service range is a /24 (253 Services): too small for scale tests
         "componentsPatches": [
+            # kube-apiserver's default Service range is a /24 (253 Services): too small for scale tests
             {
                 "name": "kube-apiserver",
                 "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}],
-            }
+            },
         ],
     }
+    if metrics_server:
+        if metrics_server_manifests is None:
+            metrics_server_manifests = str(
+                gomod.module_dir("metrics-server", "sigs.k8s.io/metrics-server") / METRICS_SERVER_MANIFESTS
+            )
+        conf["options"] |= {
+            "enable": [binaries.METRICS_SERVER],
+            "metricsServerBinary": str(bins[binaries.METRICS_SERVER]),
+            "metricsServerVersion": v["METRICS_SERVER_VERSION"].lstrip("v"),
+            "metricsServerManifests": [metrics_server_manifests],
+        }
+        conf["componentsPatches"] += [
+            {
+                "name": binaries.METRICS_SERVER,
+                "extraArgs": [{"key": "metric-resolution", "value": METRIC_RESOLUTION, "override": True}],
+            },
+            {
+                "name": "kube-controller-manager",
+                "extraArgs": [
+                    {"key": "horizontal-pod-autoscaler-sync-period", "value": HPA_SYNC_PERIOD},
+                    {
+                        "key": "horizontal-pod-autoscaler-downscale-stabilization",
+                        "value": HPA_DOWNSCALE_STABILIZATION,
+                    },
+                ],
+            },
+        ]
     return yaml.safe_dump(conf, sort_keys=False)
 
 
@@ -132,11 +186,13 @@ def up(
     wait: float = 180.0,
     cpu_nodes: int = nodes.CPU_NODES,
     unthrottled: bool = False,
+    metrics_server: bool = True,
 ) -> Path:
     """Start (or reuse) the cluster ``name``; return its kubeconfig path.
 
     ``cpu_nodes``: fake CPU nodes (each fits :data:`nodes.PODS_PER_NODE` pods), added to a running
-    cluster too; ``unthrottled`` (see :func:`kwokctl_config`) applies when the cluster is created."""
+    cluster too; ``unthrottled`` (see :func:`kwokctl_config`) and ``metrics_server`` (metrics-server,
+    kwok's Metric and resource-usage CRDs, the default usage) apply when the cluster is created."""
     started = time.monotonic()
     _log("resolving control-plane binaries", started)
     bins = binaries.find()
@@ -148,22 +204,22 @@ def up(
         if result.returncode != 0:
             _log(f"restart failed ({result.stderr.strip()[-300:]}); re-creating {name!r}", started)
             down(name)
-            _create(bins, name, wait, started, unthrottled)
+            _create(bins, name, wait, started, unthrottled, metrics_server)
     else:
-        _create(bins, name, wait, started, unthrottled)
+        _create(bins, name, wait, started, unthrottled, metrics_server)
     asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
 
 
-def _create(bins: binaries.Binaries, name: str, wait: float, started: float, unthrottled: bool) -> None:
+def _create(
+    bins: binaries.Binaries, name: str, wait: float, started: float, unthrottled: bool, metrics_server: bool
+) -> None:
     workdir().mkdir(parents=True, exist_ok=True)
     config_file = workdir() / f"{name}.kwokctl.yaml"
-    config_file.write_text(kwokctl_config(bins, unthrottled=unthrottled))
-    _log(
-        f"creating cluster {name!r} (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)",
-        started,
-    )
+    config_file.write_text(kwokctl_config(bins, unthrottled=unthrottled, metrics_server=metrics_server))
+    parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
+    _log(f"creating cluster {name!r} ({parts}{', metrics-server' if metrics_server else ''})", started)
     proc = subprocess.Popen(
         [
             str(bins["kwokctl"]),
@@ -224,11 +280,24 @@ async def _populate(name: str, install_crds: bool, wait: float, started: float, 
             except rclient.ApiError as e:
                 if not e.conflict:
                     raise
+                # a node of an older cluster: add what metrics-server needs to scrape it
+                meta = {"annotations": node["metadata"]["annotations"]}
+                await c.patch(resources.NODE, objects.name(node), {"metadata": meta})
+        has_metrics = await usage.metrics_api_registered(c)
+        if has_metrics:
+            _log("installing kwok's resource metrics (upstream Metric) and the simulated usage", started)
+            await usage.install(c)
+        else:
+            why = "created --without-metrics-server, or before metrics-server came: re-create it for one"
+            _log(f"cluster {name!r} has no metrics API ({why})", started)
         if install_crds:
             _log("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)", started)
             await crds.install(c)
         _log("waiting for the nodes to be Ready", started)
         await nodes.wait_ready(c, [objects.name(n) for n in fake], timeout=wait)
+        if has_metrics:
+            _log("waiting for the metrics API (metrics-server) to be Available", started)
+            await usage.wait_metrics_api(c, timeout=wait)
 
 
 async def _apply(c: rclient.Client, obj: dict[str, Any]) -> None:
@@ -251,7 +320,7 @@ def _pids(name: str) -> Iterator[int]:
 def down(name: str = DEFAULT_NAME) -> None:
     """Delete the cluster ``name`` and make sure none of its processes is left."""
     if exists(name):
-        bins = binaries.find(build=False)
+        bins = binaries.find(build=False, names=("kwokctl", "kubectl"))
         result = _kwokctl(bins, "delete", "cluster", "--name", name, check=False)
         if result.returncode != 0:
             _log(f"kwokctl delete cluster failed: {result.stderr.strip()[-300:]}")
@@ -283,5 +352,5 @@ def status(name: str = DEFAULT_NAME) -> dict[str, Any]:
 
 
 def kubectl(name: str, args: list[str]) -> int:
-    bins = binaries.find(build=False)
+    bins = binaries.find(build=False, names=("kubectl",))
     return subprocess.call([str(bins["kubectl"]), "--kubeconfig", str(kubeconfig_path(name)), *args])

@@ -3,8 +3,10 @@
 Each sample in ``config/samples/`` says what it should reach in the annotation
 ``demo.mlops.platform/expect`` (``Ready=True``, ``Ready=False/ScaledToZero``, or several conditions:
 ``Ready=True,CanaryReady=True/Canary``); the demo waits for
-every one, with progress, then prints ``kubectl get isvc`` and the children, and leaves the operator
-running (its PID file and log are in the cluster directory; ``dev down`` stops it with the cluster).
+every one, with progress, then prints ``kubectl get isvc``, the children and ``kubectl top pods``,
+the commands that make each autoscaled sample scale (a simulated load, :mod:`usage`) and back, and
+leaves the operator running (its PID file and log are in the cluster directory; ``dev down`` stops it
+with the cluster).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import yaml
 
 from mlops_platform.api import crd
+from mlops_platform.controllers.inferenceservice import servers
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.transport import client as rclient
@@ -142,6 +145,33 @@ async def _run(name: str, timeout: float) -> None:
             await asyncio.sleep(0.5)
 
 
+# the simulated load `make demo` suggests, in % of the CPU request: well above any runtime's target
+DEMO_LOAD_PERCENT = 150
+
+
+def scaling_hints(samples: list[dict[str, Any]], name: str) -> list[str]:
+    """For each sample an HPA scales (``minReplicas >= 1``, ``maxReplicas`` above it), the commands
+    that load its pods above the HPA's target and back to idle."""
+    table = servers.default_table()
+    out: list[str] = []
+    for s in samples:
+        spec = s["spec"]
+        low, high = int(spec.get("minReplicas", 1)), int(spec.get("maxReplicas", 1))
+        if not 1 <= low < high:
+            continue
+        isvc, target = objects.name(s), table[spec["framework"]].target_cpu_utilization
+        cmd = f".venv/bin/mlops-platform dev load {isvc} -n {NAMESPACE} --name {name}"
+        out += [
+            f"Make {isvc} scale {low} -> {high}: its pods use {DEMO_LOAD_PERCENT} % of their CPU request "
+            f"(its HPA targets {target} %):",
+            f"  {cmd} --cpu {DEMO_LOAD_PERCENT}%",
+            f"  kubectl get hpa {isvc}-predictor -n {NAMESPACE} -w   # about a minute to {high} replicas",
+            f"Back to idle ({low} replicas after the 15 s downscale stabilization):",
+            f"  {cmd} --clear",
+        ]
+    return out
+
+
 def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
     cluster.up(name)
     asyncio.run(_run(name, timeout))
@@ -154,13 +184,15 @@ def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
             "-n",
             NAMESPACE,
         ],
+        ["top", "pods", "-n", NAMESPACE],
     ):
         print(f"\n$ kubectl {' '.join(args)}", flush=True)
         cluster.kubectl(name, args)
+    hints = scaling_hints(load_samples(), name)
     print(
         f"\nThe operator keeps running (PID file {operator_pid_file(name)}, log {operator_log(name)}).\n"
         f"Use the cluster:     export KUBECONFIG={cluster.kubeconfig_path(name)}\n"
         f"Stop the operator:   .venv/bin/mlops-platform dev stop-operator --name {name}\n"
-        f"Stop everything:     make cluster-down",
+        f"Stop everything:     make cluster-down\n\n" + "\n".join(hints),
         flush=True,
     )

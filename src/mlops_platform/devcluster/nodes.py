@@ -15,6 +15,7 @@ CPU_NODES = 3
 GPU_NODES = 2
 GPUS_PER_NODE = 8
 POOL_LABEL = "mlops.platform/pool"
+RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
 
 # Upstream kwok stages (files of sigs.k8s.io/kwok at the pinned version), the same set kwokctl
 # installs by default: fast node start, heartbeat with Lease, pods Ready / Completed / deleted.
@@ -43,7 +44,13 @@ def _node(name: str, pool: str, extra: dict[str, str]) -> dict[str, Any]:
         "kind": "Node",
         "metadata": {
             "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {
+                "kwok.x-k8s.io/node": "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                # where metrics-server scrapes this node's resource metrics: kwok serves them per node
+                # (the path of upstream's Metric ``metrics-resource``; kwokctl's own nodes carry it too)
+                RESOURCE_METRICS_PATH_ANNOTATION: f"/metrics/nodes/{name}/metrics/resource",
+            },
             "labels": {
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/hostname": name,

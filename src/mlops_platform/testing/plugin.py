@@ -76,7 +76,7 @@ def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kub
     from mlops_platform.devcluster import binaries
 
     try:
-        binary = str(binaries.find(build=False)["kubectl"])
+        binary = str(binaries.find(build=False, names=("kubectl",))["kubectl"])
     except FileNotFoundError:
         found = shutil.which("kubectl")
         if found is None:
