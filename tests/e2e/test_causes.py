@@ -2,8 +2,8 @@
 ``Ready=False`` with the documented reason and the upstream message, within 10 seconds.
 
 The operator runs in this process with admin credentials (the RBAC suite proves its own rules);
-each test makes one cause in its own namespace: a GPU request no node can satisfy (the
-scheduler's ``Unschedulable``), a ResourceQuota and a LimitRange that make the ReplicaSet's pod
+each test makes one cause in its own namespace: a GPU request no node can satisfy and a taint on
+every node (the scheduler's ``Unschedulable``), a ResourceQuota and a LimitRange that make the ReplicaSet's pod
 creation fail (``FailedCreate``), and an image that cannot be pulled (a kwok stage).
 """
 
@@ -23,6 +23,7 @@ from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.devcluster import nodes
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, stages, wait
 
 ISVC = crd.RESOURCE
@@ -71,6 +72,27 @@ async def test_a_gpu_request_no_node_can_satisfy_says_insufficient_gpu(
     ready = await _not_ready(admin_client, namespace, "big", "Unschedulable", started)
     assert "cannot be scheduled" in ready["message"]
     assert "Insufficient nvidia.com/gpu" in ready["message"]  # the scheduler's own words
+
+
+async def test_a_taint_on_every_node_says_untolerated_taint(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    """Every node tainted for a moment (NoSchedule: running pods stay; the tests of this process run
+    one at a time, so nothing else is being scheduled meanwhile), then restored as it was."""
+    taint = {"key": "mlops.platform/e2e-maintenance", "value": namespace[:63], "effect": "NoSchedule"}
+    items = (await admin_client.list(resources.NODE))["items"]
+    before = {n["metadata"]["name"]: (n.get("spec") or {}).get("taints") for n in items}
+    try:
+        for name, taints in before.items():
+            patch = {"spec": {"taints": [*(taints or []), taint]}}
+            await admin_client.patch(resources.NODE, name, patch)
+        started = time.monotonic()
+        await admin_client.create(ISVC, _model("tainted"), namespace)
+        ready = await _not_ready(admin_client, namespace, "tainted", "Unschedulable", started)
+        assert "had untolerated taint" in ready["message"]  # the scheduler's words (no key since 1.3x)
+    finally:
+        for name, taints in before.items():
+            await admin_client.patch(resources.NODE, name, {"spec": {"taints": taints}})
 
 
 async def test_a_resource_quota_that_forbids_pods_says_exceeded_quota(
