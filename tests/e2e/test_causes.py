@@ -3,8 +3,9 @@
 
 The operator runs in this process with admin credentials (the RBAC suite proves its own rules);
 each test makes one cause in its own namespace: a GPU request no node can satisfy and a taint on
-every node (the scheduler's ``Unschedulable``), a ResourceQuota and a LimitRange that make the ReplicaSet's pod
-creation fail (``FailedCreate``), and an image that cannot be pulled (a kwok stage).
+every node (the scheduler's ``Unschedulable``), a ResourceQuota and a LimitRange that make the
+ReplicaSet's pod creation fail (``FailedCreate``), and an image that cannot be pulled (a kwok
+stage).
 """
 
 from __future__ import annotations
