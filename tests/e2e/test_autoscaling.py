@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import controller, labels, servers
+from mlops_platform.controllers.inferenceservice import labels, servers
 from mlops_platform.devcluster import usage
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, plugin, probes, wait
+from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
@@ -70,18 +71,9 @@ async def env(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator
     async with (
         plugin.temporary_namespace(admin_client, "autoscaling") as ns,
         rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
+        operator_process.running(c, namespace=ns) as mgr,
     ):
-        mgr = rmanager.Manager(
-            c, rmanager.Options(namespace=ns, health_probe_address=None, metrics_address=None)
-        )
-        controller.setup(mgr, workers=4)
-        task = asyncio.create_task(mgr.run())
-        try:
-            await wait.until(mgr.is_ready, timeout=60, what="operator ready")
-            yield Env(ns, mgr, c)
-        finally:
-            mgr.stop()
-            await asyncio.wait_for(task, 60)
+        yield Env(ns, mgr, c)
 
 
 def _deployment_writes(c: rclient.Client) -> dict[tuple[str, str, int], int]:

@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, plugin, probes, stages, wait
+from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 VIRTUAL_SERVICE = rclient.Resource("networking.istio.io", "v1", "virtualservices", "VirtualService")
@@ -86,17 +86,10 @@ async def env(
     ):
         # an HTTPRoute may name a Gateway that does not exist: none is created
         gateway = f"{ns}/gw" if router is base.Router.GATEWAY_API else None
-        mgr = rmanager.Manager(
-            c, rmanager.Options(namespace=ns, health_probe_address=None, metrics_address=None)
-        )
-        controller.setup(mgr, workers=4, settings=base.BuildContext(router=router, gateway=gateway))
-        task = asyncio.create_task(mgr.run())
-        try:
-            await wait.until(mgr.is_ready, timeout=60, what=f"operator ({router.value} router) ready")
+        settings = base.BuildContext(router=router, gateway=gateway)
+        what = f"operator ({router.value} router) ready"
+        async with operator_process.running(c, namespace=ns, settings=settings, what=what) as mgr:
             yield Env(router, ns, mgr, c, sampling)
-        finally:
-            mgr.stop()
-            await asyncio.wait_for(task, 60)
 
 
 def _isvc(env: Env, name: str, **spec: Any) -> dict[str, Any]:

@@ -10,7 +10,6 @@ stage).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,12 +19,12 @@ import pytest
 
 from mlops_platform import why
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.devcluster import nodes
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, stages, wait
+from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 WITHIN = 10.0  # the acceptance bound, measured from the cause's creation
@@ -36,16 +35,11 @@ LIMIT_RANGE = rclient.Resource("", "v1", "limitranges", "LimitRange")
 @pytest.fixture(scope="module")
 async def operator(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[rmanager.Manager]:
     await crd.install(admin_client)
-    async with rclient.Client.from_kubeconfig(str(kube_cluster)) as c:
-        mgr = rmanager.Manager(c, rmanager.Options(health_probe_address=None, metrics_address=None))
-        controller.setup(mgr, workers=4)
-        task = asyncio.create_task(mgr.run())
-        await wait.until(mgr.is_ready, timeout=60, what="operator ready")
-        try:
-            yield mgr
-        finally:
-            mgr.stop()
-            await asyncio.wait_for(task, 60)
+    async with (
+        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
+        operator_process.running(c) as mgr,
+    ):
+        yield mgr
 
 
 async def _not_ready(c: rclient.Client, ns: str, name: str, reason: str, started: float) -> dict[str, Any]:

@@ -9,19 +9,18 @@ The KEDA operator is not run here (docs/autoscaling.md): waking from zero is its
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import scaledobject
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, wait
+from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 SO = scaledobject.KIND.resource()
@@ -30,16 +29,11 @@ SO = scaledobject.KIND.resource()
 @pytest.fixture(scope="module")
 async def operator(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[rmanager.Manager]:
     await crd.install(admin_client)
-    async with rclient.Client.from_kubeconfig(str(kube_cluster)) as c:
-        mgr = rmanager.Manager(c, rmanager.Options(health_probe_address=None, metrics_address=None))
-        controller.setup(mgr, workers=4)
-        task = asyncio.create_task(mgr.run())
-        await wait.until(mgr.is_ready, timeout=60, what="operator ready")
-        try:
-            yield mgr
-        finally:
-            mgr.stop()
-            await asyncio.wait_for(task, 60)
+    async with (
+        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
+        operator_process.running(c) as mgr,
+    ):
+        yield mgr
 
 
 async def _exists(c: rclient.Client, res: rclient.Resource, ns: str, name: str) -> bool:

@@ -29,12 +29,13 @@ import yaml
 
 from mlops_platform import cli, why
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import controller, labels
+from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.devcluster import nodes
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import identity, isvc, plugin, stages, wait
+from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 WITHIN = 1.0  # seconds: the acceptance bound of one `why` call on a warm cluster
@@ -62,17 +63,11 @@ async def watched(admin_client: rclient.Client) -> AsyncIterator[str]:
 
 @pytest.fixture(scope="module")
 async def operator(kube_cluster: Path, watched: str) -> AsyncIterator[rmanager.Manager]:
-    async with rclient.Client.from_kubeconfig(str(kube_cluster)) as c:
-        options = rmanager.Options(namespace=watched, health_probe_address=None, metrics_address=None)
-        mgr = rmanager.Manager(c, options)
-        controller.setup(mgr, workers=4)
-        task = asyncio.create_task(mgr.run())
-        await wait.until(mgr.is_ready, timeout=60, what="operator ready")
-        try:
-            yield mgr
-        finally:
-            mgr.stop()
-            await asyncio.wait_for(task, 60)
+    async with (
+        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
+        operator_process.running(c, namespace=watched) as mgr,
+    ):
+        yield mgr
 
 
 @pytest.fixture(scope="module")
