@@ -138,3 +138,18 @@ async def test_an_image_that_cannot_be_pulled_says_so(
         assert "container predictor: ImagePullBackOff" in ready["message"]
     finally:
         await admin_client.delete(stage_res, stage["metadata"]["name"])
+
+
+async def test_a_readiness_probe_that_keeps_failing_says_so(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    stage = stages.not_ready_stage(f"notready-{namespace}"[:63], namespace, "app", "unready")
+    stage_res = await admin_client.resource_for(stages.STAGE_API_VERSION, "Stage")
+    await admin_client.create(stage_res, stage)
+    try:
+        started = time.monotonic()
+        await admin_client.create(ISVC, _model("unready"), namespace)
+        ready = await _not_ready(admin_client, namespace, "unready", "ReadinessProbeFailing", started)
+        assert "is running but not ready: its readiness probe fails" in ready["message"]
+    finally:
+        await admin_client.delete(stage_res, stage["metadata"]["name"])

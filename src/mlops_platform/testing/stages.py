@@ -74,3 +74,33 @@ podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata
 phase: Running
 startTime: {{ $now | Quote }}
 """
+
+
+def not_ready_stage(name: str, namespace: str, label: str, value: str) -> dict[str, Any]:
+    """A Stage that keeps pods of ``namespace`` labelled ``label=value`` Running and started (the
+    startup probe passed) but never Ready: a readiness probe that keeps failing."""
+    stage = crashloop_stage(name, namespace, label, value)
+    stage["spec"]["next"]["statusTemplate"] = _NOT_READY_TEMPLATE
+    return stage
+
+
+_NOT_READY_TEMPLATE = (
+    _CRASH_TEMPLATE.split("containerStatuses:")[0]
+    + """containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  started: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )
+  ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+)

@@ -1594,6 +1594,21 @@ def test_a_pod_the_scheduler_cannot_place_is_named_with_the_schedulers_message()
     )
 
 
+def test_a_started_container_that_is_not_ready_says_its_readiness_probe_fails() -> None:
+    failing = _pod("Running")
+    failing["status"]["containerStatuses"][0] |= {"started": True, "ready": False}
+    slim = reconciler.slim_pod(copy.deepcopy(failing))
+    assert reconciler.pod_failure(slim) == reconciler.pod_failure(failing)
+    assert reconciler.pod_failure(slim) == (
+        "ReadinessProbeFailing",
+        "pod p container predictor is running but not ready: its readiness probe fails",
+    )
+    starting = _pod("Running")
+    starting["status"]["containerStatuses"][0] |= {"started": False, "ready": False}  # startup probe
+    assert reconciler.pod_failure(reconciler.slim_pod(starting)) is None
+    assert reconciler.pod_failure(reconciler.slim_pod(_pod("Running"))) is None  # started and ready
+
+
 def test_a_crash_loop_says_why_the_container_last_exited() -> None:
     oom = _pod("Running", CRASH)
     oom["status"]["containerStatuses"][0]["lastState"] = {

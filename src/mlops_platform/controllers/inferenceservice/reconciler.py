@@ -78,8 +78,13 @@ def slim_pod(pod: Obj) -> Obj:
     st = pod.get("status") or {}
     statuses = []
     for cs in st.get("containerStatuses") or ():
-        waiting = (cs.get("state") or {}).get("waiting")
-        slim_cs: Obj = {"name": cs.get("name"), "state": {"waiting": waiting} if waiting else {}}
+        state = cs.get("state") or {}
+        waiting = state.get("waiting")
+        slim_state: Obj = {"waiting": waiting} if waiting else {"running": {}} if "running" in state else {}
+        slim_cs: Obj = {"name": cs.get("name"), "state": slim_state}
+        for flag in ("started", "ready"):  # a started container that is not ready: readiness fails
+            if flag in cs:
+                slim_cs[flag] = cs[flag]
         terminated = (cs.get("lastState") or {}).get("terminated")
         if waiting and terminated:  # why it is waiting again (OOMKilled, Error)
             keep = ("reason", "exitCode")

@@ -98,7 +98,7 @@ def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.C
 
 #: pod causes that hold the pod back from running at all; they gate Ready only while no replica is
 #: ready (a scale-up beyond the cluster's capacity leaves a serving service serving)
-POD_PENDING_REASONS = frozenset({"Unschedulable"})
+POD_PENDING_REASONS = frozenset({"Unschedulable", "ReadinessProbeFailing"})
 #: an upstream message is cut to this many characters on the status (the status stays small)
 MAX_UPSTREAM_MESSAGE = 512
 #: the most bytes a status may take (JSON), whatever the children and upstream controllers say:
@@ -116,7 +116,8 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
     (reason, message). A failing container (``CrashLoopBackOff`` with its last exit reason, e.g.
     ``OOMKilled``; image pull errors; ...) first, else a pod the scheduler cannot place
     (``Unschedulable``, with the scheduler's message: ``0/5 nodes are available: 5 Insufficient
-    nvidia.com/gpu``)."""
+    nvidia.com/gpu``) or a started container whose readiness probe fails
+    (``ReadinessProbeFailing``); those two gate Ready only while nothing serves."""
     pending: tuple[str, str] | None = None
     for pod in pods:
         st = pod.get("status") or {}
@@ -130,6 +131,16 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
                 if last.get("reason") or last.get("exitCode") is not None:
                     msg += f" (last exit: {last.get('reason') or 'Error'}, code {last.get('exitCode')})"
                 return str(waiting["reason"]), bounded(msg)
+        if pending is None:
+            for cs in st.get("containerStatuses") or ():
+                running = "running" in (cs.get("state") or {})
+                if running and cs.get("started") is True and cs.get("ready") is False:
+                    msg = (
+                        f"pod {objects.name(pod)} container {cs.get('name')} is running but not ready: "
+                        "its readiness probe fails"
+                    )
+                    pending = "ReadinessProbeFailing", msg
+                    break
         if pending is None:
             for cond in st.get("conditions") or ():
                 if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
