@@ -11,11 +11,7 @@ stage).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from mlops_platform import why
 from mlops_platform.api import crd
@@ -24,22 +20,11 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, stages, wait
-from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 WITHIN = 10.0  # the acceptance bound, measured from the cause's creation
 QUOTA = rclient.Resource("", "v1", "resourcequotas", "ResourceQuota")
 LIMIT_RANGE = rclient.Resource("", "v1", "limitranges", "LimitRange")
-
-
-@pytest.fixture(scope="module")
-async def operator(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[rmanager.Manager]:
-    await crd.install(admin_client)
-    async with (
-        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
-        operator_process.running(c) as mgr,
-    ):
-        yield mgr
 
 
 async def _not_ready(c: rclient.Client, ns: str, name: str, reason: str, started: float) -> dict[str, Any]:
@@ -59,7 +44,7 @@ def _model(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def test_a_gpu_request_no_node_can_satisfy_says_insufficient_gpu(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     too_many = nodes.GPUS_PER_NODE * 2
     started = time.monotonic()
@@ -70,7 +55,7 @@ async def test_a_gpu_request_no_node_can_satisfy_says_insufficient_gpu(
 
 
 async def test_a_taint_on_every_node_says_untolerated_taint(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     """Every node tainted for a moment (NoSchedule: running pods stay; the tests of this process run
     one at a time, so nothing else is being scheduled meanwhile), then restored as it was."""
@@ -91,7 +76,7 @@ async def test_a_taint_on_every_node_says_untolerated_taint(
 
 
 async def test_a_resource_quota_that_forbids_pods_says_exceeded_quota(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     quota = {
         "apiVersion": "v1",
@@ -107,7 +92,7 @@ async def test_a_resource_quota_that_forbids_pods_says_exceeded_quota(
 
 
 async def test_a_limit_range_below_the_request_says_which_limit(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     limits = {
         "apiVersion": "v1",
@@ -124,7 +109,7 @@ async def test_a_limit_range_below_the_request_says_which_limit(
 
 
 async def test_an_image_that_cannot_be_pulled_says_so(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     stage = stages.crashloop_stage(
         f"pull-{namespace}"[:63], namespace, "app", "pull", reason="ImagePullBackOff"
@@ -141,15 +126,11 @@ async def test_an_image_that_cannot_be_pulled_says_so(
 
 
 async def test_a_readiness_probe_that_keeps_failing_says_so(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     stage = stages.not_ready_stage(f"notready-{namespace}"[:63], namespace, "app", "unready")
-    stage_res = await admin_client.resource_for(stages.STAGE_API_VERSION, "Stage")
-    await admin_client.create(stage_res, stage)
-    try:
+    async with stages.installed(admin_client, stage):
         started = time.monotonic()
         await admin_client.create(ISVC, _model("unready"), namespace)
         ready = await _not_ready(admin_client, namespace, "unready", "ReadinessProbeFailing", started)
         assert "is running but not ready: its readiness probe fails" in ready["message"]
-    finally:
-        await admin_client.delete(stage_res, stage["metadata"]["name"])

@@ -9,31 +9,15 @@ The KEDA operator is not run here (docs/autoscaling.md): waking from zero is its
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice.children import scaledobject
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, wait
-from mlops_platform.testing import operator as operator_process
 
 ISVC = crd.RESOURCE
 SO = scaledobject.KIND.resource()
-
-
-@pytest.fixture(scope="module")
-async def operator(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[rmanager.Manager]:
-    await crd.install(admin_client)
-    async with (
-        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
-        operator_process.running(c) as mgr,
-    ):
-        yield mgr
 
 
 async def _exists(c: rclient.Client, res: rclient.Resource, ns: str, name: str) -> bool:
@@ -41,7 +25,7 @@ async def _exists(c: rclient.Client, res: rclient.Resource, ns: str, name: str) 
 
 
 async def test_a_zero_minimum_gets_a_scaledobject_and_switching_replaces_the_hpa(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     m = isvc.manifest("z", modelUri="s3://models/z/1", framework="seldon", minReplicas=0, maxReplicas=3)
     await admin_client.create(ISVC, m, namespace)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
+
+from mlops_platform.runtime.transport import client as rclient
 
 STAGE_API_VERSION = "kwok.x-k8s.io/v1alpha1"
 
@@ -104,3 +108,14 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 )
+
+
+@contextlib.asynccontextmanager
+async def installed(client: rclient.Client, stage: dict[str, Any]) -> AsyncIterator[None]:
+    """``stage`` exists for the duration of the block (created, then deleted whatever happens)."""
+    res = await client.resource_for(STAGE_API_VERSION, "Stage")
+    await client.create(res, stage)
+    try:
+        yield
+    finally:
+        await client.delete(res, stage["metadata"]["name"])
