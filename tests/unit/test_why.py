@@ -119,33 +119,10 @@ class Cluster:
         return None if kind is None else self.kinds.resolve(kind)
 
     def _play_controllers(self, res: rclient.Resource, obj: Obj) -> Obj:
-        """The status a child's controller would write."""
-        if res == DEP:
-            n = int(obj["spec"].get("replicas", 1))
-            ready = n if self.available or obj["metadata"]["name"].endswith("-canary") else 0
-            obj["status"] = {
-                "observedGeneration": obj["metadata"].get("generation", 1),
-                "replicas": n,
-                "updatedReplicas": n,
-                "readyReplicas": ready,
-                "availableReplicas": ready,
-                "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}],
-            }
-        elif res == HPA:
-            obj["status"] = {
-                "currentReplicas": obj["spec"]["minReplicas"],
-                "desiredReplicas": obj["spec"]["minReplicas"],
-                "conditions": [
-                    {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
-                    {
-                        "type": "ScalingActive",
-                        "status": "True",
-                        "reason": "ValidMetricFound",
-                        "message": "the HPA was able to successfully calculate a replica count",
-                    },
-                ],
-            }
-        return obj
+        """The status a child's controller would write (the canary always available)."""
+        n = int(obj["spec"].get("replicas", 1)) if res == DEP else 0
+        ready = n if self.available or obj["metadata"]["name"].endswith("-canary") else 0
+        return fakes.controller_status(res, obj, ready=ready)
 
     def _mirror(self) -> None:
         for (plural, ns, _), obj in list(self.client.objects.items()):

@@ -24,6 +24,7 @@ from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.caching import kinds, store
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 JSON = dict[str, Any]
 WRITE_VERBS = frozenset({"apply", "replace", "delete", "create", "patch"})
@@ -380,3 +381,40 @@ def crd(
             "acceptedNames": {"kind": kind.kind, "plural": kind.plural},
         },
     }
+
+
+def controller_status(res: rclient.Resource, obj: JSON, *, ready: int | None = None) -> JSON:
+    """``obj`` (a copy) with the status its controller writes once it has done its job: a
+    Deployment rolled out with ``ready`` (default: all) replicas available, an HPA scaling at its
+    minimum; other kinds unchanged."""
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if res == resources.DEPLOYMENT:
+        n = int(obj["spec"].get("replicas", 1))
+        available = n if ready is None else ready
+        obj["status"] = {
+            "observedGeneration": meta.get("generation", 1),
+            "replicas": n,
+            "updatedReplicas": n,
+            "readyReplicas": available,
+            "availableReplicas": available,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+            ],
+        }
+    elif res == resources.HPA:
+        obj["status"] = {
+            "currentReplicas": obj["spec"].get("minReplicas", 1),
+            "desiredReplicas": obj["spec"].get("minReplicas", 1),
+            "conditions": [
+                {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
+                {
+                    "type": "ScalingActive",
+                    "status": "True",
+                    "reason": "ValidMetricFound",
+                    "message": "the HPA was able to successfully calculate a replica count",
+                },
+            ],
+        }
+    return obj

@@ -88,8 +88,11 @@ def not_ready_stage(name: str, namespace: str, label: str, value: str) -> dict[s
     return stage
 
 
+_HEAD, _, _CRASH_CONTAINERS_AND_TAIL = _CRASH_TEMPLATE.partition("containerStatuses:\n")
+#: after the containers: the pod's IPs, phase and start time (the same for every stage here)
+_POD_TAIL = _CRASH_CONTAINERS_AND_TAIL[_CRASH_CONTAINERS_AND_TAIL.index("{{ end }}") :]
 _NOT_READY_TEMPLATE = (
-    _CRASH_TEMPLATE.split("containerStatuses:")[0]
+    _HEAD
     + """containerStatuses:
 {{ range .spec.containers }}
 - image: {{ .image | Quote }}
@@ -100,13 +103,8 @@ _NOT_READY_TEMPLATE = (
   state:
     running:
       startedAt: {{ $now | Quote }}
-{{ end }}
-hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
-podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )
-  ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
-phase: Running
-startTime: {{ $now | Quote }}
 """
+    + _POD_TAIL
 )
 
 

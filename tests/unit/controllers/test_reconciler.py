@@ -86,36 +86,7 @@ def pod(reason: str, *, name: str = f"{NAME}-predictor-7d9f-abcde", of: str = NA
 
 def healthy(res: rclient.Resource, obj: Obj) -> Obj:
     """``obj`` with the status its controller reports once it has done its job."""
-    obj = copy.deepcopy(obj)
-    meta = obj["metadata"]
-    if res == DEP:
-        n = int(obj["spec"].get("replicas", 1))
-        obj["status"] = {
-            "observedGeneration": meta.get("generation", 1),
-            "replicas": n,
-            "updatedReplicas": n,
-            "readyReplicas": n,
-            "availableReplicas": n,
-            "conditions": [
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
-            ],
-        }
-    elif res == HPA:
-        obj["status"] = {
-            "currentReplicas": obj["spec"].get("minReplicas", 1),
-            "desiredReplicas": obj["spec"].get("minReplicas", 1),
-            "conditions": [
-                {"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale"},
-                {
-                    "type": "ScalingActive",
-                    "status": "True",
-                    "reason": "ValidMetricFound",
-                    "message": "the HPA was able to successfully calculate a replica count",
-                },
-            ],
-        }
-    return obj
+    return fakes.controller_status(res, obj)
 
 
 def cond(st: Obj, type_: str) -> Obj:
