@@ -48,6 +48,23 @@ class Traffic:
     version: str | None = None
     percent: int = 0
     model_uri: str | None = None
+    #: the candidate's model format (v1beta1/v1 ``spec.canary.model.format``); None: not declared
+    model_format: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Autoscaling:
+    """Metric targets and the scale-to-zero policy; None keeps the runtime's or operator's default.
+
+    ``cpu_utilization``/``memory_utilization`` are the HPA's average utilization targets in percent
+    of the request (None: the runtime table's CPU target; no memory metric). ``requests_per_replica``
+    and ``cooldown_seconds`` are the KEDA ScaledObject's threshold and cooldown when the service
+    scales to zero (None: ``--keda-requests-per-replica`` and the built-in cooldown)."""
+
+    cpu_utilization: int | None = None
+    memory_utilization: int | None = None
+    requests_per_replica: float | None = None
+    cooldown_seconds: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,13 +98,17 @@ class InferenceService:
     namespace: str
     uid: str
     generation: int
-    #: the runtime table key of the model server (``triton``, ``seldon``, ``torchserve``, ...)
+    #: the runtime table key of the model server (``triton``, ``seldon``, ``torchserve``, or an entry
+    #: a platform team added); v1beta1/v1 ``spec.predictor.runtime``, v1alpha1 ``spec.framework``
     framework: str
     model_uri: str
+    #: the model format (``onnx``, ``pytorch``, ...), checked against the runtime's formats; None: undeclared
+    model_format: str | None = None
     port: int = 8080
     min_replicas: int = 1
     max_replicas: int = 1
     resources: ResourceRequirements = ResourceRequirements()
+    autoscaling: Autoscaling = Autoscaling()
     traffic: Traffic | None = None
     monitoring: Monitoring = Monitoring()
     network_policy: NetworkPolicy = NetworkPolicy()
