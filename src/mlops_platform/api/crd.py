@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from mlops_platform.api import CRD_NAME, RESOURCE, v1alpha1
+from mlops_platform.api import CRD_NAME, RESOURCE, v1, v1alpha1, v1beta1
 from mlops_platform.runtime import generated
 from mlops_platform.runtime.transport import apiextensions
 from mlops_platform.runtime.transport import client as rclient
@@ -39,8 +39,9 @@ JSON = dict[str, Any]
 CRD_FILE = Path("config/crd/bases") / f"{v1alpha1.GROUP}_{v1alpha1.PLURAL}.yaml"
 
 _READY = '.status.conditions[?(@.type=="Ready")]'
+ALPHA_COLUMNS: list[JSON] = [{"name": "Framework", "type": "string", "jsonPath": ".spec.framework"}]
+PREDICTOR_COLUMNS: list[JSON] = [{"name": "Runtime", "type": "string", "jsonPath": ".spec.predictor.runtime"}]
 PRINTER_COLUMNS: list[JSON] = [
-    {"name": "Framework", "type": "string", "jsonPath": ".spec.framework"},
     {"name": "URL", "type": "string", "jsonPath": ".status.url"},
     {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status", "description": "Ready condition"},
     {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason", "description": "why (not) Ready"},
@@ -52,14 +53,20 @@ PRINTER_COLUMNS: list[JSON] = [
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
-SUBRESOURCES: JSON = {
-    "status": {},
-    "scale": {
-        "specReplicasPath": ".spec.minReplicas",
-        "statusReplicasPath": ".status.replicas",
-        "labelSelectorPath": ".status.selector",
-    },
-}
+
+
+def subresources(spec_replicas_path: str) -> JSON:
+    """status and scale (``kubectl scale`` sets the minimum replicas at ``spec_replicas_path``)."""
+    return {
+        "status": {},
+        "scale": {
+            "specReplicasPath": spec_replicas_path,
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
+
+
 _ROOT_FIELDS: JSON = {
     "apiVersion": {
         "type": "string",
@@ -89,9 +96,42 @@ class Version:
     served: bool = True
     storage: bool = False
     deprecation_warning: str | None = None
+    spec_replicas_path: str = ".spec.predictor.autoscaling.minReplicas"
+    columns: tuple[JSON, ...] = tuple(PREDICTOR_COLUMNS)
 
 
-VERSIONS: tuple[Version, ...] = (Version(v1alpha1.VERSION, v1alpha1.InferenceService, storage=True),)
+VERSIONS: tuple[Version, ...] = (
+    Version(
+        v1alpha1.VERSION,
+        v1alpha1.InferenceService,
+        deprecation_warning="mlops.platform/v1alpha1 InferenceService is deprecated; use mlops.platform/v1 "
+        "(docs/api-versions.md)",
+        spec_replicas_path=".spec.minReplicas",
+        columns=tuple(ALPHA_COLUMNS),
+    ),
+    Version(v1beta1.VERSION, v1beta1.InferenceService),
+    Version(v1.VERSION, v1.InferenceService, storage=True),
+)
+#: the conversion webhook's path on the operator's webhook server
+WEBHOOK_PATH = "/convert"
+#: the in-cluster webhook Service (``config/webhook/``): namespace, name, port
+WEBHOOK_SERVICE = ("mlops-system", "mlops-platform-webhook", 443)
+
+
+def conversion(*, url: str | None = None, service: tuple[str, str, int] = WEBHOOK_SERVICE) -> JSON:
+    """``spec.conversion``: the operator's webhook, at ``url`` (the local control plane) or behind the
+    in-cluster ``service``. The operator injects ``caBundle`` itself (docs/webhook-tls.md)."""
+    if url is not None:
+        client_config: JSON = {"url": url}
+    else:
+        namespace, name, port = service
+        client_config = {
+            "service": {"namespace": namespace, "name": name, "path": WEBHOOK_PATH, "port": port}
+        }
+    return {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client_config},
+    }
 
 
 def structural_schema(root: type[msgspec.Struct]) -> JSON:
@@ -168,16 +208,17 @@ def version_entry(version: Version) -> JSON:
         "served": version.served,
         "storage": version.storage,
         "schema": {"openAPIV3Schema": _with_root_rules(structural_schema(version.root), version.root)},
-        "subresources": SUBRESOURCES,
-        "additionalPrinterColumns": PRINTER_COLUMNS,
+        "subresources": subresources(version.spec_replicas_path),
+        "additionalPrinterColumns": [*version.columns, *PRINTER_COLUMNS],
     }
     if version.deprecation_warning is not None:
         entry.update(deprecated=True, deprecationWarning=version.deprecation_warning)
     return entry
 
 
-def crd_manifest(versions: tuple[Version, ...] = VERSIONS) -> JSON:
-    """The apiextensions.k8s.io/v1 CustomResourceDefinition object (exactly one storage version)."""
+def crd_manifest(versions: tuple[Version, ...] = VERSIONS, *, webhook_url: str | None = None) -> JSON:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition object (exactly one storage version); with
+    several versions, converted by the operator's webhook (at ``webhook_url``, else its Service)."""
     if sum(v.storage for v in versions) != 1:
         raise ValueError("exactly one version must be the storage version")
     return {
@@ -196,6 +237,7 @@ def crd_manifest(versions: tuple[Version, ...] = VERSIONS) -> JSON:
             },
             "scope": "Namespaced",
             "versions": [version_entry(v) for v in versions],
+            **({"conversion": conversion(url=webhook_url)} if len(versions) > 1 else {}),
         },
     }
 
@@ -210,10 +252,13 @@ def render(manifest: JSON | None = None) -> str:
     return _HEADER + generated.dump([manifest or crd_manifest()], sort_keys=True)
 
 
-async def install(client: rclient.Client, *, timeout: float = 60.0) -> JSON:
-    """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery."""
+async def install(client: rclient.Client, *, webhook_url: str | None, timeout: float = 60.0) -> JSON:
+    """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery.
+
+    ``webhook_url``: where the API server calls the conversion webhook (the local control plane);
+    None: the in-cluster Service. The caBundle is the webhook's to inject, not the installer's."""
     (live,) = await apiextensions.install(
-        client, [crd_manifest()], field_manager=v1alpha1.FIELD_MANAGER, timeout=timeout
+        client, [crd_manifest(webhook_url=webhook_url)], field_manager=v1alpha1.FIELD_MANAGER, timeout=timeout
     )
     return live
 

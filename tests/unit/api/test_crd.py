@@ -36,7 +36,7 @@ def manifest() -> JSON:
 
 @pytest.fixture(scope="module")
 def schema(manifest: JSON) -> JSON:
-    [version] = manifest["spec"]["versions"]
+    [version] = [v for v in manifest["spec"]["versions"] if v["name"] == v1alpha1.VERSION]
     out: JSON = version["schema"]["openAPIV3Schema"]
     return out
 
@@ -199,23 +199,32 @@ def test_crd_names_scope_subresources_and_columns(manifest: JSON) -> None:
         "shortNames": ["isvc"],
         "categories": ["mlops", "all"],
     }
-    [version] = spec["versions"]
-    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
-    assert version["subresources"] == {
-        "status": {},
-        "scale": {
-            "specReplicasPath": ".spec.minReplicas",
-            "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": ".status.selector",
-        },
+    served = {v["name"]: (v["served"], v["storage"]) for v in spec["versions"]}
+    assert served == {"v1alpha1": (True, False), "v1beta1": (True, False), "v1": (True, True)}
+    paths = {v["name"]: v["subresources"]["scale"]["specReplicasPath"] for v in spec["versions"]}
+    assert paths == {
+        "v1alpha1": ".spec.minReplicas",
+        "v1beta1": ".spec.predictor.autoscaling.minReplicas",
+        "v1": ".spec.predictor.autoscaling.minReplicas",
     }
-    columns = {c["name"]: (c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Framework", "URL", "Ready", "Reason", "Replicas", "Age"]
-    assert columns["Reason"] == ("string", '.status.conditions[?(@.type=="Ready")].reason')
-    assert columns["Replicas"] == ("string", ".status.replicasSummary")
-    assert columns["Age"] == ("date", ".metadata.creationTimestamp")
+    for version in spec["versions"]:
+        assert version["subresources"]["status"] == {}
+        assert version["subresources"]["scale"]["labelSelectorPath"] == ".status.selector"
+        columns = {c["name"]: (c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
+        first = "Framework" if version["name"] == "v1alpha1" else "Runtime"
+        assert list(columns) == [first, "URL", "Ready", "Reason", "Replicas", "Age"]
+        assert columns["Reason"] == ("string", '.status.conditions[?(@.type=="Ready")].reason')
+        assert columns["Replicas"] == ("string", ".status.replicasSummary")
+        assert columns["Age"] == ("date", ".metadata.creationTimestamp")
+    [alpha] = [v for v in spec["versions"] if v["name"] == "v1alpha1"]
+    assert alpha["deprecated"] is True and "mlops.platform/v1" in alpha["deprecationWarning"]
+    assert spec["conversion"]["strategy"] == "Webhook"
+    assert spec["conversion"]["webhook"]["conversionReviewVersions"] == ["v1"]
+    assert spec["conversion"]["webhook"]["clientConfig"]["service"]["path"] == "/convert"
+    local = crd.crd_manifest(webhook_url="https://127.0.0.1:9443/convert")
+    assert local["spec"]["conversion"]["webhook"]["clientConfig"] == {"url": "https://127.0.0.1:9443/convert"}
     assert api.RESOURCE == crd.RESOURCE
-    assert api.RESOURCE.path("ns", "m") == "/apis/mlops.platform/v1alpha1/namespaces/ns/inferenceservices/m"
+    assert api.RESOURCE.path("ns", "m") == "/apis/mlops.platform/v1/namespaces/ns/inferenceservices/m"
 
 
 def test_more_versions_can_be_added() -> None:

@@ -1,0 +1,407 @@
+"""``mlops.platform/v1`` InferenceService: the storage version and the conversion hub.
+
+What v1 fixes in v1alpha1 (design and field mapping: ``docs/api-versions.md``):
+
+- a ``predictor`` block: the model (``model.uri`` and its ``model.format``), a ``runtime`` reference
+  to any entry of the runtime table (the built-in ``triton``, ``seldon``, ``torchserve`` or one a
+  platform team adds) instead of a three-value enum, the port, Kubernetes ``ResourceRequirements``
+  (any resource, GPUs included) instead of four strings and a GPU count, and an ``autoscaling``
+  block (replica bounds, utilization targets, the scale-to-zero policy);
+- the canary is an explicit candidate with its own model and a traffic percent;
+- monitoring, network policy and the traffic router are first-class fields (v1alpha1 and v1beta1
+  carry them under ``spec.extensions``).
+
+The conversion webhook (:mod:`mlops_platform.api.conversion`) converts every served version to and
+from this one; the reconciler reads only v1 (:func:`to_internal`). The types follow v1alpha1's
+contract: msgspec Structs whose errors name the field, the CRD schema generated from them, every
+cross-field rule enforced twice (CEL and :func:`validate`).
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from mlops_platform.api import internal, v1alpha1
+from mlops_platform.runtime import quantity
+
+GROUP = v1alpha1.GROUP
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = v1alpha1.KIND
+ValidationError = v1alpha1.ValidationError
+Quantity = v1alpha1.Quantity
+ROOT_RULES = v1alpha1.ROOT_RULES
+MODEL_URI_PATTERN = v1alpha1.MODEL_URI_PATTERN
+#: a runtime table key: a DNS-1123 label (it is a label value on every child)
+RUNTIME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+#: a model format name (``onnx``, ``pytorch``, ``tensorflow``, ``sklearn``, ...)
+FORMAT_PATTERN = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"
+#: a resource name (``cpu``, ``memory``, ``nvidia.com/gpu``, ``ephemeral-storage``): a qualified name
+RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+MAX_RESOURCES = 16
+
+_Runtime = Annotated[str, Meta(pattern=RUNTIME_PATTERN, max_length=63)]
+_Format = Annotated[str, Meta(pattern=FORMAT_PATTERN, max_length=63)]
+#: CEL rules of a resource list: its keys are resource names (the schema cannot say it of map keys)
+RESOURCE_LIST_RULES = [
+    {
+        "rule": f"self.all(k, k.size() <= 253 && k.matches('{RESOURCE_NAME_PATTERN}'))",
+        "message": "resource names must be qualified names such as cpu, memory or nvidia.com/gpu",
+        "reason": "FieldValueInvalid",
+    }
+]
+_ResourceList = Annotated[
+    dict[str, Quantity],
+    Meta(max_length=MAX_RESOURCES, extra_json_schema={"x-kubernetes-validations": RESOURCE_LIST_RULES}),
+]
+
+#: CEL rules of ``resources`` (mirrored by :func:`validate`)
+RESOURCES_RULES = [
+    {
+        "rule": "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || "
+        "!isQuantity(string(self.requests[k])) || !isQuantity(string(self.limits[k])) || "
+        "quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",
+        "message": "every request in resources.requests must be <= its limit in resources.limits",
+        "fieldPath": ".requests",
+        "reason": "FieldValueInvalid",
+    },
+]
+#: CEL rules of ``autoscaling`` (mirrored by :func:`validate`)
+AUTOSCALING_RULES = [
+    {
+        "rule": "self.minReplicas <= self.maxReplicas",
+        "message": "autoscaling.minReplicas must be <= autoscaling.maxReplicas",
+        "fieldPath": ".minReplicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.scaleToZero) || self.minReplicas == 0",
+        "message": "autoscaling.scaleToZero needs autoscaling.minReplicas: 0",
+        "fieldPath": ".scaleToZero",
+        "reason": "FieldValueInvalid",
+    },
+]
+
+
+class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
+    pass
+
+
+class Model(_Base):
+    """A model artifact: where it is and what format it is in."""
+
+    uri: Annotated[
+        str,
+        Meta(
+            pattern=MODEL_URI_PATTERN,
+            max_length=2048,
+            description="Where the model is: s3://, gs://, pvc://, http(s):// or file:// URI.",
+        ),
+    ]
+    format: Annotated[
+        _Format | None,
+        Meta(
+            description="The model's format (onnx, pytorch, tensorflow, sklearn, xgboost, ...); checked "
+            "against the runtime's formats (docs/serving-runtimes.md)."
+        ),
+    ] = None
+
+
+class ResourceRequirements(_Base):
+    """Compute resources of each replica, as in a Kubernetes container: any resource name, GPUs
+    included (``nvidia.com/gpu`` in limits); quantities as strings ("500m", "1Gi") or integers."""
+
+    requests: Annotated[_ResourceList | None, Meta(description="Minimum resources per replica.")] = None
+    limits: Annotated[_ResourceList | None, Meta(description="Maximum resources per replica.")] = None
+
+
+class TargetUtilization(_Base):
+    """Average utilization targets, in percent of the request (HorizontalPodAutoscaler resource metrics)."""
+
+    cpu: Annotated[
+        Annotated[int, Meta(ge=1, le=1000)] | None,
+        Meta(description="CPU target (default: the runtime's, usually 80)."),
+    ] = None
+    memory: Annotated[
+        Annotated[int, Meta(ge=1, le=1000)] | None, Meta(description="Memory target (default: none).")
+    ] = None
+
+
+class ScaleToZero(_Base):
+    """How a service with minReplicas 0 wakes and sleeps (a KEDA ScaledObject, when KEDA is installed)."""
+
+    requests_per_replica: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        Meta(description="Requests per second per replica the scaler aims at (default: the operator's)."),
+    ] = None
+    cooldown_seconds: Annotated[
+        Annotated[int, Meta(ge=0, le=86400)] | None,
+        Meta(description="Seconds without requests before scaling back to zero."),
+    ] = None
+
+
+class Autoscaling(_Base):
+    """Replica bounds and how replicas follow load."""
+
+    min_replicas: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1000,
+            description="Minimum replicas (<= maxReplicas); 0 scales the service to zero. The scale "
+            "subresource sets this field.",
+        ),
+    ] = 1
+    max_replicas: Annotated[
+        int,
+        Meta(ge=1, le=1000, description="Maximum replicas; an autoscaler is created when > minReplicas."),
+    ] = 1
+    target_utilization: TargetUtilization | None = None
+    scale_to_zero: ScaleToZero | None = None
+
+
+class Predictor(_Base):
+    """The model server that serves the stable model."""
+
+    model: Model
+    runtime: Annotated[
+        _Runtime,
+        Meta(
+            description="The runtime table entry that serves the model: triton, seldon, torchserve, or "
+            "one the platform team added (docs/serving-runtimes.md)."
+        ),
+    ]
+    port: Annotated[
+        int, Meta(ge=1, le=65535, description="Port the model server listens on for inference.")
+    ] = 8080
+    resources: Annotated[
+        ResourceRequirements | None,
+        Meta(extra_json_schema={"x-kubernetes-validations": RESOURCES_RULES}),
+    ] = None
+    autoscaling: Annotated[
+        Autoscaling,
+        Meta(extra_json_schema={"x-kubernetes-validations": AUTOSCALING_RULES, "default": {}}),
+    ] = msgspec.field(default_factory=Autoscaling)
+
+
+class Canary(_Base):
+    """A candidate model served beside the predictor (same runtime and resources) with a traffic share."""
+
+    model: Model
+    traffic_percent: Annotated[
+        int, Meta(ge=0, le=100, description="Percent of requests (0-100) routed to the candidate.")
+    ] = 0
+
+
+class Alerts(_Base):
+    """Alert thresholds of this service; unset keeps the operator's defaults (docs/monitoring.md)."""
+
+    error_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
+    latency_seconds: Annotated[float, Meta(gt=0)] | None = None
+    for_: v1alpha1.Duration | None = msgspec.field(default=None, name="for")
+    below_min_for: v1alpha1.Duration | None = None
+
+
+class Monitoring(_Base):
+    """PrometheusRule and ServiceMonitor of this service (docs/monitoring.md)."""
+
+    enabled: Annotated[bool | None, Meta(description="Default: the operator's --monitoring.")] = None
+    alerts: Alerts | None = None
+
+
+class NetworkPolicy(_Base):
+    """A NetworkPolicy admitting only the serving ports (docs/network-policy.md)."""
+
+    enabled: Annotated[bool | None, Meta(description="Default: the operator's --network-policy.")] = None
+
+
+class Routing(_Base):
+    """How the canary's share is routed (docs/canary.md)."""
+
+    router: Annotated[
+        Literal["auto", "istio", "gateway-api", "replicas"] | None,
+        Meta(description="Default: the operator's --traffic-router."),
+    ] = None
+
+
+class InferenceServiceSpec(_Base):
+    """The desired model service."""
+
+    predictor: Predictor
+    canary: Canary | None = None
+    monitoring: Monitoring | None = None
+    network_policy: NetworkPolicy | None = None
+    routing: Routing | None = None
+    extensions: Annotated[
+        dict[str, Any] | None,
+        Meta(
+            description="Reserved for forward evolution: unknown keys are preserved and ignored.",
+            extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
+        ),
+    ] = None
+
+
+class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
+    """InferenceService is one model service: predictor Deployment, Service, autoscaler and more."""
+
+    metadata: dict[str, Any]
+    spec: InferenceServiceSpec
+    api_version: str = API_VERSION
+    kind: str = KIND
+    status: v1alpha1.InferenceServiceStatus = msgspec.field(default_factory=v1alpha1.InferenceServiceStatus)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "")
+
+
+#: the keys v1alpha1 and v1beta1 keep under ``spec.extensions`` and v1 has as fields
+GRADUATED = {"monitoring": Monitoring, "networkPolicy": NetworkPolicy, "traffic": Routing}
+#: the v1 field of each graduated extension key
+GRADUATED_FIELD = {"monitoring": "monitoring", "networkPolicy": "networkPolicy", "traffic": "routing"}
+
+
+def from_dict(obj: dict[str, Any]) -> InferenceService:
+    """Decode a v1 object; raise :class:`ValidationError` naming the field."""
+    try:
+        isvc = msgspec.convert(obj, InferenceService, strict=True)
+    except msgspec.ValidationError as e:
+        raise ValidationError(str(e).replace("`$.", "`")) from None
+    validate(isvc)
+    return isvc
+
+
+def validate(isvc: InferenceService) -> None:
+    """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
+    if not re.match(v1alpha1.NAME_PATTERN, isvc.name):
+        raise ValidationError(
+            f"metadata.name {isvc.name!r} must be a DNS-1035 label: a letter, then a-z, 0-9, '-'"
+        )
+    if len(isvc.name) > v1alpha1.MAX_NAME_LENGTH:
+        raise ValidationError(
+            f"metadata.name must be at most {v1alpha1.MAX_NAME_LENGTH} characters, got {len(isvc.name)}"
+        )
+    p = isvc.spec.predictor
+    a = p.autoscaling
+    if a.min_replicas > a.max_replicas:
+        raise ValidationError(
+            f"spec.predictor.autoscaling.minReplicas ({a.min_replicas}) must be <= "
+            f"spec.predictor.autoscaling.maxReplicas ({a.max_replicas})"
+        )
+    if a.scale_to_zero is not None and a.min_replicas != 0:
+        raise ValidationError(
+            "spec.predictor.autoscaling.scaleToZero needs spec.predictor.autoscaling.minReplicas: 0"
+        )
+    r = p.resources
+    for part in ("requests", "limits"):
+        for name in getattr(r, part, None) or {}:
+            if len(name) > 253 or not re.match(RESOURCE_NAME_PATTERN, name):
+                raise ValidationError(
+                    f"spec.predictor.resources.{part}: {name!r} is not a resource name such as cpu, "
+                    "memory or nvidia.com/gpu"
+                )
+    if r is not None and r.requests and r.limits:
+        for name, request in r.requests.items():
+            limit = r.limits.get(name)
+            if limit is not None and quantity.parse(str(request)) > quantity.parse(str(limit)):
+                raise ValidationError(
+                    f"spec.predictor.resources.requests[{name}] ({request}) must be <= "
+                    f"spec.predictor.resources.limits[{name}] ({limit})"
+                )
+
+
+def _legacy_extensions(isvc: InferenceService) -> None:
+    """v1 has monitoring, networkPolicy and routing as fields: the same keys under ``spec.extensions``
+    (an object converted from an older version whose extension did not validate, or a v1 object
+    written the old way) are reported, naming the field, never silently ignored."""
+    for key, typ in GRADUATED.items():
+        raw = (isvc.spec.extensions or {}).get(key)
+        if raw is None:
+            continue
+        where = f"spec.extensions.{key}"
+        try:
+            msgspec.convert(raw, typ, strict=True)
+        except msgspec.ValidationError as e:
+            text = str(e)
+            if " - at `$" in text:
+                text = text.replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
+            else:
+                text = f"{text} - at `{where}`"
+            raise ValidationError(text) from None
+        raise ValidationError(f"{where}: in v1 this is spec.{GRADUATED_FIELD[key]}; move it there")
+
+
+def _quantities(values: dict[str, Any] | None) -> MappingProxyType[str, str]:
+    return MappingProxyType({k: str(v) for k, v in (values or {}).items()})
+
+
+def to_internal(isvc: InferenceService) -> internal.InferenceService:
+    """The internal model of a decoded, validated v1 object."""
+    _legacy_extensions(isvc)
+    s = isvc.spec
+    p = s.predictor
+    a = p.autoscaling
+    r = p.resources or ResourceRequirements()
+    target = a.target_utilization or TargetUtilization()
+    zero = a.scale_to_zero or ScaleToZero()
+    mon = s.monitoring or Monitoring()
+    alerts = mon.alerts or Alerts()
+    canary = s.canary
+    return internal.InferenceService(
+        name=isvc.name,
+        namespace=isvc.namespace,
+        uid=str(isvc.metadata.get("uid") or ""),
+        generation=int(isvc.metadata.get("generation") or 0),
+        framework=p.runtime,
+        model_uri=p.model.uri,
+        model_format=p.model.format,
+        port=p.port,
+        min_replicas=a.min_replicas,
+        max_replicas=a.max_replicas,
+        resources=internal.ResourceRequirements(_quantities(r.requests), _quantities(r.limits)),
+        autoscaling=internal.Autoscaling(
+            target.cpu, target.memory, zero.requests_per_replica, zero.cooldown_seconds
+        ),
+        traffic=None
+        if canary is None
+        else internal.Traffic(
+            version_of(p.model.uri, canary.model.uri),
+            canary.traffic_percent,
+            canary.model.uri,
+            canary.model.format,
+        ),
+        monitoring=internal.Monitoring(
+            mon.enabled,
+            internal.AlertOverrides(
+                alerts.error_ratio, alerts.latency_seconds, alerts.for_, alerts.below_min_for
+            ),
+        ),
+        network_policy=internal.NetworkPolicy((s.network_policy or NetworkPolicy()).enabled),
+        router=(s.routing or Routing()).router,
+    )
+
+
+def version_of(stable_uri: str, candidate_uri: str) -> str:
+    """How status names the candidate: the version token when its URI is the stable one with the last
+    path segment replaced (``gs://m/bert/7`` -> ``gs://m/bert/8``: ``8``), else its whole URI."""
+    stable_head = stable_uri.rstrip("/").rpartition("/")[0]
+    cand_head, _, token = candidate_uri.rstrip("/").rpartition("/")
+    if (
+        stable_head
+        and cand_head == stable_head
+        and re.match(v1alpha1.CANARY_TOKEN_PATTERN, token)
+        and len(token) <= 63
+        and re.match(v1alpha1.VERSIONED_URI_PATTERN, stable_uri)
+        and v1alpha1.resolve_canary(stable_uri, token) == candidate_uri
+    ):
+        return token
+    return candidate_uri

@@ -1,0 +1,109 @@
+"""``mlops.platform/v1beta1`` InferenceService: the predictor redesign, before graduation to v1.
+
+v1beta1 introduced what v1 keeps: the ``predictor`` block (``model{uri, format}``, a ``runtime``
+reference, Kubernetes resource requirements, an ``autoscaling`` block) and the canary as an explicit
+candidate (``canary{model, trafficPercent}``). It differs from v1 (``docs/api-versions.md``):
+
+- ``autoscaling`` has a single CPU target, ``targetCPUUtilization``, and no scale-to-zero policy
+  (v1: ``targetUtilization{cpu, memory}`` and ``scaleToZero``);
+- monitoring, network policy and the traffic router stay under ``spec.extensions``, as in v1alpha1.
+
+What v1beta1 cannot say survives a round trip through it in the conversion annotation
+(:mod:`mlops_platform.api.conversion`). Served, not stored; the reconciler never reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from mlops_platform.api import v1, v1alpha1
+
+GROUP = v1alpha1.GROUP
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = v1alpha1.KIND
+ROOT_RULES = v1alpha1.ROOT_RULES
+
+AUTOSCALING_RULES = [v1.AUTOSCALING_RULES[0]]
+
+
+class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
+    pass
+
+
+class Autoscaling(_Base):
+    """Replica bounds and the CPU target of the autoscaler."""
+
+    min_replicas: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=1000,
+            description="Minimum replicas (<= maxReplicas); 0 scales the service to zero. The scale "
+            "subresource sets this field.",
+        ),
+    ] = 1
+    max_replicas: Annotated[
+        int,
+        Meta(ge=1, le=1000, description="Maximum replicas; an autoscaler is created when > minReplicas."),
+    ] = 1
+    target_cpu_utilization: Annotated[
+        Annotated[int, Meta(ge=1, le=1000)] | None,
+        Meta(description="Average CPU utilization target in percent of the request."),
+    ] = None
+
+
+class Predictor(_Base):
+    """The model server that serves the stable model."""
+
+    model: v1.Model
+    runtime: Annotated[
+        str,
+        Meta(
+            pattern=v1.RUNTIME_PATTERN,
+            max_length=63,
+            description="The runtime table entry that serves the model: triton, seldon, torchserve, or "
+            "one the platform team added (docs/serving-runtimes.md).",
+        ),
+    ]
+    port: Annotated[
+        int, Meta(ge=1, le=65535, description="Port the model server listens on for inference.")
+    ] = 8080
+    resources: Annotated[
+        v1.ResourceRequirements | None,
+        Meta(extra_json_schema={"x-kubernetes-validations": v1.RESOURCES_RULES}),
+    ] = None
+    autoscaling: Annotated[
+        Autoscaling,
+        Meta(extra_json_schema={"x-kubernetes-validations": AUTOSCALING_RULES, "default": {}}),
+    ] = msgspec.field(default_factory=Autoscaling)
+
+
+class InferenceServiceSpec(_Base):
+    """The desired model service."""
+
+    predictor: Predictor
+    canary: v1.Canary | None = None
+    extensions: Annotated[
+        dict[str, Any] | None,
+        Meta(
+            description="Reserved for forward evolution: unknown keys are preserved and ignored. "
+            "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}}, "
+            "networkPolicy {enabled} and traffic {router: auto|istio|gateway-api|replicas} "
+            "(docs/monitoring.md, docs/network-policy.md, docs/canary.md).",
+            extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
+        ),
+    ] = None
+
+
+class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
+    """InferenceService is one model service: predictor Deployment, Service, autoscaler and more."""
+
+    metadata: dict[str, Any]
+    spec: InferenceServiceSpec
+    api_version: str = API_VERSION
+    kind: str = KIND
+    status: v1alpha1.InferenceServiceStatus = msgspec.field(default_factory=v1alpha1.InferenceServiceStatus)
