@@ -4,6 +4,7 @@ It imports nothing else of mlops_platform (enforced by import-linter). Its layou
 each importing only those below it (also enforced):
 
 - ``control``: controller, manager, leaderelection, sharding, reconcile, predicates, childsync
+- ``webhook``: certs, keeper, server (TLS webhooks with self-managed certificates)
 - ``caching``: informer, store, cache, kinds, crdwatch
 - ``observability``: events, logs, metrics
 - ``queue``: workqueue, delaying_queue, rate_limiting_queue, ratelimiter, workqueue_metrics

@@ -34,3 +34,21 @@ async def test_routes_head_404_413_and_stop_closes_keepalive_connections(
         assert again.text == "POST 5\n"
         # a keep-alive connection is open now: stop() must not wait for the client to go away
         await asyncio.wait_for(server.stop(), 2)
+
+
+async def test_a_per_server_body_limit_and_accepted_content_types() -> None:
+    server = httpserver.HttpServer({"/x": _ok}, max_body=4, content_types=("application/json",))
+    await server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        async with httpx.AsyncClient() as http:
+            json = {"content-type": "application/json; charset=utf-8"}
+            assert (await http.post(f"{base}/x", content=b"{}", headers=json)).text == "POST 2\n"
+            assert (
+                await http.post(f"{base}/x", content=b"{}", headers={"content-type": "text/plain"})
+            ).status_code == 415
+            assert (await http.post(f"{base}/x", content=b"{}")).status_code == 415  # none given
+            assert (await http.get(f"{base}/x")).status_code == 200  # a GET has no body to check
+            assert (await http.post(f"{base}/x", content=b"[1, 2]", headers=json)).status_code == 413
+    finally:
+        await server.stop()

@@ -8,7 +8,8 @@
   ``controller_runtime_max_concurrent_reconciles{controller}``;
 - ``rest_client_requests_total{code,method,host}`` (client-go) and, finer,
   ``rest_client_requests_by_resource_total{verb,resource,code}`` for per-kind request accounting;
-- the workqueue families come from :mod:`workqueue_metrics`; leader election registers its own gauge;
+- the workqueue families come from :mod:`workqueue_metrics`; leader election registers its own gauge,
+  and the webhook server (:mod:`mlops_platform.runtime.webhook.server`) its ``controller_runtime_webhook_*``;
 - ``mlops_platform_cache_objects{resource}`` (no controller-runtime name exists): objects held in
   the informer cache per resource, counted when scraped (:meth:`Metrics.observe_cache`): what a
   sharded replica's scope narrows, and where the operator's memory goes.

@@ -1,7 +1,9 @@
-"""A small asyncio HTTP/1.1 server on h11 for probes, metrics (and, later, TLS webhooks).
+"""A small asyncio HTTP/1.1 server on h11 for probes, metrics and TLS webhooks.
 
 h11 does the protocol work (parsing, framing, keep-alive); this module only routes a request to an
 async handler ``(method, path, body) -> (status, content_type, body)``. Binds 127.0.0.1 by default.
+Request bodies over ``max_body`` bytes are answered 413; with ``content_types``, a POST, PUT or PATCH
+of another media type is answered 415, both before any handler runs.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 import h11
 
@@ -32,10 +34,14 @@ class HttpServer:
         host: str = "127.0.0.1",
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
+        max_body: int | None = None,
+        content_types: Collection[str] | None = None,
     ) -> None:
         self.routes = routes
         self.host, self.port = host, port
         self.ssl_context = ssl_context
+        self.max_body = max_body  # None: MAX_BODY
+        self.content_types = frozenset(content_types) if content_types is not None else None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()  # open connections, closed by stop()
 
@@ -70,6 +76,8 @@ class HttpServer:
                 handler = self.routes.get(path)
                 if handler is None:
                     status, ctype, payload = 404, "text/plain", b"not found\n"
+                elif not self._acceptable(request):
+                    status, ctype, payload = 415, "text/plain", b"unsupported media type\n"
                 else:
                     try:
                         status, ctype, payload = await handler(request.method.decode(), path, body)
@@ -87,6 +95,12 @@ class HttpServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _acceptable(self, request: h11.Request) -> bool:
+        if self.content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
+            return True
+        ctype = next((v for k, v in request.headers if k == b"content-type"), b"")
+        return ctype.split(b";", 1)[0].strip().decode("latin-1").lower() in self.content_types
 
     @staticmethod
     async def _respond(
@@ -110,6 +124,7 @@ class HttpServer:
     ) -> tuple[h11.Request | None, bytes]:
         request: h11.Request | None = None
         body = bytearray()
+        limit = self.max_body if self.max_body is not None else MAX_BODY
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
@@ -120,7 +135,7 @@ class HttpServer:
                 request = event
             elif isinstance(event, h11.Data):
                 body += event.data
-                if len(body) > MAX_BODY:
+                if len(body) > limit:
                     raise _TooLarge
             elif isinstance(event, h11.EndOfMessage):
                 return request, bytes(body)

@@ -1,0 +1,227 @@
+"""The TLS webhook server on loopback: verified handshakes, TLS 1.1 refused, a certificate swap seen
+by new connections (open ones keep theirs), 503 before a certificate, the request checks, a
+handler's exception, and controller-runtime's webhook metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import ssl
+import warnings
+from collections.abc import AsyncIterator
+
+import h11
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
+from prometheus_client import CollectorRegistry
+
+from mlops_platform.runtime.webhook import certs, server
+
+PATH = "/convert"
+DER = Encoding.DER
+HOUR = dt.timedelta(hours=1)
+
+
+def pair(name: str) -> tuple[certs.KeyPair, certs.KeyPair]:
+    ca = certs.new_ca(name, validity=HOUR)
+    return ca, certs.new_serving(
+        ca, dns_names=("hooks.test.svc",), ip_addresses=("127.0.0.1",), validity=HOUR
+    )
+
+
+def trusting(ca: certs.KeyPair | None) -> ssl.SSLContext:
+    if ca is None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        return ctx
+    return ssl.create_default_context(cadata=ca.cert_pem.decode())
+
+
+class Conn:
+    """One HTTP/1.1 connection over TLS (h11), for requests on the same connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.h11 = h11.Connection(h11.CLIENT)
+
+    @property
+    def peer(self) -> bytes:
+        ssl_object: ssl.SSLObject = self.writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True)
+        assert der is not None
+        return der
+
+    async def request(
+        self,
+        body: bytes = b"{}",
+        *,
+        method: str = "POST",
+        ctype: str = "application/json",
+        path: str = PATH,
+    ) -> tuple[int, str, bytes]:
+        headers = [("host", "127.0.0.1"), ("content-type", ctype), ("content-length", str(len(body)))]
+        self.writer.write(self.h11.send(h11.Request(method=method, target=path, headers=headers)) or b"")
+        self.writer.write(self.h11.send(h11.Data(data=body)) or b"")
+        self.writer.write(self.h11.send(h11.EndOfMessage()) or b"")
+        await self.writer.drain()
+        status, content_type, payload = 0, "", bytearray()
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                self.h11.receive_data(await asyncio.wait_for(self.reader.read(65536), 10))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                content_type = dict(event.headers).get(b"content-type", b"").decode()
+            elif isinstance(event, h11.Data):
+                payload += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+                    self.h11.start_next_cycle()
+                return status, content_type, bytes(payload)
+
+
+@contextlib.asynccontextmanager
+async def connect(port: int, ctx: ssl.SSLContext) -> AsyncIterator[Conn]:
+    reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=ctx), 10)
+    try:
+        yield Conn(reader, writer)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def echo(body: bytes) -> bytes:
+    return b'{"echo":' + body + b"}"
+
+
+async def broken(body: bytes) -> bytes:
+    raise RuntimeError("converter bug")
+
+
+@pytest.fixture
+async def hooks() -> AsyncIterator[tuple[server.WebhookServer, CollectorRegistry]]:
+    registry = CollectorRegistry()
+    srv = server.WebhookServer({PATH: echo, "/broken": broken}, registry=registry, max_body=1024)
+    await srv.start()
+    yield srv, registry
+    await srv.stop()
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_verified_handshake_answers_json_and_is_counted(
+    hooks: tuple[server.WebhookServer, CollectorRegistry],
+) -> None:
+    srv, registry = hooks
+    ca, serving = pair("ca")
+    srv.set_certificate(serving.cert_pem, serving.key_pem)
+    ctx = trusting(ca)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])  # as Go clients (the API server) offer
+    async with connect(srv.port, ctx) as conn:
+        assert await conn.request(b'{"a":1}') == (200, "application/json", b'{"echo":{"a":1}}')
+        assert conn.writer.get_extra_info("ssl_object").selected_alpn_protocol() == "http/1.1"
+    name = "controller_runtime_webhook_requests_total"
+    assert sample(registry, name, webhook=PATH, code="200") == 1
+    assert sample(registry, "controller_runtime_webhook_latency_seconds_count", webhook=PATH) == 1
+    assert sample(registry, "controller_runtime_webhook_requests_in_flight", webhook=PATH) == 0
+
+
+async def test_tls_1_1_is_refused_and_1_2_accepted(
+    hooks: tuple[server.WebhookServer, CollectorRegistry],
+) -> None:
+    srv, _ = hooks
+    ca, serving = pair("ca")
+    srv.set_certificate(serving.cert_pem, serving.key_pem)
+    old = trusting(ca)
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")  # a client able to speak TLS 1.1 (OpenSSL 3 disables it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old.minimum_version = ssl.TLSVersion.TLSv1
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        async with connect(srv.port, old):
+            pass
+    tls12 = trusting(ca)
+    tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+    async with connect(srv.port, tls12) as conn:
+        assert conn.writer.get_extra_info("ssl_object").version() == "TLSv1.2"
+        assert (await conn.request())[0] == 200
+
+
+async def test_a_swapped_certificate_serves_new_connections_while_open_ones_keep_theirs(
+    hooks: tuple[server.WebhookServer, CollectorRegistry],
+) -> None:
+    srv, _ = hooks
+    ca_a, serving_a = pair("ca-a")
+    ca_b, serving_b = pair("ca-b")
+    srv.set_certificate(serving_a.cert_pem, serving_a.key_pem)
+    async with connect(srv.port, trusting(ca_a)) as before:
+        assert (await before.request())[0] == 200
+        srv.set_certificate(serving_b.cert_pem, serving_b.key_pem)  # no restart: same port
+        async with connect(srv.port, trusting(ca_b)) as after:
+            assert after.peer == serving_b.cert.public_bytes(DER)
+            assert (await after.request())[0] == 200
+        with pytest.raises(ssl.SSLCertVerificationError):
+            async with connect(srv.port, trusting(ca_a)):
+                pass
+        assert before.peer == serving_a.cert.public_bytes(DER)
+        assert (await before.request())[0] == 200  # the open connection goes on with the old pair
+    assert srv.certificate == serving_b
+
+
+async def test_an_invalid_pair_is_refused_and_the_current_one_kept(
+    hooks: tuple[server.WebhookServer, CollectorRegistry],
+) -> None:
+    srv, _ = hooks
+    ca, serving = pair("ca")
+    _, other = pair("other")
+    srv.set_certificate(serving.cert_pem, serving.key_pem)
+    with pytest.raises(ssl.SSLError):
+        srv.set_certificate(serving.cert_pem, other.key_pem)
+    async with connect(srv.port, trusting(ca)) as conn:
+        assert (await conn.request())[0] == 200
+    assert srv.certificate == serving
+
+
+async def test_503_until_a_certificate_is_set_and_no_verified_handshake(
+    hooks: tuple[server.WebhookServer, CollectorRegistry],
+) -> None:
+    srv, registry = hooks
+    ca, serving = pair("ca")
+    with pytest.raises(ssl.SSLCertVerificationError):  # the placeholder is trusted by nobody
+        async with connect(srv.port, trusting(ca)):
+            pass
+    async with connect(srv.port, trusting(None)) as conn:
+        assert (await conn.request())[0] == 503
+    assert sample(registry, "controller_runtime_webhook_requests_total", webhook=PATH, code="503") == 1
+    srv.set_certificate(serving.cert_pem, serving.key_pem)
+    async with connect(srv.port, trusting(ca)) as conn:
+        assert (await conn.request())[0] == 200
+
+
+async def test_post_json_only_a_body_limit_and_a_failing_handler_is_a_logged_500(
+    hooks: tuple[server.WebhookServer, CollectorRegistry], caplog: pytest.LogCaptureFixture
+) -> None:
+    srv, registry = hooks
+    ca, serving = pair("ca")
+    srv.set_certificate(serving.cert_pem, serving.key_pem)
+    ctx = trusting(ca)
+    async with connect(srv.port, ctx) as conn:
+        assert (await conn.request(method="GET", body=b""))[0] == 405
+        assert (await conn.request(ctype="text/plain"))[0] == 415
+        assert (await conn.request(ctype="application/json; charset=utf-8"))[0] == 200
+        assert (await conn.request(b""))[0] == 400
+    async with connect(srv.port, ctx) as conn:
+        assert (await conn.request(b"x" * 2048))[0] == 413  # the server closes the connection after it
+    async with connect(srv.port, ctx) as conn:
+        with caplog.at_level(logging.ERROR, logger="mlops_platform.runtime.webhook.server"):
+            assert (await conn.request(path="/broken"))[0] == 500
+    assert any(r.message == "webhook handler failed" and r.exc_info for r in caplog.records)
+    total = "controller_runtime_webhook_requests_total"
+    assert [sample(registry, total, webhook=PATH, code=c) for c in ("405", "200", "400")] == [1, 1, 1]
+    assert sample(registry, total, webhook="/broken", code="500") == 1
