@@ -53,7 +53,7 @@ class Autoscaling(_Base):
     target_cpu_utilization: Annotated[
         Annotated[int, Meta(ge=1, le=1000)] | None,
         Meta(description="Average CPU utilization target in percent of the request."),
-    ] = None
+    ] = msgspec.field(default=None, name="targetCPUUtilization")
 
 
 class Predictor(_Base):
