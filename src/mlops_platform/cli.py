@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import re
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +32,45 @@ def _labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
         metavar="KEY=VALUE",
         help=f"{help}; repeatable",
     )
+
+
+def _webhook_options(f: F) -> F:
+    """The conversion webhook's flags (``run`` and ``webhook``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--webhook-bind-address",
+                default="127.0.0.1:9443",
+                show_default=True,
+                help="where the conversion webhook listens (HTTPS); 'off': not served by this process",
+            ),
+            click.option(
+                "--webhook-secret",
+                default="mlops-system/mlops-platform-webhook-tls",
+                show_default=True,
+                help="NAMESPACE/NAME of the Secret holding the self-managed CA and serving certificate",
+            ),
+            click.option(
+                "--webhook-dns-name",
+                "webhook_dns_names",
+                multiple=True,
+                help="a DNS name of the serving certificate (repeatable; default: the webhook Service's)",
+            ),
+            click.option(
+                "--webhook-cert-dir",
+                type=click.Path(file_okay=False),
+                help="serve tls.crt/tls.key from this directory (cert-manager); no Secret, no injection",
+            ),
+            click.option(
+                "--webhook-cert-validity",
+                type=click.FloatRange(60),
+                hidden=True,
+                help="seconds a self-managed CA lives (tests: see rotations); default one year",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
 
 
 @click.group()
@@ -159,6 +201,7 @@ def main() -> None:
     help="requests per second per replica before KEDA adds one",
 )
 @click.option("--log-level", default="info", show_default=True)
+@_webhook_options
 def run(
     kubeconfig: str | None,
     context: str | None,
@@ -190,8 +233,15 @@ def run(
     keda_prometheus_url: str,
     keda_requests_per_replica: float,
     log_level: str,
+    webhook_bind_address: str,
+    webhook_secret: str,
+    webhook_dns_names: tuple[str, ...],
+    webhook_cert_dir: str | None,
+    webhook_cert_validity: float | None,
 ) -> None:
-    """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released)."""
+    """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released).
+
+    Every replica also serves the conversion webhook at once, leader or not (``--webhook-*``)."""
     from mlops_platform.controllers.inferenceservice import controller
     from mlops_platform.runtime.control import manager as rmanager
     from mlops_platform.runtime.observability import logs
@@ -237,7 +287,99 @@ def run(
                 ),
             )
             controller.setup(mgr, settings=settings, workers=workers)
-            await mgr.run_until_signal()
+            hook = _webhook(
+                c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
+                webhook_cert_validity, mgr.metrics.registry,
+            )  # fmt: skip
+            if hook is None:
+                await mgr.run_until_signal()
+                return
+            mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
+            serving = asyncio.create_task(hook.run())
+            try:
+                await mgr.run_until_signal()
+            finally:
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+
+    asyncio.run(main_async())
+
+
+def _webhook(
+    client: Any,
+    bind: str,
+    secret: str,
+    dns_names: tuple[str, ...],
+    cert_dir: str | None,
+    validity: float | None,
+    registry: Any = None,
+) -> Any:
+    """The conversion webhook the flags describe, or None with ``--webhook-bind-address off``."""
+    from pathlib import Path
+
+    from mlops_platform.webhooks import serve
+
+    if bind == "off":
+        return None
+    address = _address(bind)
+    if address is None:
+        raise click.BadParameter(f"{bind!r}: HOST:PORT or off", param_hint="--webhook-bind-address")
+    namespace, _, name = secret.partition("/")
+    if not namespace or not name:
+        raise click.BadParameter(f"{secret!r}: NAMESPACE/NAME", param_hint="--webhook-secret")
+    options = serve.Options(
+        host=address[0],
+        port=address[1],
+        secret=(namespace, name),
+        cert_dir=Path(cert_dir) if cert_dir else None,
+    )
+    if dns_names:
+        options = dataclasses.replace(options, dns_names=dns_names)
+    if validity:
+        options = dataclasses.replace(options, policy=serve.policy_for_tests(validity), period=validity / 40)
+    return serve.ConversionWebhook(client, options, registry=registry)
+
+
+@main.command()
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, then in-cluster")
+@click.option("--context", help="kubeconfig context (default: current)")
+@click.option("--log-level", default="info", show_default=True)
+@_webhook_options
+def webhook(
+    kubeconfig: str | None,
+    context: str | None,
+    log_level: str,
+    webhook_bind_address: str,
+    webhook_secret: str,
+    webhook_dns_names: tuple[str, ...],
+    webhook_cert_dir: str | None,
+    webhook_cert_validity: float | None,
+) -> None:
+    """Serve only the conversion webhook until SIGTERM/SIGINT (``run`` serves it too, on every
+    replica); for a dedicated webhook Deployment and the local control plane's tests."""
+    from mlops_platform.runtime.observability import logs
+    from mlops_platform.runtime.transport import client as rclient
+
+    logs.setup_logging(level=log_level)
+
+    async def main_async() -> None:
+        async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+            hook = _webhook(
+                c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
+                webhook_cert_validity,
+            )  # fmt: skip
+            if hook is None:
+                raise click.UsageError("--webhook-bind-address off: nothing to serve")
+            task = asyncio.create_task(hook.run())
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await asyncio.wait({task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     asyncio.run(main_async())
 

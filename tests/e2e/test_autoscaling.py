@@ -25,16 +25,15 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import labels, servers
 from mlops_platform.devcluster import usage
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, plugin, probes, wait
+from mlops_platform.testing import isvc, plugin, probes, wait, webhook
 from mlops_platform.testing import operator as operator_process
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 FRAMEWORK = "torchserve"
 TARGET = servers.default_table()[FRAMEWORK].target_cpu_utilization  # % of the CPU request
@@ -67,7 +66,7 @@ async def env(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator
         "the cluster under test has no metrics API (metrics-server): re-create it with `dev up`"
     )
     await usage.wait_metrics_api(admin_client, timeout=60)
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     async with (
         plugin.temporary_namespace(admin_client, "autoscaling") as ns,
         rclient.Client.from_kubeconfig(str(kube_cluster)) as c,

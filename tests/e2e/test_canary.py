@@ -26,15 +26,14 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, plugin, probes, stages, wait
+from mlops_platform.testing import isvc, plugin, probes, stages, wait, webhook
 from mlops_platform.testing import operator as operator_process
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 VIRTUAL_SERVICE = rclient.Resource("networking.istio.io", "v1", "virtualservices", "VirtualService")
 HTTP_ROUTE = rclient.Resource("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 STAGE = rclient.Resource("kwok.x-k8s.io", "v1alpha1", "stages", "Stage", namespaced=False)
@@ -78,7 +77,7 @@ async def env(
 ) -> AsyncIterator[Env]:
     """The operator with ``--traffic-router`` = the param, watching one fresh namespace."""
     router: base.Router = request.param
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     async with (
         plugin.temporary_namespace(admin_client, f"canary-{router.value}") as ns,
         rclient.Client.from_kubeconfig(str(kube_cluster)) as c,

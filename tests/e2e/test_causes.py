@@ -14,14 +14,13 @@ import time
 from typing import Any
 
 from mlops_platform import why
-from mlops_platform.api import crd
 from mlops_platform.devcluster import nodes
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, stages, wait
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 WITHIN = 10.0  # the acceptance bound, measured from the cause's creation
 QUOTA = rclient.Resource("", "v1", "resourcequotas", "ResourceQuota")
 LIMIT_RANGE = rclient.Resource("", "v1", "limitranges", "LimitRange")

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller, labels
 from mlops_platform.controllers.inferenceservice.children import monitoring, scaledobject
 from mlops_platform.deploy import rbac as deploy_rbac
@@ -20,9 +19,9 @@ from mlops_platform.runtime import rbac
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, plugin, probes, stages, wait
+from mlops_platform.testing import identity, isvc, plugin, probes, stages, wait, webhook
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 PROMETHEUS_RULE = monitoring.PROMETHEUS_RULE.resource()
 SERVICE_MONITOR = monitoring.SERVICE_MONITOR.resource()
@@ -47,7 +46,7 @@ async def operator_env(
     Its teardown, after every test of the module with this operator (whatever their order), checks
     the requests the operator made: see :func:`_check_requests`. A violation is an error at teardown
     (which fails the run)."""
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     suffix = uuid.uuid4().hex[:6]
     op_ns = f"mlops-e2e-{request.param[:2]}-{suffix}"
     await admin_client.create(

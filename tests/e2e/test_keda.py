@@ -9,14 +9,13 @@ The KEDA operator is not run here (docs/autoscaling.md): waking from zero is its
 
 from __future__ import annotations
 
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice.children import scaledobject
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, probes, wait
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 SO = scaledobject.KIND.resource()
 
 

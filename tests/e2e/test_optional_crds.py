@@ -17,16 +17,15 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import crds
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import apiextensions
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import isvc, probes, wait
+from mlops_platform.testing import isvc, probes, wait, webhook
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 KINDS = (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR)
 NAMES = [k.crd_name for k in KINDS]
 # the acceptance bounds, independent of the waits' own (longer) timeouts
@@ -54,7 +53,7 @@ async def _condition(c: rclient.Client, ns: str, type_: str, status: str, reason
 
 @pytest.fixture
 async def without_monitoring_crds(admin_client: rclient.Client) -> AsyncIterator[None]:
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     await apiextensions.uninstall(admin_client, NAMES)
     try:
         yield

@@ -21,16 +21,15 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, probes, wait
+from mlops_platform.testing import identity, isvc, probes, wait, webhook
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 
 # rule removed -> (what must appear in the Reconciled condition message or None, Event reason or None)
 EXPECT: dict[str, tuple[str | None, str | None]] = {
@@ -124,7 +123,7 @@ async def _start_case(admin: rclient.Client, kubeconfig: Path, rule_name: str) -
 
 @pytest.fixture(scope="module")
 async def cases(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterator[dict[str, Case]]:
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     started = await asyncio.gather(*(_start_case(admin_client, kube_cluster, name) for name in EXPECT))
     yield {c.rule: c for c in started}
     for c in started:

@@ -35,15 +35,14 @@ import httpx2 as httpx
 import pytest
 import yaml
 
-from mlops_platform.api import crd
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime.control import sharding
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, probes, wait
+from mlops_platform.testing import identity, isvc, probes, wait, webhook
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 GROUP = "shard-e2e"
 SHARDS = 3
 OBJECTS = 30
@@ -138,7 +137,7 @@ async def group(
 ) -> AsyncIterator[Group]:
     """Three replicas in ``namespace`` (which they watch and hold their Leases in), as the operator's
     ServiceAccount bound ONLY to the generated namespaced roles; every process is stopped after."""
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     rbac_objs = deploy_rbac.objects(
         namespace=namespace, watch_namespaces=[namespace], name=f"mlops-shard-{uuid.uuid4().hex[:6]}"
     )
@@ -165,6 +164,7 @@ async def group(
                     "--renew-deadline", str(RENEW_DEADLINE),
                     "--retry-period", str(RETRY_PERIOD),
                     "--no-monitoring",
+                    "--webhook-bind-address", "off",  # the session's webhook process converts
                     "--workers", "2",
                     "--health-probe-bind-address", f"127.0.0.1:{health}",
                     "--metrics-bind-address", f"127.0.0.1:{metrics}",

@@ -28,16 +28,15 @@ import pytest
 import yaml
 
 from mlops_platform import cli, why
-from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.devcluster import nodes
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, plugin, stages, wait
+from mlops_platform.testing import identity, isvc, plugin, stages, wait, webhook
 from mlops_platform.testing import operator as operator_process
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 WITHIN = 1.0  # seconds: the acceptance bound of one `why` call on a warm cluster
 SCRIPT = Path(sys.executable).parent / "kubectl-mlops"
 
@@ -56,7 +55,7 @@ def _flat(text: str) -> str:
 @pytest.fixture(scope="module")
 async def watched(admin_client: rclient.Client) -> AsyncIterator[str]:
     """The namespace the operator watches."""
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     async with plugin.temporary_namespace(admin_client, "why") as ns:
         yield ns
 

@@ -23,10 +23,11 @@ from typing import Any
 
 import yaml
 
+from mlops_platform import api
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import servers
 from mlops_platform.devcluster import binaries, cluster
-from mlops_platform.runtime import objects
+from mlops_platform.runtime import objects, wait
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 
@@ -54,6 +55,11 @@ def operator_log(name: str) -> Path:
     return cluster.cluster_dir(name) / "mlops-operator.log"
 
 
+#: where the demo operator serves the conversion webhook (the CRD's URL on the local control plane)
+WEBHOOK = "127.0.0.1:19443"
+WEBHOOK_URL = f"https://{WEBHOOK}/convert"
+
+
 def start_operator(name: str, *, health: str = "127.0.0.1:18081", metrics: str = "127.0.0.1:18080") -> int:
     """(Re)start the operator for cluster ``name`` in the background; return its PID."""
     stop_operator(name)
@@ -62,6 +68,7 @@ def start_operator(name: str, *, health: str = "127.0.0.1:18081", metrics: str =
         "--kubeconfig", str(cluster.kubeconfig_path(name)),
         "--health-probe-bind-address", health,
         "--metrics-bind-address", metrics,
+        "--webhook-bind-address", WEBHOOK,
     ]  # fmt: skip
     with open(operator_log(name), "ab") as out:
         proc = subprocess.Popen(
@@ -69,6 +76,19 @@ def start_operator(name: str, *, health: str = "127.0.0.1:18081", metrics: str =
         )
     operator_pid_file(name).write_text(str(proc.pid))
     return proc.pid
+
+
+def _resource(sample: dict[str, Any]) -> rclient.Resource:
+    """The REST resource of a sample's own apiVersion (the API server converts the older ones)."""
+    version = str(sample["apiVersion"]).rpartition("/")[2]
+    return rclient.Resource(crd.RESOURCE.group, version, crd.RESOURCE.plural, crd.RESOURCE.kind)
+
+
+async def webhook_ready(c: rclient.Client) -> bool:
+    """The operator injected its CA bundle into the CRD: the API server can call the webhook."""
+    live = await c.get(resources.CRD, crd.CRD_NAME)
+    client_config = ((live["spec"].get("conversion") or {}).get("webhook") or {}).get("clientConfig") or {}
+    return bool(client_config.get("caBundle"))
 
 
 def stop_operator(name: str) -> None:
@@ -110,22 +130,26 @@ def _state(obj: dict[str, Any], expect: str) -> str:
 
 async def _run(name: str, timeout: float) -> None:
     async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
-        _log("installing the InferenceService CRD")
-        await crd.install(c)
+        _log("installing the InferenceService CRD (v1alpha1, v1beta1, v1; converted by the operator)")
+        await crd.install(c, webhook_url=WEBHOOK_URL)
+        for ns in (NAMESPACE, "mlops-system"):  # the samples; the webhook's certificate Secret
+            with contextlib.suppress(rclient.ApiError):
+                await c.create(
+                    resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                )
         _log("starting the operator")
         pid = start_operator(name)
         _log(f"operator PID {pid}, log {operator_log(name)}")
-        with contextlib.suppress(rclient.ApiError):
-            await c.create(
-                resources.NAMESPACE,
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-            )
+        await wait.until(
+            lambda: webhook_ready(c), timeout=60, what="the conversion webhook's CA bundle in the CRD"
+        )
         samples = load_samples()
-        isvc = crd.RESOURCE
         for s in samples:
             s["metadata"]["namespace"] = NAMESPACE
-            await c.apply(isvc, s, field_manager=FIELD_MANAGER)
-            _log(f"applied {s['metadata']['name']} (expect {s['metadata']['annotations'][EXPECT]})")
+            await c.apply(_resource(s), s, field_manager=FIELD_MANAGER)
+            expect = s["metadata"]["annotations"][EXPECT]
+            _log(f"applied {s['metadata']['name']} ({s['apiVersion']}, expect {expect})")
+        isvc = crd.RESOURCE
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pending = {objects.name(s): objects.annotations(s)[EXPECT] for s in samples}
@@ -155,11 +179,12 @@ def scaling_hints(samples: list[dict[str, Any]], name: str) -> list[str]:
     table = servers.default_table()
     out: list[str] = []
     for s in samples:
-        spec = s["spec"]
-        low, high = int(spec.get("minReplicas", 1)), int(spec.get("maxReplicas", 1))
+        model = api.decode({**s, "metadata": {**s["metadata"], "namespace": NAMESPACE}})
+        low, high = model.min_replicas, model.max_replicas
         if not 1 <= low < high:
             continue
-        isvc, target = objects.name(s), table[spec["framework"]].target_cpu_utilization
+        isvc = objects.name(s)
+        target = model.autoscaling.cpu_utilization or table[model.framework].target_cpu_utilization
         cmd = f".venv/bin/mlops-platform dev load {isvc} -n {NAMESPACE} --name {name}"
         out += [
             f"Make {isvc} scale {low} -> {high}: its pods use {DEMO_LOAD_PERCENT} % of their CPU request "

@@ -191,9 +191,9 @@ def _resources(draw: st.DrawFn) -> JSON:
         if limit is not None:
             limits[name] = limit
     out: JSON = {}
-    if requests or draw(st.booleans()):
+    if draw(st.booleans()) or requests:
         out["requests"] = requests
-    if limits or draw(st.booleans()):
+    if draw(st.booleans()) or limits:
         out["limits"] = limits
     return out
 
@@ -228,7 +228,7 @@ def _predictor(draw: st.DrawFn, version: str) -> JSON:
             if draw(st.booleans()):
                 zero["cooldownSeconds"] = draw(st.integers(0, 86400))
             scaling["scaleToZero"] = zero
-    if scaling or draw(st.booleans()):
+    if draw(st.booleans()) or scaling:
         p["autoscaling"] = scaling
     return p
 

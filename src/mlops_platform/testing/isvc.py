@@ -7,6 +7,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from mlops_platform.api import v1alpha1
+from mlops_platform.runtime.transport.client import Resource
+
+#: the REST resource of :func:`manifest`'s objects (v1alpha1: the API server converts them to the
+#: storage version through the conversion webhook, which the operator then reads as v1)
+RESOURCE = Resource(v1alpha1.GROUP, v1alpha1.VERSION, v1alpha1.PLURAL, v1alpha1.KIND)
 
 
 def manifest(

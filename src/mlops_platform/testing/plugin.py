@@ -8,7 +8,8 @@ to other projects' test sessions): load it from a ``conftest.py`` with
   ``USE_EXISTING_CLUSTER=true`` (the envtest convention) it is ``$KUBECONFIG``; otherwise the local
   control plane named by ``$MLOPS_TEST_CLUSTER`` (default ``mlops-test``), started on demand and
   stopped at the end of the session when this session started it.
-- ``admin_client`` (session): a :class:`~mlops_platform.runtime.client.Client` with admin rights.
+- ``admin_client`` (session): a :class:`~mlops_platform.runtime.client.Client` with admin rights;
+  the InferenceService CRD is installed and a conversion webhook process serves it all session.
 - ``namespace`` (function): a fresh namespace for one test, deleted afterwards.
 - ``local_cluster_name`` (session): the local cluster's name, for failure-injection tests.
 - ``kubectl`` (session): the pinned kubectl against the cluster under test.
@@ -103,10 +104,20 @@ def kubectl(kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Kub
 
 
 @pytest.fixture(scope="session")
-async def admin_client(kube_cluster: Path) -> AsyncIterator[rclient.Client]:
+async def admin_client(
+    kube_cluster: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[rclient.Client]:
+    """Admin credentials, on a cluster whose InferenceService CRD is installed and converted by this
+    session's conversion webhook process (``testing.webhook``: the CRD needs one, like in production)."""
+    from mlops_platform.testing import webhook
+
     c = rclient.Client.from_kubeconfig(kube_cluster)
-    yield c
-    await c.close()
+    log = tmp_path_factory.mktemp("webhook") / "webhook.log"
+    try:
+        async with webhook.serving(kube_cluster, c, log_path=log):
+            yield c
+    finally:
+        await c.close()
 
 
 def _namespace_name(node_name: str) -> str:

@@ -13,9 +13,9 @@ import pytest
 from mlops_platform.api import crd, v1alpha1
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport.client import JSON, ApiError, Client
-from mlops_platform.testing import isvc, plugin, wait
+from mlops_platform.testing import isvc, plugin, wait, webhook
 
-ISVC = crd.RESOURCE
+ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 Kubectl = plugin.Kubectl
 
 
@@ -32,7 +32,7 @@ async def create_strict(client: Client, namespace: str, obj: JSON) -> JSON:
 
 @pytest.fixture(scope="module")
 async def installed(admin_client: Client) -> JSON:
-    return await crd.install(admin_client)
+    return await webhook.install_crd(admin_client)
 
 
 async def test_install_is_idempotent_and_the_server_keeps_the_schema(
@@ -40,12 +40,14 @@ async def test_install_is_idempotent_and_the_server_keeps_the_schema(
 ) -> None:
     conditions = {c["type"]: c["status"] for c in installed["status"]["conditions"]}
     assert conditions["Established"] == "True" and conditions["NamesAccepted"] == "True"
-    again = await crd.install(admin_client)
+    again = await webhook.install_crd(admin_client)
     assert again["metadata"]["generation"] == installed["metadata"]["generation"]  # the spec did not change
-    [served] = again["spec"]["versions"]
-    [ours] = crd.crd_manifest()["spec"]["versions"]
-    assert served["schema"] == ours["schema"]
-    assert served["subresources"] == ours["subresources"]
+    ours = {v["name"]: v for v in crd.crd_manifest()["spec"]["versions"]}
+    for served in again["spec"]["versions"]:
+        assert served["schema"] == ours[served["name"]]["schema"]
+        assert served["subresources"] == ours[served["name"]]["subresources"]
+    assert again["spec"]["conversion"]["strategy"] == "Webhook"
+    assert again["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"]  # injected by the webhook
     assert again["status"]["acceptedNames"]["shortNames"] == ["isvc"]
 
 
@@ -311,17 +313,17 @@ async def test_the_crd_is_cluster_scoped(installed: JSON, admin_client: Client) 
 
 async def test_names_longer_than_53_characters_are_rejected(admin_client: Client, namespace: str) -> None:
     """Children are named <name>-predictor and carry the name in label values (63 characters max)."""
-    await crd.install(admin_client)
+    await webhook.install_crd(admin_client)
     body = isvc.manifest("n" * 54, modelUri="s3://m/1", framework="triton")
     with pytest.raises(ApiError) as e:
-        await admin_client.create(crd.RESOURCE, body, namespace)
+        await admin_client.create(ISVC, body, namespace)
     assert e.value.status == 422
     assert "metadata.name" in e.value.message
     for bad in ("1model", "my.model", "Model"):  # the Service <name>-predictor must be a DNS-1035 label
         body["metadata"]["name"] = bad
         with pytest.raises(ApiError) as e:
-            await admin_client.create(crd.RESOURCE, body, namespace)
+            await admin_client.create(ISVC, body, namespace)
         assert e.value.status == 422, bad
         assert "metadata.name" in e.value.message, bad
     body["metadata"]["name"] = "n" * 53
-    await admin_client.create(crd.RESOURCE, body, namespace)
+    await admin_client.create(ISVC, body, namespace)

@@ -32,7 +32,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -126,6 +126,7 @@ class Manager:
         self._metrics_server: httpserver.HttpServer | None = None
         self._synced = False
         self._recorders: list[events.EventRecorder] = []
+        self._ready_checks: dict[str, Callable[[], bool]] = {}
 
     def _cache_sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -155,8 +156,14 @@ class Manager:
 
     # -- probes ---------------------------------------------------------------------------------------
 
+    def add_readyz_check(self, name: str, check: Callable[[], bool]) -> None:
+        """Another condition of ``/readyz`` (``mgr.AddReadyzCheck``), e.g. a webhook serving."""
+        self._ready_checks[name] = check
+
     def is_ready(self) -> bool:
         if not (self._synced and self.cache.has_synced()):
+            return False
+        if not all(check() for check in self._ready_checks.values()):
             return False
         if self.options.shards > 1:
             return True  # with no partition held, a warm standby

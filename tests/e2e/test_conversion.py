@@ -1,0 +1,159 @@
+"""The conversion webhook called by the real API server over verified TLS: an object written in one
+version is read in every other with nothing lost, mixed-version lists, and children identical
+whichever version an object was created in."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from mlops_platform.api import conversion, crd
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import isvc, plugin, wait, webhook
+
+pytestmark = pytest.mark.e2e
+JSON = dict[str, Any]
+ALPHA = isvc.RESOURCE
+BETA = rclient.Resource(crd.RESOURCE.group, "v1beta1", crd.RESOURCE.plural, crd.RESOURCE.kind)
+V1 = crd.RESOURCE
+TIMEOUT = 90
+
+
+@pytest.fixture(scope="module")
+async def operator(admin_operator: rmanager.Manager) -> AsyncIterator[rmanager.Manager]:
+    yield admin_operator
+
+
+def alpha(name: str) -> JSON:
+    return isvc.manifest(
+        name,
+        modelUri="gs://models/bert/7",
+        framework="torchserve",
+        minReplicas=2,
+        maxReplicas=4,
+        resources={"cpuRequest": "250m", "memoryLimit": "1Gi"},
+        traffic={"canaryVersion": "8", "canaryPercent": 0},
+        extensions={"monitoring": {"alerts": {"errorRatio": 0.02}}, "team": "search"},
+    )
+
+
+def spec_of(obj: JSON) -> JSON:
+    return copy.deepcopy(obj["spec"])
+
+
+async def test_create_in_v1alpha1_read_in_every_version_update_in_v1_nothing_lost(
+    admin_client: rclient.Client, namespace: str, kubectl: plugin.Kubectl
+) -> None:
+    c = admin_client
+    created = await c.create(ALPHA, alpha("bert"), namespace)
+    beta = await c.get(BETA, "bert", namespace)
+    hub = await c.get(V1, "bert", namespace)
+    assert beta["apiVersion"] == "mlops.platform/v1beta1" and hub["apiVersion"] == "mlops.platform/v1"
+    assert hub["spec"]["predictor"]["model"] == {"uri": "gs://models/bert/7"}
+    assert hub["spec"]["predictor"]["autoscaling"] == {"minReplicas": 2, "maxReplicas": 4}
+    assert hub["spec"]["canary"] == {"model": {"uri": "gs://models/bert/8"}, "trafficPercent": 0}
+    assert hub["spec"]["monitoring"] == {"alerts": {"errorRatio": 0.02}}
+    assert beta["spec"]["extensions"]["monitoring"] == {"alerts": {"errorRatio": 0.02}}
+    # kubectl, as a user would: the versioned resource name
+    rc, out, err = await kubectl("get", "isvc.v1beta1.mlops.platform", "bert", "-n", namespace, "-o", "json")
+    assert rc == 0, err
+    assert '"apiVersion": "mlops.platform/v1beta1"' in out
+    # update in v1 with a setting v1alpha1 cannot say; read in v1alpha1: the old fields unchanged
+    hub["spec"]["predictor"]["autoscaling"]["targetUtilization"] = {"cpu": 70, "memory": 80}
+    hub["spec"]["predictor"]["model"]["format"] = "pytorch"
+    await c.replace(V1, "bert", hub, namespace)
+    old = await c.get(ALPHA, "bert", namespace)
+    assert spec_of(old) == spec_of(created)
+    assert conversion.ANNOTATION in old["metadata"]["annotations"]
+    # an edit in v1alpha1 keeps what only v1 says
+    old["spec"]["maxReplicas"] = 6
+    await c.replace(ALPHA, "bert", old, namespace)
+    again = await c.get(V1, "bert", namespace)
+    assert again["spec"]["predictor"]["autoscaling"] == {
+        "minReplicas": 2, "maxReplicas": 6, "targetUtilization": {"cpu": 70, "memory": 80},
+    }  # fmt: skip
+    assert again["spec"]["predictor"]["model"] == {"uri": "gs://models/bert/7", "format": "pytorch"}
+
+
+async def test_a_list_of_objects_written_in_every_version(admin_client: rclient.Client, namespace: str) -> None:
+    c = admin_client
+    first = await c.create(ALPHA, alpha("one"), namespace)
+    v1_obj = conversion.convert(first, "mlops.platform/v1")
+    for name, version in (("two", "mlops.platform/v1beta1"), ("three", "mlops.platform/v1")):
+        body = conversion.convert(v1_obj, version)
+        body["metadata"] = {"name": name}
+        await c.create(BETA if "beta" in version else V1, body, namespace)
+    for resource in (ALPHA, BETA, V1):
+        listed = await c.list(resource, namespace)
+        items = sorted(listed["items"], key=lambda o: o["metadata"]["name"])
+        assert [o["metadata"]["name"] for o in items] == ["one", "three", "two"]
+        assert {o["apiVersion"] for o in items} == {f"mlops.platform/{resource.version}"}
+        specs = [o["spec"] for o in items]
+        assert specs[0] == specs[1] == specs[2]  # the same service, read in one version
+
+
+async def _children(c: rclient.Client, namespace: str, name: str) -> JSON:
+    deployment = await wait.until(
+        lambda: _get(c, resources.DEPLOYMENT, f"{name}-predictor", namespace),
+        timeout=TIMEOUT,
+        what=f"Deployment {name}-predictor",
+    )
+    service = await _get(c, resources.SERVICE, f"{name}-predictor", namespace)
+    return {"deployment": _comparable(deployment, name), "service": _comparable(service, name)}
+
+
+async def _get(c: rclient.Client, resource: rclient.Resource, name: str, namespace: str) -> JSON | None:
+    try:
+        return await c.get(resource, name, namespace)
+    except rclient.ApiError as e:
+        if e.not_found:
+            return None
+        raise
+
+
+def _comparable(obj: JSON | None, name: str) -> JSON:
+    """The object as the operator built it, with the InferenceService's name and uid taken out."""
+    assert obj is not None
+    out = copy.deepcopy(obj)
+    out.pop("status", None)
+    meta = out["metadata"]
+    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences"):
+        meta.pop(key, None)
+    text = repr(out).replace(name, "NAME")
+    return {"text": text}
+
+
+async def test_children_are_identical_whichever_version_an_object_was_created_in(
+    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+) -> None:
+    c = admin_client
+    source = alpha("src")
+    hub = conversion.convert(source, "mlops.platform/v1")
+    beta = conversion.convert(source, "mlops.platform/v1beta1")
+    bodies = {
+        "from-alpha": (ALPHA, source),
+        "from-beta": (BETA, beta),
+        "from-v1": (V1, hub),
+    }
+    for name, (resource, body) in bodies.items():
+        body = copy.deepcopy(body)
+        body["metadata"] = {"name": name}
+        await c.create(resource, body, namespace)
+    children = [await _children(c, namespace, name) for name in bodies]
+    assert children[0] == children[1] == children[2]
+    for name in bodies:
+        await wait.for_condition(c, V1, namespace, name, "Reconciled", "True", timeout=TIMEOUT)
+
+
+async def test_the_api_server_calls_the_webhook_over_verified_tls(admin_client: rclient.Client) -> None:
+    live = await admin_client.get(resources.CRD, crd.CRD_NAME)
+    conv = live["spec"]["conversion"]
+    assert conv["strategy"] == "Webhook"
+    assert conv["webhook"]["clientConfig"]["url"] == webhook.url()
+    assert conv["webhook"]["clientConfig"]["caBundle"]
+    assert live["status"]["storedVersions"][-1] == "v1"
