@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from mlops_platform import api, cli, why
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers
 from mlops_platform.controllers.inferenceservice.children import base, monitoring, virtualservice
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
@@ -513,8 +513,18 @@ async def test_an_invalid_spec_compares_no_children() -> None:
     raw = isvc(framework="triton", port=8001)  # Triton's own gRPC port: the reconciler refuses it
     r = why.analyze(why.Snapshot(raw), now=NOW)
     assert r.children == ()
-    assert r.spec_problem.startswith("InvalidSpec: spec.port: port 8001 is the")
-    assert r.summary.startswith("bert: not serving — InvalidSpec: spec.port")
+    assert r.spec_problem.startswith("InvalidSpec: spec.predictor.port: port 8001 is the")
+    assert r.summary.startswith("bert: not serving — InvalidSpec: spec.predictor.port")
+
+
+async def test_a_runtime_the_table_lacks_is_the_reconcilers_invalid_spec() -> None:
+    table = {k: v for k, v in servers.default_table().items() if k != "seldon"}
+    r = why.analyze(why.Snapshot(isvc(framework="seldon")), base.BuildContext(servers=table), now=NOW)
+    assert r.children == ()
+    assert r.spec_problem == (
+        "InvalidSpec: spec.predictor.runtime: no runtime 'seldon' in the runtime table "
+        "(known: torchserve, triton)"
+    )
 
 
 def test_prepare_is_what_the_child_syncer_prepares() -> None:
