@@ -9,6 +9,7 @@ and review the diff of ``tests/unit/controllers/golden/`` like code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -17,13 +18,14 @@ import pytest
 import yaml
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import children, labels
+from mlops_platform.controllers.inferenceservice import alerts, children, labels, servers
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     deployment,
     hpa,
     monitoring,
     networkpolicy,
+    scaledobject,
     service,
 )
 from mlops_platform.testing.isvc import manifest
@@ -697,3 +699,81 @@ def test_operator_labels_never_replace_the_operators_own() -> None:
     assert rule is not None
     assert rule["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "mlops-platform"
     assert rule["metadata"]["labels"]["release"] == "kps"
+
+
+# -- runtimes a platform team adds: their metrics dialect ------------------------------------------
+
+ADDED = base.BuildContext(
+    servers=servers.load_overrides(
+        {
+            "runtimes.yaml": """
+mlserver-gpu: {basedOn: seldon, gpuImage: docker.io/seldonio/mlserver:1.7.1-gpu}
+acme:
+  image: registry.example.com/acme/server:1.2.3
+  args: [serve, "--port={port}"]
+  ports: {metrics: 9090}
+  readinessProbe: {path: /ready}
+  livenessProbe: {path: /live}
+  metricsDialect: none
+"""
+        }
+    )
+)
+
+
+def of_runtime(runtime: str, *, keda: bool = False, **spec: Any) -> base.Target:
+    """The predictor target of ``make(**spec)`` served by ``runtime`` (a v1 ``spec.predictor.runtime``
+    may name any entry of the table; v1alpha1's framework only the built-in ones)."""
+    isvc = dataclasses.replace(make(**spec).isvc, framework=runtime)
+    return base.Target(isvc, base.predictor(isvc, keda=keda))
+
+
+def alert_rules(t: base.Target, ctx: base.BuildContext) -> dict[str, Obj]:
+    rule = monitoring.build_rule(t, ctx)
+    assert rule is not None
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_an_added_runtime_inherits_its_bases_alert_expressions_and_is_labelled_by_its_name() -> None:
+    added, seldon = (
+        alert_rules(of_runtime("mlserver-gpu", minReplicas=2, maxReplicas=4), ADDED),
+        alert_rules(of_runtime("seldon", minReplicas=2, maxReplicas=4), ADDED),
+    )
+    assert set(added) == set(alerts.ALERTS)
+    for alert, rule in added.items():
+        assert rule["expr"] == seldon[alert]["expr"]
+        assert rule["labels"]["framework"] == "mlserver-gpu"
+    dep_labels = deployment.build(of_runtime("mlserver-gpu"), ADDED)["metadata"]["labels"]
+    assert (dep_labels[labels.FRAMEWORK], dep_labels[labels.K8S_NAME]) == ("mlserver-gpu", "mlserver")
+
+
+def test_a_runtime_without_request_metrics_gets_the_replica_alerts_only_and_says_so() -> None:
+    t = of_runtime("acme", minReplicas=2, maxReplicas=4)
+    assert set(alert_rules(t, ADDED)) == {alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS}
+    rule = monitoring.build_rule(t, ADDED)
+    got = monitoring.RULE.condition(t, ADDED, rule, rule)
+    assert (got.status, got.reason) == ("True", "ReplicaAlertsOnly")
+    assert "runtime 'acme' has metricsDialect none" in got.message
+    assert "no request alerts (error ratio, latency, canary)" in got.message
+    built_in = of_runtime("triton")
+    rule = monitoring.build_rule(built_in, ADDED)
+    assert monitoring.RULE.condition(built_in, ADDED, rule, rule).reason == "MonitoringConfigured"
+    assert monitoring.build_monitor(t, ADDED) is not None  # its metrics port is still scraped
+
+
+def test_a_runtime_without_request_metrics_scales_from_zero_on_the_mesh_count_alone() -> None:
+    t = of_runtime("acme", keda=True, minReplicas=0, maxReplicas=3)
+    so = scaledobject.build(t, ADDED)
+    assert so is not None
+    query = so["spec"]["triggers"][0]["metadata"]["query"]
+    assert query.startswith("sum(rate(istio_requests_total{") and " or " not in query
+    says = "the trigger is the mesh's request count alone (istio_requests_total): runtime 'acme'"
+    assert says in scaledobject.wakes(t, ADDED)
+    live = {**so, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert says in scaledobject.condition(t, ADDED, so, live).message
+    seldon = scaledobject.build(of_runtime("mlserver-gpu", keda=True, minReplicas=0, maxReplicas=3), ADDED)
+    assert seldon is not None
+    assert "model_infer_request_success_total" in seldon["spec"]["triggers"][0]["metadata"]["query"]
+    assert "mesh" not in scaledobject.wakes(
+        of_runtime("seldon", keda=True, minReplicas=0, maxReplicas=3), ADDED
+    )
