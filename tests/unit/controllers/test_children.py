@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from mlops_platform import api
+from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import alerts, children, labels, servers
 from mlops_platform.controllers.inferenceservice.children import (
     base,
@@ -777,3 +778,64 @@ def test_a_runtime_without_request_metrics_scales_from_zero_on_the_mesh_count_al
     assert "mesh" not in scaledobject.wakes(
         of_runtime("seldon", keda=True, minReplicas=0, maxReplicas=3), ADDED
     )
+
+
+# -- the InferenceService's autoscaling targets -------------------------------------------------------
+
+
+def with_autoscaling(t: base.Target, **targets: Any) -> base.Target:
+    isvc = dataclasses.replace(t.isvc, autoscaling=internal.Autoscaling(**targets))
+    return dataclasses.replace(t, isvc=isvc)
+
+
+def hpa_metrics(t: base.Target, ctx: base.BuildContext = CTX) -> list[tuple[str, int]]:
+    obj = hpa.build(t, ctx)
+    assert obj is not None
+    return [
+        (m["resource"]["name"], m["resource"]["target"]["averageUtilization"])
+        for m in obj["spec"]["metrics"]
+        if m["type"] == "Resource" and m["resource"]["target"]["type"] == "Utilization"
+    ]
+
+
+def test_the_hpa_targets_the_inferenceservices_utilization_else_the_runtimes() -> None:
+    t = make(minReplicas=2, maxReplicas=5)
+    assert hpa_metrics(t) == [("cpu", 80)]  # the runtime table's target
+    platform = base.BuildContext(
+        servers=servers.load_overrides({"runtimes.yaml": "triton: {targetCpuUtilization: 60}"})
+    )
+    assert hpa_metrics(t, platform) == [("cpu", 60)]
+    assert hpa_metrics(with_autoscaling(t, cpu_utilization=50), platform) == [("cpu", 50)]
+    assert hpa_metrics(with_autoscaling(t, memory_utilization=75)) == [("cpu", 80), ("memory", 75)]
+    both = with_autoscaling(t, cpu_utilization=65, memory_utilization=90)
+    assert hpa_metrics(both) == [("cpu", 65), ("memory", 90)]
+    assert hpa.build(with_autoscaling(make(), cpu_utilization=50), CTX) is None  # a fixed count: no HPA
+
+
+def test_a_canarys_hpa_follows_the_same_targets() -> None:
+    t = with_autoscaling(make(minReplicas=2, maxReplicas=6), cpu_utilization=55, memory_utilization=70)
+    canary = base.Component(labels.CANARY, "s3://models/bert/v2", "Canary", 1, 6)
+    target = base.Target(t.isvc, canary, all_components=(t.component, canary))
+    obj = hpa.build(target, CTX)
+    assert obj is not None
+    assert obj["metadata"]["name"] == "bert-canary"
+    assert obj["spec"]["scaleTargetRef"]["name"] == "bert-canary"
+    assert hpa_metrics(target) == hpa_metrics(t) == [("cpu", 55), ("memory", 70)]
+
+
+def test_the_scaledobject_takes_the_inferenceservices_scale_to_zero_policy() -> None:
+    t = of_runtime("triton", keda=True, minReplicas=0, maxReplicas=3)
+    default = scaledobject.build(t, CTX)
+    assert default is not None
+    assert default["spec"]["cooldownPeriod"] == scaledobject.COOLDOWN_SECONDS == 300
+    assert default["spec"]["triggers"][0]["metadata"]["threshold"] == "10"  # --keda-requests-per-replica
+    assert "one replica per 10 requests/s" in scaledobject.wakes(t, CTX)
+    own = with_autoscaling(t, requests_per_replica=2.5, cooldown_seconds=60)
+    so = scaledobject.build(own, CTX)
+    assert so is not None
+    assert so["spec"]["cooldownPeriod"] == 60
+    assert so["spec"]["triggers"][0]["metadata"]["threshold"] == "2.5"
+    assert "one replica per 2.5 requests/s" in scaledobject.wakes(own, CTX)
+    operator = base.BuildContext(keda_requests_per_replica=4)
+    built = scaledobject.build(t, operator)
+    assert built is not None and built["spec"]["triggers"][0]["metadata"]["threshold"] == "4"

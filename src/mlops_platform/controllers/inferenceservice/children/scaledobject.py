@@ -10,7 +10,9 @@ trigger (:func:`query`): the model server's own request rate, or, when the serve
 Service (``istio_requests_total``, recorded by the calling proxy), so a request wakes it. A runtime
 whose metrics dialect is ``none`` (the runtime table) has no server series the operator knows: its
 trigger is the mesh's count alone, and the condition says so. One replica per
-``--keda-requests-per-replica`` requests per second; any request activates.
+``requests_per_replica`` requests per second (the InferenceService's scale-to-zero policy, else
+``--keda-requests-per-replica``); any request activates; ``cooldownPeriod`` is the policy's
+``cooldown_seconds``, else :data:`COOLDOWN_SECONDS`.
 ``AutoscalerReady`` follows the ScaledObject's ``Ready`` condition (KEDA's operator writes it);
 none is reported when no ScaledObject is wanted (the HPA child reports then).
 """
@@ -26,7 +28,8 @@ from mlops_platform.runtime.transport import resources
 GROUP = "keda.sh"
 KIND = kinds.Kind(GROUP, "ScaledObject", "scaledobjects", ("v1alpha1",), optional=True)
 CONDITION = "AutoscalerReady"
-#: seconds without activity before KEDA scales back to zero (KEDA's default)
+#: seconds without activity before KEDA scales back to zero (KEDA's default), unless the
+#: InferenceService's scale-to-zero policy says otherwise
 COOLDOWN_SECONDS = 300
 
 name = base.component_name
@@ -52,6 +55,18 @@ def query(target: base.Target, ctx: base.BuildContext) -> str:
     return f"({server}) or {mesh}"
 
 
+def requests_per_replica(target: base.Target, ctx: base.BuildContext) -> float:
+    """The trigger's threshold: the InferenceService's, else the operator's."""
+    own = target.isvc.autoscaling.requests_per_replica
+    return ctx.keda_requests_per_replica if own is None else own
+
+
+def cooldown_seconds(target: base.Target) -> int:
+    """Seconds without activity before KEDA scales back to zero: the InferenceService's, else KEDA's."""
+    own = target.isvc.autoscaling.cooldown_seconds
+    return COOLDOWN_SECONDS if own is None else own
+
+
 def _mesh_only(target: base.Target, ctx: base.BuildContext) -> str:
     if server_metrics(target, ctx):
         return ""
@@ -66,7 +81,7 @@ def wakes(target: base.Target, ctx: base.BuildContext) -> str:
     """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``)."""
     return (
         f"KEDA ScaledObject {name(target)} scales it up on any request (Prometheus trigger at "
-        f"{ctx.keda_prometheus_url}, one replica per {ctx.keda_requests_per_replica:g} requests/s)"
+        f"{ctx.keda_prometheus_url}, one replica per {requests_per_replica(target, ctx):g} requests/s)"
         f"{_mesh_only(target, ctx)}"
     )
 
@@ -87,14 +102,14 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
             },
             "minReplicaCount": 0,
             "maxReplicaCount": component.max_replicas,
-            "cooldownPeriod": COOLDOWN_SECONDS,
+            "cooldownPeriod": cooldown_seconds(target),
             "triggers": [
                 {
                     "type": "prometheus",
                     "metadata": {
                         "serverAddress": ctx.keda_prometheus_url,
                         "query": query(target, ctx),
-                        "threshold": f"{ctx.keda_requests_per_replica:g}",
+                        "threshold": f"{requests_per_replica(target, ctx):g}",
                         "activationThreshold": "0",
                     },
                 }
