@@ -818,3 +818,23 @@ def test_why_names_a_bad_kubeconfig_and_a_bad_gateway(tmp_path: Path) -> None:
     assert result.output.startswith("Error: kubeconfig: ") and "nope.yaml" in result.output
     result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "-n", NS, "--gateway", "bad"])
     assert result.exit_code == 2 and "must be NAMESPACE/NAME" in result.output
+
+
+def test_why_takes_the_operators_runtime_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"runtimes.yaml": "Acme: {basedOn: triton}"}))
+    result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "--runtime-config", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: --runtime-config: runtimes.yaml: Acme: not a valid runtime name")
+    good = tmp_path / "runtimes.yaml"
+    good.write_text(yaml.safe_dump({"runtimes.yaml": "triton-large: {basedOn: triton}"}))
+    seen: list[base.BuildContext] = []
+
+    async def collect(*args: Any, **kwargs: Any) -> why.Report:
+        seen.append(args[4])
+        raise why.WhyError("stop here")
+
+    monkeypatch.setattr(why, "collect", collect)
+    result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "--runtime-config", str(good)])
+    assert result.output == "Error: stop here\n"
+    assert set(seen[0].servers) == {"triton", "seldon", "torchserve", "triton-large"}
