@@ -20,6 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from mlops_platform.controllers.inferenceservice.children.base import BuildContext
+    from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeTable
 
 
 def _labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
@@ -402,18 +403,12 @@ def _settings(
     keda_requests_per_replica: float = 10.0,
 ) -> BuildContext:
     """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
-    import yaml
-
-    from mlops_platform.controllers.inferenceservice import alerts, servers
+    from mlops_platform.controllers.inferenceservice import alerts
     from mlops_platform.controllers.inferenceservice.children import base
 
-    table = servers.default_table()
-    if runtime_config:
-        with open(runtime_config) as f:
-            table = servers.load_overrides(yaml.safe_load(f) or {})
     defaults = alerts.AlertSettings()
     return base.BuildContext(
-        servers=table,
+        servers=_runtime_table(runtime_config),
         monitoring=monitoring,
         monitoring_labels=monitoring_labels,
         alerts=alerts.AlertSettings(
@@ -430,6 +425,18 @@ def _settings(
         keda_prometheus_url=keda_prometheus_url,
         keda_requests_per_replica=keda_requests_per_replica,
     )
+
+
+def _runtime_table(runtime_config: str | None) -> ServingRuntimeTable:
+    """The runtime table: the built-in one, with ``--runtime-config`` (a ConfigMap's ``data``) merged."""
+    import yaml
+
+    from mlops_platform.controllers.inferenceservice import servers
+
+    if not runtime_config:
+        return servers.default_table()
+    with open(runtime_config) as f:
+        return servers.load_overrides(yaml.safe_load(f) or {})
 
 
 def _gateway(param: click.Parameter, value: str | None) -> str | None:
@@ -536,6 +543,11 @@ def manifests(namespace: str, watch_namespaces: tuple[str, ...], image: str | No
     "--ingress-domain", default="example.com", show_default=True, help="the operator's --ingress-domain"
 )
 @click.option(
+    "--runtime-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="the operator's --runtime-config (runtimes it adds are otherwise unknown here)",
+)
+@click.option(
     "--events",
     "max_events",
     type=click.IntRange(min=0),
@@ -552,18 +564,25 @@ def why_command(
     traffic_router: str,
     gateway: str | None,
     ingress_domain: str,
+    runtime_config: str | None,
     max_events: int,
 ) -> None:
     """Why NAME is (not) serving: conditions, what the operator would change now, pods, Events.
 
     Reads the API only (read-only RBAC: docs/why.md). The child comparison assumes the operator's
-    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain when they differ.
+    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain/--runtime-config
+    when they differ.
     """
     from mlops_platform import why
+    from mlops_platform.controllers.inferenceservice import servers
     from mlops_platform.controllers.inferenceservice.children import base
 
+    try:
+        table = _runtime_table(runtime_config)
+    except servers.ServingRuntimeError as e:
+        raise click.ClickException(f"--runtime-config: {e}") from None
     ctx = base.BuildContext(
-        router=base.Router(traffic_router), gateway=gateway, ingress_domain=ingress_domain
+        servers=table, router=base.Router(traffic_router), gateway=gateway, ingress_domain=ingress_domain
     )
     try:
         report = asyncio.run(why.collect(kubeconfig, context, namespace, name, ctx, max_events=max_events))

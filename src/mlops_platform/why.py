@@ -38,7 +38,14 @@ import click
 
 from mlops_platform import api
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, status, traffic
+from mlops_platform.controllers.inferenceservice import (
+    children,
+    labels,
+    reconciler,
+    servers,
+    status,
+    traffic,
+)
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     deployment,
@@ -372,9 +379,7 @@ def analyze(
     isvc: internal.InferenceService | None = None
     try:
         isvc = api.decode(raw)
-        conflict = ctx.server(isvc).port_conflict(isvc.port)
-        if conflict:  # what the reconciler's runtime validation says
-            raise api.ValidationError(f"spec.port: {conflict}")
+        servers.validate(isvc, ctx.servers)  # the reconciler's runtime validation
     except api.ValidationError as e:
         spec_problem = f"InvalidSpec: {e}"
         isvc = None

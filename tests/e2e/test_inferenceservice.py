@@ -233,10 +233,10 @@ async def test_crashloop_makes_ready_false_with_the_reason(
 async def test_a_port_the_runtime_binds_itself_is_an_invalid_spec_not_a_crashloop(
     admin_client: rclient.Client, namespace: str, operator: rmanager.Manager
 ) -> None:
-    # Triton binds gRPC on 8001: as spec.port its pods could never start
+    # Triton binds gRPC on 8001: as the serving port its pods could never start
     await admin_client.create(ISVC, _isvc("clash", framework="triton", port=8001), namespace)
     obj = await _wait_cond(admin_client, namespace, "clash", "Ready", "False", "InvalidSpec")
-    assert "spec.port" in probes.condition(obj, "Ready")["message"]
+    assert "spec.predictor.port" in probes.condition(obj, "Ready")["message"]
     assert not await probes.exists(admin_client, resources.DEPLOYMENT, namespace, "clash-predictor")
 
 

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from mlops_platform import api, cli, why
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers
 from mlops_platform.controllers.inferenceservice.children import base, monitoring, virtualservice
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
@@ -513,8 +513,18 @@ async def test_an_invalid_spec_compares_no_children() -> None:
     raw = isvc(framework="triton", port=8001)  # Triton's own gRPC port: the reconciler refuses it
     r = why.analyze(why.Snapshot(raw), now=NOW)
     assert r.children == ()
-    assert r.spec_problem.startswith("InvalidSpec: spec.port: port 8001 is the")
-    assert r.summary.startswith("bert: not serving — InvalidSpec: spec.port")
+    assert r.spec_problem.startswith("InvalidSpec: spec.predictor.port: port 8001 is the")
+    assert r.summary.startswith("bert: not serving — InvalidSpec: spec.predictor.port")
+
+
+async def test_a_runtime_the_table_lacks_is_the_reconcilers_invalid_spec() -> None:
+    table = {k: v for k, v in servers.default_table().items() if k != "seldon"}
+    r = why.analyze(why.Snapshot(isvc(framework="seldon")), base.BuildContext(servers=table), now=NOW)
+    assert r.children == ()
+    assert r.spec_problem == (
+        "InvalidSpec: spec.predictor.runtime: no runtime 'seldon' in the runtime table "
+        "(known: torchserve, triton)"
+    )
 
 
 def test_prepare_is_what_the_child_syncer_prepares() -> None:
@@ -808,3 +818,23 @@ def test_why_names_a_bad_kubeconfig_and_a_bad_gateway(tmp_path: Path) -> None:
     assert result.output.startswith("Error: kubeconfig: ") and "nope.yaml" in result.output
     result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "-n", NS, "--gateway", "bad"])
     assert result.exit_code == 2 and "must be NAMESPACE/NAME" in result.output
+
+
+def test_why_takes_the_operators_runtime_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"runtimes.yaml": "Acme: {basedOn: triton}"}))
+    result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "--runtime-config", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: --runtime-config: runtimes.yaml: Acme: not a valid runtime name")
+    good = tmp_path / "runtimes.yaml"
+    good.write_text(yaml.safe_dump({"runtimes.yaml": "triton-large: {basedOn: triton}"}))
+    seen: list[base.BuildContext] = []
+
+    async def collect(*args: Any, **kwargs: Any) -> why.Report:
+        seen.append(args[4])
+        raise why.WhyError("stop here")
+
+    monkeypatch.setattr(why, "collect", collect)
+    result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "--runtime-config", str(good)])
+    assert result.output == "Error: stop here\n"
+    assert set(seen[0].servers) == {"triton", "seldon", "torchserve", "triton-large"}

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import alerts, children, labels
+from mlops_platform.controllers.inferenceservice import alerts, children, labels, servers
 from mlops_platform.controllers.inferenceservice.children import base, monitoring
 from mlops_platform.devcluster import binaries
 from mlops_platform.testing.isvc import manifest
@@ -602,10 +602,37 @@ def test_group_shape_labels_and_runbook() -> None:
 
 
 def test_rule_groups_rejects_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="framework: unknown 'onnx'"):
+    with pytest.raises(ValueError, match="dialect: unknown 'onnx'"):
         groups_for("onnx")
     with pytest.raises(ValueError, match="min_replicas: must be >= 0"):
         groups_for("triton", min_replicas=-1)
+
+
+def test_the_metrics_dialects_are_the_runtime_tables() -> None:
+    assert [*alerts.SERVERS, alerts.NO_REQUEST_METRICS] == list(servers.METRICS_DIALECTS)
+
+
+def test_a_runtime_named_otherwise_takes_its_dialects_expressions_and_none_gives_replica_alerts_only() -> (
+    None
+):
+    def rules(framework: str, dialect: str, canary: str | None = CANARY_URI) -> dict[str, Obj]:
+        return rules_of(
+            alerts.rule_groups(
+                name=NAME,
+                namespace=NS,
+                framework=framework,
+                dialect=dialect,
+                deployment=DEP,
+                min_replicas=2,
+                settings=DEFAULTS,
+                canary_model_uri=canary,
+            )
+        )
+
+    mirror, triton = rules("triton-mirror", "triton"), rules_of(groups_for("triton", canary=CANARY_URI))
+    assert {a: r["expr"] for a, r in mirror.items()} == {a: r["expr"] for a, r in triton.items()}
+    assert {r["labels"]["framework"] for r in mirror.values()} == {"triton-mirror"}
+    assert list(rules("acme", "none")) == [alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS]
 
 
 # -- settings --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ and review the diff of ``tests/unit/controllers/golden/`` like code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -17,13 +18,15 @@ import pytest
 import yaml
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import children, labels
+from mlops_platform.api import internal
+from mlops_platform.controllers.inferenceservice import alerts, children, labels, servers
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     deployment,
     hpa,
     monitoring,
     networkpolicy,
+    scaledobject,
     service,
 )
 from mlops_platform.testing.isvc import manifest
@@ -697,3 +700,142 @@ def test_operator_labels_never_replace_the_operators_own() -> None:
     assert rule is not None
     assert rule["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "mlops-platform"
     assert rule["metadata"]["labels"]["release"] == "kps"
+
+
+# -- runtimes a platform team adds: their metrics dialect ------------------------------------------
+
+ADDED = base.BuildContext(
+    servers=servers.load_overrides(
+        {
+            "runtimes.yaml": """
+mlserver-gpu: {basedOn: seldon, gpuImage: docker.io/seldonio/mlserver:1.7.1-gpu}
+acme:
+  image: registry.example.com/acme/server:1.2.3
+  args: [serve, "--port={port}"]
+  ports: {metrics: 9090}
+  readinessProbe: {path: /ready}
+  livenessProbe: {path: /live}
+  metricsDialect: none
+"""
+        }
+    )
+)
+
+
+def of_runtime(runtime: str, *, keda: bool = False, **spec: Any) -> base.Target:
+    """The predictor target of ``make(**spec)`` served by ``runtime`` (a v1 ``spec.predictor.runtime``
+    may name any entry of the table; v1alpha1's framework only the built-in ones)."""
+    isvc = dataclasses.replace(make(**spec).isvc, framework=runtime)
+    return base.Target(isvc, base.predictor(isvc, keda=keda))
+
+
+def alert_rules(t: base.Target, ctx: base.BuildContext) -> dict[str, Obj]:
+    rule = monitoring.build_rule(t, ctx)
+    assert rule is not None
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_an_added_runtime_inherits_its_bases_alert_expressions_and_is_labelled_by_its_name() -> None:
+    added, seldon = (
+        alert_rules(of_runtime("mlserver-gpu", minReplicas=2, maxReplicas=4), ADDED),
+        alert_rules(of_runtime("seldon", minReplicas=2, maxReplicas=4), ADDED),
+    )
+    assert set(added) == set(alerts.ALERTS)
+    for alert, rule in added.items():
+        assert rule["expr"] == seldon[alert]["expr"]
+        assert rule["labels"]["framework"] == "mlserver-gpu"
+    dep_labels = deployment.build(of_runtime("mlserver-gpu"), ADDED)["metadata"]["labels"]
+    assert (dep_labels[labels.FRAMEWORK], dep_labels[labels.K8S_NAME]) == ("mlserver-gpu", "mlserver")
+
+
+def test_a_runtime_without_request_metrics_gets_the_replica_alerts_only_and_says_so() -> None:
+    t = of_runtime("acme", minReplicas=2, maxReplicas=4)
+    assert set(alert_rules(t, ADDED)) == {alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS}
+    rule = monitoring.build_rule(t, ADDED)
+    got = monitoring.RULE.condition(t, ADDED, rule, rule)
+    assert (got.status, got.reason) == ("True", "ReplicaAlertsOnly")
+    assert "runtime 'acme' has metricsDialect none" in got.message
+    assert "no request alerts (error ratio, latency, canary)" in got.message
+    built_in = of_runtime("triton")
+    rule = monitoring.build_rule(built_in, ADDED)
+    assert monitoring.RULE.condition(built_in, ADDED, rule, rule).reason == "MonitoringConfigured"
+    assert monitoring.build_monitor(t, ADDED) is not None  # its metrics port is still scraped
+
+
+def test_a_runtime_without_request_metrics_scales_from_zero_on_the_mesh_count_alone() -> None:
+    t = of_runtime("acme", keda=True, minReplicas=0, maxReplicas=3)
+    so = scaledobject.build(t, ADDED)
+    assert so is not None
+    query = so["spec"]["triggers"][0]["metadata"]["query"]
+    assert query.startswith("sum(rate(istio_requests_total{") and " or " not in query
+    says = "the trigger is the mesh's request count alone (istio_requests_total): runtime 'acme'"
+    assert says in scaledobject.wakes(t, ADDED)
+    live = {**so, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert says in scaledobject.condition(t, ADDED, so, live).message
+    seldon = scaledobject.build(of_runtime("mlserver-gpu", keda=True, minReplicas=0, maxReplicas=3), ADDED)
+    assert seldon is not None
+    assert "model_infer_request_success_total" in seldon["spec"]["triggers"][0]["metadata"]["query"]
+    assert "mesh" not in scaledobject.wakes(
+        of_runtime("seldon", keda=True, minReplicas=0, maxReplicas=3), ADDED
+    )
+
+
+# -- the InferenceService's autoscaling targets -------------------------------------------------------
+
+
+def with_autoscaling(t: base.Target, **targets: Any) -> base.Target:
+    isvc = dataclasses.replace(t.isvc, autoscaling=internal.Autoscaling(**targets))
+    return dataclasses.replace(t, isvc=isvc)
+
+
+def hpa_metrics(t: base.Target, ctx: base.BuildContext = CTX) -> list[tuple[str, int]]:
+    obj = hpa.build(t, ctx)
+    assert obj is not None
+    return [
+        (m["resource"]["name"], m["resource"]["target"]["averageUtilization"])
+        for m in obj["spec"]["metrics"]
+        if m["type"] == "Resource" and m["resource"]["target"]["type"] == "Utilization"
+    ]
+
+
+def test_the_hpa_targets_the_inferenceservices_utilization_else_the_runtimes() -> None:
+    t = make(minReplicas=2, maxReplicas=5)
+    assert hpa_metrics(t) == [("cpu", 80)]  # the runtime table's target
+    platform = base.BuildContext(
+        servers=servers.load_overrides({"runtimes.yaml": "triton: {targetCpuUtilization: 60}"})
+    )
+    assert hpa_metrics(t, platform) == [("cpu", 60)]
+    assert hpa_metrics(with_autoscaling(t, cpu_utilization=50), platform) == [("cpu", 50)]
+    assert hpa_metrics(with_autoscaling(t, memory_utilization=75)) == [("cpu", 80), ("memory", 75)]
+    both = with_autoscaling(t, cpu_utilization=65, memory_utilization=90)
+    assert hpa_metrics(both) == [("cpu", 65), ("memory", 90)]
+    assert hpa.build(with_autoscaling(make(), cpu_utilization=50), CTX) is None  # a fixed count: no HPA
+
+
+def test_a_canarys_hpa_follows_the_same_targets() -> None:
+    t = with_autoscaling(make(minReplicas=2, maxReplicas=6), cpu_utilization=55, memory_utilization=70)
+    canary = base.Component(labels.CANARY, "s3://models/bert/v2", "Canary", 1, 6)
+    target = base.Target(t.isvc, canary, all_components=(t.component, canary))
+    obj = hpa.build(target, CTX)
+    assert obj is not None
+    assert obj["metadata"]["name"] == "bert-canary"
+    assert obj["spec"]["scaleTargetRef"]["name"] == "bert-canary"
+    assert hpa_metrics(target) == hpa_metrics(t) == [("cpu", 55), ("memory", 70)]
+
+
+def test_the_scaledobject_takes_the_inferenceservices_scale_to_zero_policy() -> None:
+    t = of_runtime("triton", keda=True, minReplicas=0, maxReplicas=3)
+    default = scaledobject.build(t, CTX)
+    assert default is not None
+    assert default["spec"]["cooldownPeriod"] == scaledobject.COOLDOWN_SECONDS == 300
+    assert default["spec"]["triggers"][0]["metadata"]["threshold"] == "10"  # --keda-requests-per-replica
+    assert "one replica per 10 requests/s" in scaledobject.wakes(t, CTX)
+    own = with_autoscaling(t, requests_per_replica=2.5, cooldown_seconds=60)
+    so = scaledobject.build(own, CTX)
+    assert so is not None
+    assert so["spec"]["cooldownPeriod"] == 60
+    assert so["spec"]["triggers"][0]["metadata"]["threshold"] == "2.5"
+    assert "one replica per 2.5 requests/s" in scaledobject.wakes(own, CTX)
+    operator = base.BuildContext(keda_requests_per_replica=4)
+    built = scaledobject.build(t, operator)
+    assert built is not None and built["spec"]["triggers"][0]["metadata"]["threshold"] == "4"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -19,8 +20,8 @@ from typing import Any
 import pytest
 
 from mlops_platform import api
-from mlops_platform.api import v1alpha1
-from mlops_platform.controllers.inferenceservice import labels, reconciler
+from mlops_platform.api import internal, v1alpha1
+from mlops_platform.controllers.inferenceservice import labels, reconciler, servers
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     monitoring,
@@ -1081,11 +1082,11 @@ async def test_network_policy_opt_in_creates_it_and_opt_out_deletes_it() -> None
             "spec.extensions.monitoring.alerts.errorRatio",
         ),
         ({"spec": {"extensions": {"networkPolicy": True}}}, "spec.extensions.networkPolicy"),
-        ({"spec": {"port": 8001}}, "spec.port: port 8001 is the tritonserver grpc port"),
-        ({"spec": {"port": 8002}}, "spec.port: port 8002 is the tritonserver metrics port"),
+        ({"spec": {"port": 8001}}, "spec.predictor.port: port 8001 is the tritonserver grpc port"),
+        ({"spec": {"port": 8002}}, "spec.predictor.port: port 8002 is the tritonserver metrics port"),
         (
             {"spec": {"framework": "torchserve", "port": 8081}},
-            "spec.port: port 8081 is the torchserve management",
+            "spec.predictor.port: port 8081 is the torchserve management",
         ),
         ({"spec": {"minReplicas": 4, "maxReplicas": 2}}, "spec.minReplicas"),
         ({"spec": {"colour": "blue"}}, "colour"),
@@ -1122,6 +1123,54 @@ async def test_invalid_spec_is_reported_naming_the_field_and_not_retried(change:
         assert field in c["message"], c["message"]
     assert w.recorder.reasons == ["InvalidSpec"]
     assert w.recorder.events[0].type == "Warning"
+
+
+async def test_a_runtime_the_table_lacks_is_an_invalid_spec_not_a_retried_key_error() -> None:
+    # v1alpha1 lists three frameworks; a v1 runtime is any name, and the platform's table decides
+    table = {k: v for k, v in servers.default_table().items() if k != "torchserve"}
+    w = World(base.BuildContext(servers=table))
+    w.put(ISVC, isvc(framework="torchserve"))
+    with pytest.raises(TerminalError, match="invalid spec"):
+        await w.reconcile()
+    assert w.writes == []
+    message = "spec.predictor.runtime: no runtime 'torchserve' in the runtime table (known: seldon, triton)"
+    for type_ in ("Ready", "Reconciled"):
+        assert (cond(w.status, type_)["reason"], cond(w.status, type_)["message"]) == ("InvalidSpec", message)
+    assert w.recorder.reasons == ["InvalidSpec"]
+
+
+@pytest.mark.parametrize(
+    ("formats", "message"),
+    [
+        (
+            ("sklearn", None),
+            "spec.predictor.model.format: runtime 'triton' serves tensorrt, onnx, pytorch, openvino, "
+            "python, triton — not 'sklearn'",
+        ),
+        (("onnx", "xgboost"), "spec.canary.model.format: runtime 'triton' serves tensorrt, onnx, pytorch"),
+    ],
+    ids=["predictor", "canary"],
+)
+async def test_a_model_format_the_runtime_does_not_serve_is_an_invalid_spec(
+    monkeypatch: pytest.MonkeyPatch, formats: tuple[str, str | None], message: str
+) -> None:
+    decode = api.decode
+
+    def with_formats(raw: Obj) -> internal.InferenceService:
+        # what a v1 object declares (spec.predictor.model.format, spec.canary.model.format)
+        got = decode(raw)
+        assert got.traffic is not None
+        canary = dataclasses.replace(got.traffic, model_format=formats[1])
+        return dataclasses.replace(got, model_format=formats[0], traffic=canary)
+
+    monkeypatch.setattr(api, "decode", with_formats)
+    w = World()
+    w.put(ISVC, isvc(traffic={"canaryVersion": "v2", "canaryPercent": 10}))
+    with pytest.raises(TerminalError, match="invalid spec"):
+        await w.reconcile()
+    assert w.writes == []
+    assert brief(w.status, "Ready") == ("False", "InvalidSpec")
+    assert cond(w.status, "Ready")["message"].startswith(message)
 
 
 async def test_an_invalid_edit_of_a_serving_service_drops_the_url_writes_once_and_touches_no_child() -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 import pytest
 
+from mlops_platform import api
+from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import servers
 from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeError, load_overrides
 
@@ -114,8 +117,8 @@ def test_overrides_apply_over_a_given_base() -> None:
     [
         ({"runtime.yaml": "triton: {}"}, "runtime.yaml: unknown key (expected runtimes.yaml)"),
         ({"runtimes.yaml": "triton: ["}, "runtimes.yaml: invalid YAML"),
-        ({"runtimes.yaml": "- triton"}, "runtimes.yaml: expected a map of framework to overrides"),
-        ({"runtimes.yaml": "tensorflow: {}"}, "runtimes.yaml: tensorflow: unknown framework"),
+        ({"runtimes.yaml": "- triton"}, "runtimes.yaml: expected a map of runtime name to its fields"),
+        ({"runtimes.yaml": "tensorflow: {}"}, "runtimes.yaml: tensorflow.image: required for a new runtime"),
         (
             {"runtimes.yaml": "triton: {imagee: x:1}"},
             "runtimes.yaml: triton.imagee: unknown field",
@@ -179,7 +182,7 @@ def test_overrides_apply_over_a_given_base() -> None:
         "unknown-configmap-key",
         "bad-yaml",
         "not-a-map",
-        "unknown-framework",
+        "new-runtime-without-definition",
         "unknown-field",
         "untagged-image",
         "latest-image",
@@ -205,3 +208,221 @@ def test_override_errors_name_the_key(data: dict[str, object], error: str) -> No
     with pytest.raises(ServingRuntimeError) as info:
         load_overrides(data)
     assert str(info.value).startswith(error) or error in str(info.value), str(info.value)
+
+
+# -- formats and the one runtime validation ----------------------------------------------------------
+
+
+def isvc(framework: str = "triton", **fields: Any) -> internal.InferenceService:
+    return internal.InferenceService("bert", "ml", "uid", 1, framework, "s3://models/bert", **fields)
+
+
+def test_built_in_runtimes_declare_lowercase_formats_and_their_metrics_dialect() -> None:
+    table = servers.default_table()
+    assert table["triton"].formats == ("tensorrt", "onnx", "pytorch", "openvino", "python", "triton")
+    assert {"sklearn", "xgboost", "lightgbm", "mlflow", "huggingface"} <= set(table["seldon"].formats)
+    assert table["torchserve"].formats == ("pytorch",)
+    for name, rt in table.items():
+        assert rt.metrics_dialect == name  # each built-in exports its own server's metrics
+        assert all(f == f.lower() and servers.RUNTIME_NAME.match(f) for f in rt.formats)
+    assert set(servers.METRICS_DIALECTS) == {"triton", "seldon", "torchserve", "none"}
+
+
+def test_an_empty_format_list_serves_any_format() -> None:
+    rt = dataclasses.replace(servers.default_table()["triton"], formats=())
+    assert rt.serves("anything") and servers.default_table()["triton"].serves("ONNX")
+    assert not servers.default_table()["triton"].serves("sklearn")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"framework": "tensorflow"},
+            "spec.predictor.runtime: no runtime 'tensorflow' in the runtime table "
+            "(known: seldon, torchserve, triton)",
+        ),
+        (
+            {"model_format": "sklearn"},
+            "spec.predictor.model.format: runtime 'triton' serves tensorrt, onnx, pytorch, openvino, "
+            "python, triton — not 'sklearn'",
+        ),
+        (
+            {"framework": "torchserve", "traffic": internal.Traffic("v2", 10, "s3://m/v2", "onnx")},
+            "spec.canary.model.format: runtime 'torchserve' serves pytorch — not 'onnx'",
+        ),
+        ({"port": 8001}, "spec.predictor.port: port 8001 is the tritonserver grpc port; choose another"),
+    ],
+    ids=["unknown-runtime", "unsupported-format", "unsupported-canary-format", "port-conflict"],
+)
+def test_validate_names_the_v1_field(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(api.ValidationError) as info:
+        servers.validate(isvc(**fields), servers.default_table())
+    assert str(info.value) == message
+
+
+def test_validate_passes_declared_formats_the_runtime_serves_and_undeclared_ones() -> None:
+    table = servers.default_table()
+    assert servers.validate(isvc(model_format="onnx"), table) is table["triton"]
+    assert servers.validate(isvc("seldon", model_format="XGBoost"), table) is table["seldon"]  # case
+    canary = internal.Traffic("v2", 10, "s3://m/v2", None)  # the candidate declares no format
+    assert servers.validate(isvc("torchserve", model_format="pytorch", traffic=canary), table)
+    assert servers.validate(isvc(), table) is table["triton"]  # v1alpha1 declares no format
+
+
+# -- runtimes a platform team adds ------------------------------------------------------------------
+
+
+FULL = """
+custom:
+  image: registry.example.com/acme/server:1.2.3
+  args: [serve, "--port={port}", "--dir={model_dir}", "--metrics={metrics_port}"]
+  ports: {metrics: 9090}
+  readinessProbe: {path: /ready}
+  livenessProbe: {path: /live, periodSeconds: 20}
+  formats: [onnx, acme]
+  metricsDialect: none
+"""
+
+
+def test_a_runtime_based_on_another_inherits_everything_and_merges_its_fields() -> None:
+    table = load_overrides(
+        {
+            "runtimes.yaml": """
+triton-big:
+  basedOn: triton
+  startupProbe: {failureThreshold: 180}
+  defaultRequests: {cpu: "4", memory: 16Gi}
+  formats: [onnx, tensorrt]
+triton:
+  image: registry.example.com/mirror/tritonserver:25.06-py3
+"""
+        }
+    )
+    triton, big = table["triton"], table["triton-big"]
+    assert big.image == triton.image == "registry.example.com/mirror/tritonserver:25.06-py3"  # as overridden
+    assert (big.args, big.ports, big.readiness_probe) == (triton.args, triton.ports, triton.readiness_probe)
+    assert big.startup_probe == dataclasses.replace(triton.startup_probe, failure_threshold=180)
+    assert dict(big.default_requests) == {"cpu": "4", "memory": "16Gi"}
+    assert (big.formats, big.metrics_dialect, big.server) == (("onnx", "tensorrt"), "triton", "tritonserver")
+    assert set(table) == {"triton", "seldon", "torchserve", "triton-big"}
+
+
+def test_based_on_chains_in_any_order_and_an_override_table_is_a_base_again() -> None:
+    table = load_overrides({"runtimes.yaml": "b: {basedOn: a, runAsUser: 7}\na: {basedOn: seldon}\n"})
+    assert (table["a"].image, table["b"].image) == (table["seldon"].image, table["seldon"].image)
+    assert (table["a"].run_as_user, table["b"].run_as_user, table["b"].metrics_dialect) == (1000, 7, "seldon")
+    again = load_overrides({"runtimes.yaml": "b: {targetCpuUtilization: 50}"}, base=table)
+    assert (again["b"].target_cpu_utilization, again["b"].run_as_user) == (50, 7)
+
+
+def test_a_full_definition_gets_the_documented_defaults() -> None:
+    rt = load_overrides({"runtimes.yaml": FULL})["custom"]
+    assert (rt.server, rt.image, rt.command) == ("custom", "registry.example.com/acme/server:1.2.3", ())
+    assert servers.render(rt.args[1], rt.placeholders(8080)) == "--port=8080"
+    assert servers.render(rt.args[3], rt.placeholders(8080)) == "--metrics=9090"
+    assert rt.readiness_probe == servers.Probe("/ready")
+    assert rt.liveness_probe == servers.Probe("/live", period_seconds=20)
+    assert rt.startup_probe == servers.Probe("/live", failure_threshold=60)  # liveness path, 10 minutes
+    assert (rt.formats, rt.metrics_dialect) == (("onnx", "acme"), "none")
+    assert (rt.run_as_user, rt.run_as_non_root, rt.metrics_path, rt.model_dir) == (
+        1000,
+        True,
+        "/metrics",
+        "/mnt/models",
+    )
+    assert dict(rt.default_requests) == {"cpu": "1", "memory": "2Gi"}
+    assert rt.port_conflict(9090) is not None
+
+
+def _without(key: str) -> str:
+    lines = [line for line in FULL.strip().splitlines() if not line.strip().startswith(f"{key}:")]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (_without("image"), "runtimes.yaml: custom.image: required for a new runtime (or say basedOn"),
+        (_without("args"), "runtimes.yaml: custom.args/command: required"),
+        (_without("readinessProbe"), "runtimes.yaml: custom.readinessProbe.path: required"),
+        (
+            FULL.replace(
+                "livenessProbe: {path: /live, periodSeconds: 20}", "livenessProbe: {periodSeconds: 20}"
+            ),
+            "runtimes.yaml: custom.livenessProbe.path: required",
+        ),
+        (_without("metricsDialect"), "runtimes.yaml: custom.metricsDialect: required"),
+        (
+            FULL.replace("metricsDialect: none", "metricsDialect: prometheus"),
+            "runtimes.yaml: custom.metricsDialect: Invalid enum value 'prometheus' "
+            "(expected one of triton, seldon, torchserve, none)",
+        ),
+        (
+            FULL.replace("[onnx, acme]", "[onnx, ONNX]"),
+            "runtimes.yaml: custom.formats[1]: 'ONNX' is not a format",
+        ),
+        (
+            FULL.replace("[onnx, acme]", "[onnx, onnx]"),
+            "runtimes.yaml: custom.formats[1]: 'onnx' is listed twice",
+        ),
+        (
+            FULL.replace("server:1.2.3", "server"),
+            "runtimes.yaml: custom.image: 'registry.example.com/acme/server'",
+        ),
+        (FULL + "  serverName: x\n", "runtimes.yaml: custom.serverName: unknown field"),
+        (
+            FULL + "  server: 'not a label'\n",
+            "runtimes.yaml: custom.server: 'not a label' is not a valid label",
+        ),
+        ("Custom: {basedOn: triton}", "runtimes.yaml: Custom: not a valid runtime name (a DNS label"),
+        ("a_b: {basedOn: triton}", "runtimes.yaml: a_b: not a valid runtime name"),
+        (f"{'x' * 64}: {{basedOn: triton}}", f"runtimes.yaml: {'x' * 64}: not a valid runtime name"),
+        ("7: {basedOn: triton}", "runtimes.yaml: 7: not a valid runtime name"),
+        (
+            "big: {basedOn: tritonn}",
+            "runtimes.yaml: big.basedOn: no runtime 'tritonn' (known: seldon, torchserve, triton)",
+        ),
+        ("triton: {basedOn: seldon}", "runtimes.yaml: triton.basedOn: triton already exists"),
+        ("a: {basedOn: b}\nb: {basedOn: a}", "runtimes.yaml: a.basedOn: a cycle (a -> b -> a)"),
+        ("a: {basedOn: a}", "runtimes.yaml: a.basedOn: a cycle (a -> a)"),
+        (
+            "big: {basedOn: triton, ports: {grpc: 8002}}",
+            "runtimes.yaml: big.ports.grpc: port 8002 is used twice",
+        ),
+    ],
+    ids=[
+        "no-image",
+        "no-args-or-command",
+        "no-readiness-probe",
+        "no-liveness-path",
+        "no-dialect",
+        "unknown-dialect",
+        "format-not-lowercase",
+        "format-twice",
+        "unpinned-image",
+        "unknown-field",
+        "server-not-a-label",
+        "name-uppercase",
+        "name-underscore",
+        "name-too-long",
+        "name-not-a-string",
+        "unknown-base",
+        "base-of-an-existing-entry",
+        "cycle",
+        "self-base",
+        "inherited-fields-checked",
+    ],
+)
+def test_added_runtime_errors_name_the_key(text: str, error: str) -> None:
+    with pytest.raises(ServingRuntimeError) as info:
+        load_overrides({"runtimes.yaml": text})
+    assert str(info.value).startswith(error), str(info.value)
+
+
+def test_an_added_runtime_is_served_to_an_inferenceservice_of_that_runtime() -> None:
+    table = load_overrides({"runtimes.yaml": FULL})
+    service = isvc("custom", model_format="acme")
+    assert servers.validate(service, table) is table["custom"]
+    with pytest.raises(api.ValidationError, match="runtime 'custom' serves onnx, acme — not 'sklearn'"):
+        servers.validate(dataclasses.replace(service, model_format="sklearn"), table)

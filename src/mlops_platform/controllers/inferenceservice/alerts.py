@@ -18,6 +18,9 @@ Contract:
       predictor's plus ``canary_error_margin``, while the canary receives requests (see
       :func:`_canary_rules`). Without a canary the group is exactly the four alerts above.
 
+- The request alerts come from the runtime's metrics dialect (:data:`SERVERS`, the runtime table's
+  ``metricsDialect``); a runtime of dialect :data:`NO_REQUEST_METRICS` gets the replica alerts
+  only (the monitoring child's condition says so).
 - Replica alerts read kube-state-metrics (``kube_deployment_status_replicas_available``,
   ``kube_deployment_spec_replicas``) by ``namespace`` and ``deployment``. Request alerts read each
   model server's own metrics (names verified at the pinned releases' sources, ``docs/monitoring.md``)
@@ -269,6 +272,9 @@ def _torchserve_latency(q: _Query, threshold: float, _quantile: float) -> str:
     return f"{mean} / 1e6 > {_num(threshold)}"
 
 
+#: the metrics dialect of a runtime without request metrics the operator knows (``servers``' ``none``)
+NO_REQUEST_METRICS = "none"
+#: the request expressions per metrics dialect (``ServingRuntime.metrics_dialect``, the runtime table)
 SERVERS: Mapping[str, _Server] = {
     "triton": _Server(
         "Triton",
@@ -319,12 +325,20 @@ def rule_groups(
     min_replicas: int,
     settings: AlertSettings,
     canary_model_uri: str | None = None,
+    dialect: str | None = None,
 ) -> list[dict[str, Any]]:
     """The PrometheusRule ``spec.groups`` for one InferenceService (pure); ``canary_model_uri``:
-    the candidate's model while a canary runs (adds :data:`CANARY_ALERTS`), else None."""
-    server = SERVERS.get(framework)
-    if server is None:
-        raise ValueError(f"framework: unknown {framework!r} (expected one of {', '.join(sorted(SERVERS))})")
+    the candidate's model while a canary runs (adds :data:`CANARY_ALERTS`), else None.
+
+    ``framework`` is the runtime's name (the ``framework`` label); ``dialect`` whose request metrics
+    it exports (a key of :data:`SERVERS`, default ``framework``). With :data:`NO_REQUEST_METRICS` the
+    group holds only the replica alerts: no request alert (error ratio, latency, canary) can be
+    written without the server's metrics, and one over metrics that do not exist never fires."""
+    dialect = framework if dialect is None else dialect
+    server = SERVERS.get(dialect)
+    if server is None and dialect != NO_REQUEST_METRICS:
+        known = ", ".join([*sorted(SERVERS), NO_REQUEST_METRICS])
+        raise ValueError(f"dialect: unknown {dialect!r} (expected one of {known})")
     if min_replicas < 0:
         raise ValueError(f"min_replicas: must be >= 0, got {min_replicas}")
     ctx = _RuleContext(
@@ -333,6 +347,8 @@ def rule_groups(
         settings=settings,
     )
     rules = _replica_rules(ctx, namespace, deployment, min_replicas)
+    if server is None:
+        return [{"name": group_name(namespace, name), "rules": rules}]
     query = _Query(_selector(namespace=namespace, **{ISVC_LABEL: name})[1:-1], settings.rate_window)
     rules += _request_rules(ctx, server, query)
     if canary_model_uri is not None:

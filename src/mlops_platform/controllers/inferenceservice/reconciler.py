@@ -36,7 +36,14 @@ from typing import Literal, Protocol
 
 from mlops_platform import api
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import children, conditions, labels, status, traffic
+from mlops_platform.controllers.inferenceservice import (
+    children,
+    conditions,
+    labels,
+    servers,
+    status,
+    traffic,
+)
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
@@ -372,11 +379,10 @@ class InferenceServiceReconciler:
         return tuple(parts)
 
     def _validate_runtime(self, isvc: internal.InferenceService) -> None:
-        """What only the runtime table can tell: spec.port must not be a port the server binds itself
-        (e.g. Triton's gRPC 8001), or the pods could never start."""
-        conflict = self.ctx.server(isvc).port_conflict(isvc.port)
-        if conflict:
-            raise api.ValidationError(f"spec.port: {conflict}")
+        """What only the runtime table can tell (:func:`servers.validate`: the runtime exists, serves
+        the declared model formats, does not bind the port itself); before any builder runs, so none
+        meets a runtime the table lacks."""
+        servers.validate(isvc, self.ctx.servers)
 
     # -- children -----------------------------------------------------------------------------------
 

@@ -1,14 +1,18 @@
-"""The per-framework runtime table: which model server image runs a framework, and how.
+"""The runtime table: which model server image runs a runtime, and how.
 
 Contract:
 - :func:`default_table` gives real upstream images pinned to a release tag, each server's own
-  command line, ports and health endpoints (sources and caveats: ``docs/serving-runtimes.md``).
-- Command, args and env values are templates: ``{port}`` (``spec.port``), ``{model_dir}`` and
-  ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
+  command line, ports, health endpoints, the model formats it serves and the dialect of its
+  request metrics (sources and caveats: ``docs/serving-runtimes.md``).
+- Command, args and env values are templates: ``{port}`` (``spec.predictor.port``), ``{model_dir}``
+  and ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
   ``{{``/``}}`` are literal braces.
-- :func:`load_overrides` merges a ConfigMap's ``data`` (key ``runtimes.yaml``) over a table; it is
-  pure and raises :class:`ServingRuntimeError` naming the offending key. A bad ConfigMap never
-  yields a half-merged table.
+- :func:`load_overrides` merges a ConfigMap's ``data`` (key ``runtimes.yaml``) over a table, and
+  adds the new runtimes it defines (``basedOn`` an entry, or a full definition); it is pure and
+  raises :class:`ServingRuntimeError` naming the offending key. A bad ConfigMap never yields a
+  half-merged table.
+- :func:`validate` is what only the table can tell about an InferenceService (its runtime exists,
+  serves the declared model formats, does not bind its port): the reconciler and ``why`` call it.
 """
 
 from __future__ import annotations
@@ -18,18 +22,34 @@ import re
 import string
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 import yaml
 from msgspec import Meta
 
+from mlops_platform import api
+from mlops_platform.api import internal
 from mlops_platform.runtime import quantity as quantity_
 
 CONFIG_KEY = "runtimes.yaml"
 DEFAULT_MODEL_DIR = "/mnt/models"
 _PORT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,13}[a-z0-9])?$")  # IANA_SVC_NAME, 15 chars max
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+#: a runtime name: a DNS label (it becomes the ``mlops.platform/framework`` label value)
+RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_RUNTIME_NAME = 63
+#: a model format name, lowercase as KServe spells them (``onnx``, ``sklearn``, ``alibi-detect``)
+_FORMAT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: a label value (``app.kubernetes.io/name`` carries the server software)
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+#: Whose request metrics a runtime exports, i.e. which expressions the alerts and the KEDA trigger
+#: use (``alerts.SERVERS``); ``none``: no request metric the operator knows (only the replica alerts,
+#: and a KEDA trigger on the mesh's request count alone).
+MetricsDialect = Literal["triton", "seldon", "torchserve", "none"]
+METRICS_DIALECTS: tuple[str, ...] = get_args(MetricsDialect)
+NO_METRICS: MetricsDialect = "none"
 
 
 class ServingRuntimeError(ValueError):
@@ -52,9 +72,11 @@ def _frozen(**items: str) -> Mapping[str, str]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServingRuntime:
-    """How one framework is served. ``ports`` are exposed container ports besides ``http``;
-    ``internal_ports`` are bound by the server but not exposed (both are reserved: ``spec.port``
-    must not use them). ``default_requests`` fill in a resource the spec leaves unset."""
+    """How one runtime is served. ``ports`` are exposed container ports besides ``http``;
+    ``internal_ports`` are bound by the server but not exposed (both are reserved: the
+    InferenceService's port must not use them). ``default_requests`` fill in a resource the spec
+    leaves unset. ``formats`` are the model formats it serves (empty: any); ``metrics_dialect``
+    says whose request metrics it exports (:data:`MetricsDialect`)."""
 
     server: str
     image: str
@@ -77,6 +99,12 @@ class ServingRuntime:
     target_cpu_utilization: int = 80
     termination_grace_period_seconds: int = 60
     progress_deadline_seconds: int = 900  # > the startup probe's 10 minutes
+    formats: tuple[str, ...] = ()
+    metrics_dialect: MetricsDialect = NO_METRICS
+
+    def serves(self, model_format: str) -> bool:
+        """Whether this runtime serves ``model_format`` (any format when ``formats`` is empty)."""
+        return not self.formats or model_format.lower() in self.formats
 
     def image_for(self, gpu_per_replica: int) -> str:
         return self.gpu_image if gpu_per_replica > 0 and self.gpu_image else self.image
@@ -91,7 +119,7 @@ class ServingRuntime:
         """A message when ``port`` collides with a port this server binds for something else."""
         for name, number in {**self.ports, **self.internal_ports}.items():
             if number == port:
-                return f"port {port} is the {self.server} {name} port; choose another spec.port"
+                return f"port {port} is the {self.server} {name} port; choose another"
         return None
 
 
@@ -108,6 +136,25 @@ _TS_CONFIG = (
     " && exec torchserve --start --foreground --ncs --disable-token-auth"
     " --model-store={model_dir} --models=all --ts-config=/tmp/ts/config.properties"
 )
+
+#: Triton 25.06's backends (TensorRT, ONNX Runtime, PyTorch: TorchScript and PyTorch 2, OpenVINO,
+#: Python) and ``triton``, KServe's name for a Triton model repository (any backend its
+#: ``config.pbtxt`` names). Not ``tensorflow``: its backend is deprecated since 25.03.
+TRITON_FORMATS = ("tensorrt", "onnx", "pytorch", "openvino", "python", "triton")
+#: the inference runtimes the full MLServer 1.7 image installs
+MLSERVER_FORMATS = (
+    "sklearn",
+    "xgboost",
+    "lightgbm",
+    "catboost",
+    "mlflow",
+    "huggingface",
+    "mllib",
+    "alibi-detect",
+    "alibi-explain",
+)
+#: TorchServe serves model archives (``.mar``) of eager-mode or TorchScript PyTorch models
+TORCHSERVE_FORMATS = ("pytorch",)
 
 
 def default_table() -> ServingRuntimeTable:
@@ -129,6 +176,8 @@ def default_table() -> ServingRuntimeTable:
         liveness_probe=live_v2,
         startup_probe=startup_v2,
         run_as_user=1000,  # the image runs as root by default; it ships triton-server, uid 1000
+        formats=TRITON_FORMATS,
+        metrics_dialect="triton",
     )
     mlserver = ServingRuntime(
         server="mlserver",
@@ -145,6 +194,8 @@ def default_table() -> ServingRuntimeTable:
         liveness_probe=live_v2,
         startup_probe=startup_v2,
         run_as_user=1000,  # the image declares USER 1000
+        formats=MLSERVER_FORMATS,
+        metrics_dialect="seldon",
     )
     torchserve = ServingRuntime(
         server="torchserve",
@@ -158,6 +209,8 @@ def default_table() -> ServingRuntimeTable:
         liveness_probe=Probe("/ping"),
         startup_probe=Probe("/ping", failure_threshold=_STARTUP_FAILURES),
         run_as_user=1000,  # USER model-server is a name: the kubelet needs a uid to check non-root
+        formats=TORCHSERVE_FORMATS,
+        metrics_dialect="torchserve",
     )
     return MappingProxyType({"triton": triton, "seldon": mlserver, "torchserve": torchserve})
 
@@ -165,6 +218,48 @@ def default_table() -> ServingRuntimeTable:
 def render(template: str, values: Mapping[str, str]) -> str:
     """Substitute ``{name}`` placeholders (``KeyError`` on an unknown one)."""
     return template.format_map(values)
+
+
+# -- an InferenceService against the table ------------------------------------------------------
+
+#: the fields :func:`validate` names, as the v1 API (the hub) spells them
+RUNTIME_FIELD = "spec.predictor.runtime"
+FORMAT_FIELD = "spec.predictor.model.format"
+CANARY_FORMAT_FIELD = "spec.canary.model.format"
+PORT_FIELD = "spec.predictor.port"
+
+
+def validate(isvc: internal.InferenceService, table: ServingRuntimeTable) -> ServingRuntime:
+    """The runtime of ``isvc``, once what only the table can tell holds; else
+    :class:`api.ValidationError` naming the field (the v1 path):
+
+    - the runtime is in the table (``spec.predictor.runtime``);
+    - it serves the model format the predictor and the canary declare (``spec.predictor.model.format``,
+      ``spec.canary.model.format``; an undeclared format is not checked);
+    - the port is not one the server binds for something else (``spec.predictor.port``, e.g.
+      Triton's gRPC 8001): its pods could never start.
+
+    The reconciler runs it before building anything (a failure is ``Ready=False/InvalidSpec``);
+    ``why`` runs the same function, so both say the same.
+    """
+    rt = table.get(isvc.framework)
+    if rt is None:
+        raise api.ValidationError(
+            f"{RUNTIME_FIELD}: no runtime {isvc.framework!r} in the runtime table "
+            f"(known: {', '.join(sorted(table))})"
+        )
+    declared = [(FORMAT_FIELD, isvc.model_format)]
+    if isvc.traffic is not None:
+        declared.append((CANARY_FORMAT_FIELD, isvc.traffic.model_format))
+    for field, model_format in declared:
+        if model_format is not None and not rt.serves(model_format):
+            raise api.ValidationError(
+                f"{field}: runtime {isvc.framework!r} serves {', '.join(rt.formats)} — not {model_format!r}"
+            )
+    conflict = rt.port_conflict(isvc.port)
+    if conflict:
+        raise api.ValidationError(f"{PORT_FIELD}: {conflict}")
+    return rt
 
 
 # -- overrides -------------------------------------------------------------------------------------
@@ -176,16 +271,19 @@ class _Struct(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_d
 
 Positive = Annotated[int, Meta(ge=1)]
 Image = Annotated[str, Meta(min_length=1, pattern=r"^\S+$")]
+AbsolutePath = Annotated[str, Meta(pattern=r"^/")]
 
 
 class _ProbeOverride(_Struct):
-    path: Annotated[str, Meta(pattern=r"^/")] | None = None
+    path: AbsolutePath | None = None
     period_seconds: Positive | None = None
     timeout_seconds: Positive | None = None
     failure_threshold: Positive | None = None
 
 
 class _Override(_Struct):
+    based_on: str | None = None
+    server: str | None = None
     image: Image | None = None
     gpu_image: Image | None = None
     command: list[str] | None = None
@@ -198,19 +296,28 @@ class _Override(_Struct):
     run_as_user: Annotated[int, Meta(ge=0)] | None = None
     run_as_non_root: bool | None = None
     default_requests: dict[str, str | int] | None = None
-    metrics_path: Annotated[str, Meta(pattern=r"^/")] | None = None
-    model_dir: Annotated[str, Meta(pattern=r"^/")] | None = None
+    metrics_path: AbsolutePath | None = None
+    model_dir: AbsolutePath | None = None
     target_cpu_utilization: Positive | None = None
     termination_grace_period_seconds: Annotated[int, Meta(ge=0)] | None = None
     progress_deadline_seconds: Positive | None = None
+    formats: list[str] | None = None
+    metrics_dialect: MetricsDialect | None = None
+
+
+#: what a runtime defined from scratch (no ``basedOn``) must say, by key
+_REQUIRED = ("image", "args or command", "readinessProbe.path", "livenessProbe.path", "metricsDialect")
 
 
 def load_overrides(data: Mapping[str, Any], base: ServingRuntimeTable | None = None) -> ServingRuntimeTable:
     """``base`` (default: :func:`default_table`) with a ConfigMap's ``data`` merged over it.
 
-    ``data[runtimes.yaml]`` maps a framework to the fields it overrides (camelCase, as in a
-    Kubernetes manifest); probes merge field by field, maps (env, ports) key by key, lists
-    (command, args) are replaced. Raises :class:`ServingRuntimeError` naming the bad key.
+    ``data[runtimes.yaml]`` maps a runtime name to fields (camelCase, as in a Kubernetes
+    manifest). For an entry of ``base`` they override it: probes merge field by field, maps (env,
+    ports) key by key, lists (command, args, formats) are replaced. A new name (a DNS label) adds a
+    runtime: ``basedOn: <entry>`` inherits everything of that entry (as this document leaves it)
+    and merges its fields the same way; without ``basedOn`` it is a full definition, which must
+    give :data:`_REQUIRED`. Raises :class:`ServingRuntimeError` naming the bad key.
     """
     table = dict(base if base is not None else default_table())
     for key in data:
@@ -228,20 +335,90 @@ def load_overrides(data: Mapping[str, Any], base: ServingRuntimeTable | None = N
     if doc is None:
         return MappingProxyType(table)
     if not isinstance(doc, dict):
-        raise ServingRuntimeError(f"{CONFIG_KEY}: expected a map of framework to overrides")
-    for framework, raw in doc.items():
-        where = f"{CONFIG_KEY}: {framework}"
-        if framework not in table:
+        raise ServingRuntimeError(f"{CONFIG_KEY}: expected a map of runtime name to its fields")
+    entries: dict[str, tuple[_Override, Any]] = {}
+    for name, raw in doc.items():
+        where = f"{CONFIG_KEY}: {name}"
+        if not isinstance(name, str) or len(name) > MAX_RUNTIME_NAME or not RUNTIME_NAME.match(name):
             raise ServingRuntimeError(
-                f"{where}: unknown framework (expected one of {', '.join(sorted(table))})"
+                f"{where}: not a valid runtime name (a DNS label: lowercase letters, digits and '-', "
+                f"at most {MAX_RUNTIME_NAME} characters)"
             )
         _check_maps(raw, where)
         try:
             override = msgspec.convert(raw if raw is not None else {}, _Override, strict=True)
         except msgspec.ValidationError as e:
             raise ServingRuntimeError(_explain(e, where)) from None
-        table[framework] = _validate(_merge(table[framework], override), where)
+        entries[name] = (override, raw)
+    existing = frozenset(table)
+    resolving: list[str] = []
+    done: set[str] = set()
+
+    def resolve(name: str) -> ServingRuntime:
+        """The runtime ``name`` as this document leaves it (its base resolved first)."""
+        if name in done or name not in entries:
+            return table[name]
+        where = f"{CONFIG_KEY}: {name}"
+        if name in resolving:
+            cycle = " -> ".join([*resolving[resolving.index(name) :], name])
+            raise ServingRuntimeError(f"{where}.basedOn: a cycle ({cycle})")
+        override, raw = entries[name]
+        resolving.append(name)
+        if name in existing:
+            if override.based_on is not None:
+                raise ServingRuntimeError(
+                    f"{where}.basedOn: {name} already exists (its fields merge over it); basedOn is "
+                    "for a new runtime"
+                )
+            start = table[name]
+        elif override.based_on is not None:
+            if override.based_on not in existing and override.based_on not in entries:
+                known = ", ".join(sorted((existing | entries.keys()) - {name}))
+                raise ServingRuntimeError(
+                    f"{where}.basedOn: no runtime {override.based_on!r} (known: {known})"
+                )
+            start = resolve(override.based_on)
+        else:
+            start = _blank(name, override, raw, where)
+        table[name] = _validate(_merge(start, override), where)
+        resolving.pop()
+        done.add(name)
+        return table[name]
+
+    for name in entries:
+        resolve(name)
     return MappingProxyType(table)
+
+
+def _blank(name: str, o: _Override, raw: Any, where: str) -> ServingRuntime:
+    """The start of a runtime defined from scratch: the required keys checked, the rest defaulted
+    (the startup probe: the liveness probe with 60 failures, as the built-in runtimes)."""
+    for key in _REQUIRED:
+        if not _given(raw, key):
+            raise ServingRuntimeError(
+                f"{where}.{key.replace(' or ', '/')}: required for a new runtime (or say basedOn: <runtime>)"
+            )
+    assert o.liveness_probe is not None and o.liveness_probe.path is not None  # required above
+    live = o.liveness_probe.path
+    return ServingRuntime(
+        server=name,
+        image="",
+        args=(),
+        ports=MappingProxyType({}),
+        readiness_probe=Probe("/"),
+        liveness_probe=Probe(live),
+        startup_probe=Probe(live, failure_threshold=_STARTUP_FAILURES),
+    )
+
+
+def _given(raw: Any, key: str) -> bool:
+    """Whether ``raw`` gives ``key`` (``livenessProbe.path``: a nested one; ``args or command``: either)."""
+    if " or " in key:
+        return any(_given(raw, k) for k in key.split(" or "))
+    value = raw
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value is not None and value != [] and value != ""
 
 
 def _explain(e: msgspec.ValidationError, where: str) -> str:
@@ -251,7 +428,11 @@ def _explain(e: msgspec.ValidationError, where: str) -> str:
         message, path = str(e), ""
     path = where + path.rstrip("`")
     unknown = re.fullmatch(r"Object contains unknown field `(.+)`", message)
-    return f"{path}.{unknown.group(1)}: unknown field" if unknown else f"{path}: {message}"
+    if unknown:
+        return f"{path}.{unknown.group(1)}: unknown field"
+    if path.endswith(".metricsDialect"):
+        message += f" (expected one of {', '.join(METRICS_DIALECTS)})"
+    return f"{path}: {message}"
 
 
 _MAP_VALUES: dict[str, tuple[type, ...]] = {"env": (str,), "ports": (int,), "defaultRequests": (str, int)}
@@ -268,7 +449,7 @@ def _check_maps(raw: Any, where: str) -> None:
 
 
 _NESTED = frozenset(
-    {"env", "ports", "default_requests", "readiness_probe", "liveness_probe", "startup_probe"}
+    {"based_on", "env", "ports", "default_requests", "readiness_probe", "liveness_probe", "startup_probe"}
 )
 
 
@@ -278,7 +459,7 @@ def _merge(spec: ServingRuntime, o: _Override) -> ServingRuntime:
         for f in msgspec.structs.fields(o)
         if getattr(o, f.name) is not None and f.name not in _NESTED
     }
-    for name in ("command", "args"):
+    for name in ("command", "args", "formats"):
         if name in changes:
             changes[name] = tuple(changes[name])
     if o.env is not None:
@@ -296,6 +477,15 @@ def _merge(spec: ServingRuntime, o: _Override) -> ServingRuntime:
 
 
 def _validate(spec: ServingRuntime, where: str) -> ServingRuntime:
+    if not _LABEL_VALUE.match(spec.server):
+        raise ServingRuntimeError(f"{where}.server: {spec.server!r} is not a valid label value")
+    for i, model_format in enumerate(spec.formats):
+        if not _FORMAT_NAME.match(model_format):
+            raise ServingRuntimeError(
+                f"{where}.formats[{i}]: {model_format!r} is not a format name (lowercase, as KServe's: onnx)"
+            )
+        if model_format in spec.formats[:i]:
+            raise ServingRuntimeError(f"{where}.formats[{i}]: {model_format!r} is listed twice")
     for field, image in (("image", spec.image), ("gpuImage", spec.gpu_image)):
         if image is not None and not _pinned(image):
             raise ServingRuntimeError(

@@ -257,7 +257,7 @@ def _canary_conditions(canary: Canary, slot_conds: list[base.ChildCondition]) ->
             CANARY_READY,
             "True",
             "NoCandidate",
-            f"spec.traffic's candidate is spec.modelUri{': ' + t if t else ''}: no canary runs",
+            f"spec.canary.model.uri is spec.predictor.model.uri{': ' + t if t else ''}: no canary runs",
         )
     else:
         ok: base.Status = "False" if phase in (Phase.STAGING, Phase.ROLLING_BACK) else "True"

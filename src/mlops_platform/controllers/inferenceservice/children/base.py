@@ -97,11 +97,12 @@ class BuildContext:
     keda_requests_per_replica: float = 10.0
 
     def server(self, isvc: internal.InferenceService) -> ServingRuntime:
-        """The runtime of the CR's framework (``KeyError`` naming it if the table lacks it)."""
+        """The runtime of the CR (``KeyError`` naming it if the table lacks it: the reconciler and
+        ``why`` run ``servers.validate`` first, which says so as ``spec.predictor.runtime``)."""
         try:
             return self.servers[isvc.framework]
         except KeyError:
-            raise KeyError(f"no runtime for framework {isvc.framework!r}") from None
+            raise KeyError(f"no runtime {isvc.framework!r} in the runtime table") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,8 +124,8 @@ class Component:
 
 
 def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Component:
-    """The stable component: ``spec.modelUri`` within ``spec.minReplicas..maxReplicas`` (``keda``:
-    KEDA is installed, so ``minReplicas: 0`` autoscales from zero)."""
+    """The stable component: the predictor's model URI within its ``minReplicas..maxReplicas``
+    (``keda``: KEDA is installed, so ``minReplicas: 0`` autoscales from zero)."""
     return Component(
         labels.PREDICTOR, isvc.model_uri, "", isvc.min_replicas, isvc.max_replicas, scale_to_zero=keda
     )

@@ -4,8 +4,10 @@ Contract of :func:`build` (pure): desired only when the HPA owns the replica cou
 (:func:`base.replica_owner`: ``maxReplicas > minReplicas >= 1``); otherwise
 ``None`` (a fixed replica count needs no autoscaler, and minReplicas 0 means scaled to zero, which
 an HPA cannot express: its minReplicas is at least 1), so the reconciler deletes a stale one.
-It scales the predictor Deployment on average CPU utilization (the runtime table's target,
-80 % by default; the Deployment always carries a CPU request for it).
+It scales the component's Deployment on average CPU utilization (the InferenceService's target,
+else the runtime table's, 80 % by default; the Deployment always carries a CPU request for it) and,
+when the InferenceService sets a memory target, on average memory utilization too (the HPA takes
+the larger replica count of the two). A canary's HPA has the same targets.
 ``AutoscalerReady`` follows the HPA's ``AbleToScale`` and ``ScalingActive`` conditions, and is
 True with reason ``NotRequired`` when no HPA is wanted.
 """
@@ -24,10 +26,9 @@ name = base.component_name
 
 
 def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
-    isvc, component = target.isvc, target.component
+    component = target.component
     if base.replica_owner(component) is not base.ReplicaOwner.HPA:
         return None
-    utilization = ctx.server(isvc).target_cpu_utilization
     return {
         "apiVersion": resources.HPA.api_version,
         "kind": resources.HPA.kind,
@@ -40,16 +41,26 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
             },
             "minReplicas": component.min_replicas,
             "maxReplicas": component.max_replicas,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {
-                        "name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": utilization},
-                    },
-                }
-            ],
+            "metrics": [_utilization(resource, percent) for resource, percent in targets(target, ctx)],
         },
+    }
+
+
+def targets(target: base.Target, ctx: base.BuildContext) -> list[tuple[str, int]]:
+    """(resource, average utilization in percent of the request) the HPA scales on: CPU always
+    (the InferenceService's target, else the runtime's), memory when the InferenceService sets one."""
+    wanted = target.isvc.autoscaling
+    cpu = wanted.cpu_utilization
+    out = [("cpu", ctx.server(target.isvc).target_cpu_utilization if cpu is None else cpu)]
+    if wanted.memory_utilization is not None:
+        out.append(("memory", wanted.memory_utilization))
+    return out
+
+
+def _utilization(resource: str, percent: int) -> base.Obj:
+    return {
+        "type": "Resource",
+        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": percent}},
     }
 
 

@@ -14,6 +14,8 @@ Contract (pure builders):
 - while a canary runs (``target.component_named(labels.CANARY)``) the PrometheusRule also holds
   the canary alert (:data:`alerts.CANARY_ALERTS`, naming the candidate's model URI); without one
   it is exactly the rule of the predictor alone;
+- the request alerts follow the runtime's ``metricsDialect``; a runtime of dialect ``none`` gets
+  the replica alerts only, and the condition says so (``True/ReplicaAlertsOnly``);
 - both report to ``MonitoringReady`` (not gating ``Ready``): True when present or turned off,
   False ``CRDNotInstalled`` while the Prometheus Operator's CRDs are absent (set by the reconciler).
 """
@@ -52,6 +54,11 @@ def settings(target: base.Target, ctx: base.BuildContext) -> alerts.AlertSetting
     )
 
 
+def request_alerts(target: base.Target, ctx: base.BuildContext) -> bool:
+    """Whether the runtime's metrics dialect gives request alerts (not ``none``)."""
+    return ctx.server(target.isvc).metrics_dialect != alerts.NO_REQUEST_METRICS
+
+
 def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
     if not enabled(target, ctx):
         return None
@@ -61,6 +68,7 @@ def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
         name=isvc.name,
         namespace=isvc.namespace,
         framework=isvc.framework,
+        dialect=ctx.server(isvc).metrics_dialect,
         deployment=deployment.name(target),
         min_replicas=isvc.min_replicas,
         settings=settings(target, ctx),
@@ -121,6 +129,13 @@ def _condition(kind: kinds.Kind) -> base.ConditionFn:
             return base.ChildCondition(CONDITION, "True", "MonitoringDisabled", why)
         if live is None:
             return base.not_found(CONDITION, kind, name(target))
+        if kind is PROMETHEUS_RULE and not request_alerts(target, ctx):
+            why = (
+                f"{kind.kind} {name(target)} applied with the replica alerts only: runtime "
+                f"{target.isvc.framework!r} has metricsDialect {alerts.NO_REQUEST_METRICS} in the runtime "
+                "table, so there are no request alerts (error ratio, latency, canary)"
+            )
+            return base.ChildCondition(CONDITION, "True", "ReplicaAlertsOnly", why)
         return base.ChildCondition(
             CONDITION, "True", "MonitoringConfigured", f"{kind.kind} {name(target)} applied"
         )

@@ -7,8 +7,12 @@ admission refuses a ScaledObject whose target already has an HPA; the reconciler
 creates). It scales the component's Deployment between 0 and ``maxReplicas`` on one Prometheus
 trigger (:func:`query`): the model server's own request rate, or, when the server has no series
 (at zero replicas there is no pod to export one), the mesh's count of requests to the predictor
-Service (``istio_requests_total``, recorded by the calling proxy), so a request wakes it. One
-replica per ``--keda-requests-per-replica`` requests per second; any request activates.
+Service (``istio_requests_total``, recorded by the calling proxy), so a request wakes it. A runtime
+whose metrics dialect is ``none`` (the runtime table) has no server series the operator knows: its
+trigger is the mesh's count alone, and the condition says so. One replica per
+``requests_per_replica`` requests per second (the InferenceService's scale-to-zero policy, else
+``--keda-requests-per-replica``); any request activates; ``cooldownPeriod`` is the policy's
+``cooldown_seconds``, else :data:`COOLDOWN_SECONDS`.
 ``AutoscalerReady`` follows the ScaledObject's ``Ready`` condition (KEDA's operator writes it);
 none is reported when no ScaledObject is wanted (the HPA child reports then).
 """
@@ -24,29 +28,61 @@ from mlops_platform.runtime.transport import resources
 GROUP = "keda.sh"
 KIND = kinds.Kind(GROUP, "ScaledObject", "scaledobjects", ("v1alpha1",), optional=True)
 CONDITION = "AutoscalerReady"
-#: seconds without activity before KEDA scales back to zero (KEDA's default)
+#: seconds without activity before KEDA scales back to zero (KEDA's default), unless the
+#: InferenceService's scale-to-zero policy says otherwise
 COOLDOWN_SECONDS = 300
 
 name = base.component_name
 
 
-def query(target: base.Target) -> str:
+def server_metrics(target: base.Target, ctx: base.BuildContext) -> bool:
+    """Whether the runtime exports request metrics the operator knows (its dialect is not ``none``)."""
+    return ctx.server(target.isvc).metrics_dialect != alerts.NO_REQUEST_METRICS
+
+
+def query(target: base.Target, ctx: base.BuildContext) -> str:
     """The trigger's PromQL: requests per second to this component (see the module doc)."""
     isvc = target.isvc
-    server = alerts.SERVERS[isvc.framework].requests(alerts.request_query(isvc.namespace, isvc.name))
     service = base.component_name(target)
     mesh = (
         f'sum(rate(istio_requests_total{{destination_service_namespace="{isvc.namespace}", '
         f'destination_service_name="{service}"}}[1m]))'
     )
+    if not server_metrics(target, ctx):
+        return mesh
+    dialect = alerts.SERVERS[ctx.server(isvc).metrics_dialect]
+    server = dialect.requests(alerts.request_query(isvc.namespace, isvc.name))
     return f"({server}) or {mesh}"
+
+
+def requests_per_replica(target: base.Target, ctx: base.BuildContext) -> float:
+    """The trigger's threshold: the InferenceService's, else the operator's."""
+    own = target.isvc.autoscaling.requests_per_replica
+    return ctx.keda_requests_per_replica if own is None else own
+
+
+def cooldown_seconds(target: base.Target) -> int:
+    """Seconds without activity before KEDA scales back to zero: the InferenceService's, else KEDA's."""
+    own = target.isvc.autoscaling.cooldown_seconds
+    return COOLDOWN_SECONDS if own is None else own
+
+
+def _mesh_only(target: base.Target, ctx: base.BuildContext) -> str:
+    if server_metrics(target, ctx):
+        return ""
+    return (
+        f"; the trigger is the mesh's request count alone (istio_requests_total): runtime "
+        f"{target.isvc.framework!r} has metricsDialect {alerts.NO_REQUEST_METRICS}, so without a mesh "
+        "KEDA sees no request"
+    )
 
 
 def wakes(target: base.Target, ctx: base.BuildContext) -> str:
     """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``)."""
     return (
         f"KEDA ScaledObject {name(target)} scales it up on any request (Prometheus trigger at "
-        f"{ctx.keda_prometheus_url}, one replica per {ctx.keda_requests_per_replica:g} requests/s)"
+        f"{ctx.keda_prometheus_url}, one replica per {requests_per_replica(target, ctx):g} requests/s)"
+        f"{_mesh_only(target, ctx)}"
     )
 
 
@@ -66,14 +102,14 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
             },
             "minReplicaCount": 0,
             "maxReplicaCount": component.max_replicas,
-            "cooldownPeriod": COOLDOWN_SECONDS,
+            "cooldownPeriod": cooldown_seconds(target),
             "triggers": [
                 {
                     "type": "prometheus",
                     "metadata": {
                         "serverAddress": ctx.keda_prometheus_url,
-                        "query": query(target),
-                        "threshold": f"{ctx.keda_requests_per_replica:g}",
+                        "query": query(target, ctx),
+                        "threshold": f"{requests_per_replica(target, ctx):g}",
                         "activationThreshold": "0",
                     },
                 }
@@ -100,7 +136,10 @@ def condition(
     active = objects.condition(live, "Active") or {}
     state = "active" if active.get("status") == "True" else "idle (scaled to zero)"
     return base.ChildCondition(
-        CONDITION, "True", "ScaledObjectReady", f"ScaledObject {name(target)}: {state}"
+        CONDITION,
+        "True",
+        "ScaledObjectReady",
+        f"ScaledObject {name(target)}: {state}{_mesh_only(target, ctx)}",
     )
 
 
