@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke test-conversion
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ test: venv binaries lint ## everything CI runs: lint, unit + integration + e2e o
 	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
 	@$(MAKE) --no-print-directory bench-smoke
+
+test-conversion: venv ## the full conversion property run: 3 x 3,400 generated objects, every version pair
+	MLOPS_CONVERSION_EXAMPLES=3400 $(BIN)/pytest -q tests/unit/api/test_conversion.py
 
 bench-smoke: venv binaries ## scale benchmark at N=50 on its own cluster: fails on any steady-state write or GET/LIST
 	$(BIN)/python -m bench.scale --smoke --cluster-name mlops-bench-smoke

@@ -5,7 +5,6 @@ whichever version an object was created in."""
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,11 +21,6 @@ ALPHA = isvc.RESOURCE
 BETA = rclient.Resource(crd.RESOURCE.group, "v1beta1", crd.RESOURCE.plural, crd.RESOURCE.kind)
 V1 = crd.RESOURCE
 TIMEOUT = 90
-
-
-@pytest.fixture(scope="module")
-async def operator(admin_operator: rmanager.Manager) -> AsyncIterator[rmanager.Manager]:
-    yield admin_operator
 
 
 def alpha(name: str) -> JSON:
@@ -80,7 +74,9 @@ async def test_create_in_v1alpha1_read_in_every_version_update_in_v1_nothing_los
     assert again["spec"]["predictor"]["model"] == {"uri": "gs://models/bert/7", "format": "pytorch"}
 
 
-async def test_a_list_of_objects_written_in_every_version(admin_client: rclient.Client, namespace: str) -> None:
+async def test_a_list_of_objects_written_in_every_version(
+    admin_client: rclient.Client, namespace: str
+) -> None:
     c = admin_client
     first = await c.create(ALPHA, alpha("one"), namespace)
     v1_obj = conversion.convert(first, "mlops.platform/v1")
@@ -122,14 +118,22 @@ def _comparable(obj: JSON | None, name: str) -> JSON:
     out = copy.deepcopy(obj)
     out.pop("status", None)
     meta = out["metadata"]
-    for key in ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "ownerReferences"):
+    volatile = (
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "managedFields",
+        "ownerReferences",
+    )
+    for key in volatile:
         meta.pop(key, None)
     text = repr(out).replace(name, "NAME")
     return {"text": text}
 
 
 async def test_children_are_identical_whichever_version_an_object_was_created_in(
-    operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
+    admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     c = admin_client
     source = alpha("src")

@@ -174,6 +174,10 @@ def _convert(node: JSON, defs: dict[str, JSON], path: str) -> JSON:
         node["items"] = _convert(node["items"], defs, f"{path}[]")
     elif "items" in node:
         raise TypeError(f"{path}: tuples (prefixItems) have no CRD equivalent")
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(node.get(bound), (int, float)) and not isinstance(node[bound], bool):
+            # JSON Schema 2020 (msgspec) says exclusiveMinimum: x; OpenAPI v3.0 minimum: x + true
+            node[plain], node[bound] = node[bound], True
     if node.get("required") == []:
         del node["required"]
     unknown = {k for k in node if k not in _KEPT and not k.startswith("x-kubernetes-")}
