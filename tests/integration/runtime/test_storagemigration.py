@@ -319,13 +319,10 @@ async def test_the_cli_needs_only_the_documented_rights(
     await widgets.create(widgets.v1, ["a", "b", "c"])
     await widgets.switch_storage_to_v2()
     sa = f"migrator-{uuid.uuid4().hex[:6]}"
+    crd_rule = {"apiGroups": ["apiextensions.k8s.io"], "resourceNames": [widgets.crd_name]}
     rules = [
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
-        {
-            "apiGroups": ["apiextensions.k8s.io"],
-            "resources": ["customresourcedefinitions/status"],
-            "verbs": ["update"],
-        },
+        {**crd_rule, "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+        {**crd_rule, "resources": ["customresourcedefinitions/status"], "verbs": ["update"]},
         {"apiGroups": [widgets.group], "resources": [PLURAL], "verbs": ["get", "list", "update"]},
     ]
     rbac: list[dict[str, Any]] = [
