@@ -108,6 +108,15 @@ def test_hpa_timing_of_the_local_cluster_is_short_and_explicit() -> None:
     }
 
 
+def test_the_builtin_storage_version_migration_is_on_in_every_variant() -> None:
+    """Served by kube-apiserver (gate + beta API version) and run by kube-controller-manager (gate):
+    kwokctl hands kubeFeatureGates to both (docs/storage-migration.md)."""
+    for kw in ({}, {"metrics_server": False}, {"unthrottled": True}):
+        opts = _config(**kw)["options"]
+        assert opts["kubeFeatureGates"] == "StorageVersionMigrator=true"
+        assert opts["kubeRuntimeConfig"] == "storagemigration.k8s.io/v1beta1=true"
+
+
 def test_fake_nodes_three_cpu_two_gpu() -> None:
     all_nodes = nodes.fake_nodes()
     pools = [n["metadata"]["labels"][nodes.POOL_LABEL] for n in all_nodes]

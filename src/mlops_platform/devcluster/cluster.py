@@ -48,6 +48,15 @@ METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
 KWOK_CRDS = ("Stage", "Metric", "ClusterResourceUsage", "ResourceUsage")
 # upstream's release kustomization (components.yaml): kwokctl keeps its APIService and Service
 METRICS_SERVER_MANIFESTS = "manifests/overlays/release"
+# Kubernetes' built-in storage version migration (storagemigration.k8s.io/v1beta1, beta since 1.35 and
+# off by default in 1.36): kube-apiserver serves StorageVersionMigration only with the feature gate
+# StorageVersionMigrator AND the API version enabled (beta APIs are off by default), and
+# kube-controller-manager runs its storage-version-migrator-controller (in the default controller set)
+# only with the gate. kwokctl hands the gates to kube-apiserver, kube-controller-manager and
+# kube-scheduler (which has nothing behind this one). Set when the cluster is created; what it is for:
+# `mlops-platform migrate-storage` (docs/storage-migration.md).
+FEATURE_GATES = "StorageVersionMigrator=true"
+RUNTIME_CONFIG = "storagemigration.k8s.io/v1beta1=true"
 
 
 def _log(msg: str, started: float | None = None) -> None:
@@ -99,7 +108,10 @@ def kwokctl_config(
     through kwokctl's rewrite of upstream's release manifests (``metrics_server_manifests``: a
     kustomize directory, by default the pinned module's ``manifests/overlays/release``), and the HPA
     controller runs with the short timing above; without it the HPA timing is upstream's (a cluster
-    as before metrics-server came, e.g. for benchmarks compared with earlier figures)."""
+    as before metrics-server came, e.g. for benchmarks compared with earlier figures).
+
+    Always: the built-in storage version migration API and its controller (``FEATURE_GATES``,
+    ``RUNTIME_CONFIG``)."""
     v = binaries.versions()
     conf: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -115,6 +127,8 @@ def kwokctl_config(
             "kwokVersion": v["KWOK_VERSION"],
             "enableCRDs": list(KWOK_CRDS),
             "disableQPSLimits": unthrottled,
+            "kubeFeatureGates": FEATURE_GATES,
+            "kubeRuntimeConfig": RUNTIME_CONFIG,
             "etcdBinary": str(bins["etcd"]),
             "kubeApiserverBinary": str(bins["kube-apiserver"]),
             "kubeControllerManagerBinary": str(bins["kube-controller-manager"]),
