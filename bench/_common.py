@@ -205,6 +205,9 @@ def dev_cluster_down(name: str) -> None:
 #: version, so the API server never calls the webhook. A request at another version fails loudly
 #: (the API server cannot reach the webhook) rather than being converted and measured as v1 traffic.
 NO_CONVERSION_WEBHOOK = "https://127.0.0.1:9/convert"
+#: In every operator command line the benchmarks build: no conversion webhook server (nothing is
+#: converted, see :data:`NO_CONVERSION_WEBHOOK`; and no port for the sharded replicas to share).
+NO_WEBHOOK_SERVER = ("--webhook-bind-address", "off")
 
 
 async def install_crd(client: Client) -> None:

@@ -4,11 +4,14 @@
 The operator runs as a SUBPROCESS started exactly as a user starts it::
 
     python -m mlops_platform.cli run --kubeconfig K \\
-        --health-probe-bind-address 127.0.0.1:0 --metrics-bind-address 127.0.0.1:PORT
+        --health-probe-bind-address 127.0.0.1:0 --metrics-bind-address 127.0.0.1:PORT \\
+        --webhook-bind-address off
 
-(``PORT``: a free port picked by the script). Its CPU time comes from ``/proc/<pid>/stat``
-(``utime + stime`` in clock ticks), its memory from ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``), its
-API requests from its own ``/metrics`` (``rest_client_requests_by_resource_total{verb,resource,code}``).
+(``PORT``: a free port picked by the script; no conversion webhook server: the benchmark creates and
+reads only v1, the storage version, see ``bench._common.NO_CONVERSION_WEBHOOK``). Its CPU time comes
+from ``/proc/<pid>/stat`` (``utime + stime`` in clock ticks), its memory from ``/proc/<pid>/status``
+(``VmRSS``, ``VmHWM``), its API requests from its own ``/metrics``
+(``rest_client_requests_by_resource_total{verb,resource,code}``).
 
 Phases:
 
@@ -67,6 +70,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench._common import (
+    NO_WEBHOOK_SERVER,
     delete_namespace,
     dev_cluster_down,
     dev_cluster_up,
@@ -242,6 +246,7 @@ def start_operator(kubeconfig: str, log_dir: Path) -> Operator:
         "--kubeconfig", kubeconfig,
         "--health-probe-bind-address", "127.0.0.1:0",
         "--metrics-bind-address", f"127.0.0.1:{port}",
+        *NO_WEBHOOK_SERVER,
     ]  # fmt: skip
     log_path = log_dir / "operator.log"
     log(f"starting the operator: {' '.join(cmd)} (log {log_path})")

@@ -3,7 +3,8 @@
 
 For every N (``--counts``, default 100 1000 5000) and every implementation (``--impls``):
 
-- ``operator``: ours, ``python -m mlops_platform.cli run --no-monitoring --workers W``;
+- ``operator``: ours, ``python -m mlops_platform.cli run --no-monitoring --workers W
+  --webhook-bind-address off`` (no conversion webhook server: nothing is converted);
 - ``raw``: ``bench.raw_writer``, the same child and status writes straight from watch events, no
   cache, no queue: the ceiling; run at each of ``--raw-concurrency`` (requests in flight) and the
   best is the ceiling (more in flight stops helping once the API server is the limit);
@@ -75,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from bench._common import (
+    NO_WEBHOOK_SERVER,
     cli_binary,
     command_name,
     dev_cluster_down,
@@ -218,7 +220,7 @@ def start_impl(
             sys.executable, "-m", "mlops_platform.cli", "run", "--kubeconfig", kubeconfig,
             "--no-monitoring", "--workers", str(workers),
             "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
-            *extra,
+            *NO_WEBHOOK_SERVER, *extra,
         ]  # fmt: skip
     elif name == "reference":
         cmd = [
