@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks in this package (``runtime_rss``, ``operator_footprint``).
+"""Helpers shared by the benchmarks in this package (``runtime_rss``, ``operator_footprint``, ``scale``).
 
 ``bench`` is a package: run a benchmark as ``.venv/bin/python -m bench.<script>`` from the repository
 root (``.venv/bin/python bench/<script>.py`` works too: each script then puts the repository root on
@@ -194,6 +194,36 @@ def dev_cluster_down(name: str) -> None:
     cmd = [*cli_binary(), "dev", "down", "--name", name]
     log(f"taking the dev cluster down: {' '.join(cmd)}")
     subprocess.run(cmd, check=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the InferenceService API the benchmarks speak: v1, the storage version, only
+# ---------------------------------------------------------------------------------------------------
+
+#: The conversion webhook URL the benchmarks install the CRD with: a loopback port nothing serves.
+#: The benchmarks measure v1 traffic only: they create and read InferenceServices at v1, the storage
+#: version, so the API server never calls the webhook. A request at another version fails loudly
+#: (the API server cannot reach the webhook) rather than being converted and measured as v1 traffic.
+NO_CONVERSION_WEBHOOK = "https://127.0.0.1:9/convert"
+#: In every operator command line the benchmarks build: no conversion webhook server (nothing is
+#: converted, see :data:`NO_CONVERSION_WEBHOOK`; and no port for the sharded replicas to share).
+NO_WEBHOOK_SERVER = ("--webhook-bind-address", "off")
+
+
+async def install_crd(client: Client) -> None:
+    """Server-side apply the InferenceService CRD, its conversion webhook :data:`NO_CONVERSION_WEBHOOK`."""
+    from mlops_platform.api import crd
+
+    await crd.install(client, webhook_url=NO_CONVERSION_WEBHOOK)
+
+
+async def stored_versions(client: Client) -> list[str]:
+    """The InferenceService CRD's ``status.storedVersions`` (on a fresh cluster: ``["v1"]``)."""
+    from mlops_platform import api
+    from mlops_platform.runtime.transport import resources
+
+    live = await client.get(resources.CRD, api.CRD_NAME)
+    return [str(v) for v in (live.get("status") or {}).get("storedVersions") or []]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -4,20 +4,23 @@
 The operator runs as a SUBPROCESS started exactly as a user starts it::
 
     python -m mlops_platform.cli run --kubeconfig K \\
-        --health-probe-bind-address 127.0.0.1:0 --metrics-bind-address 127.0.0.1:PORT
+        --health-probe-bind-address 127.0.0.1:0 --metrics-bind-address 127.0.0.1:PORT \\
+        --webhook-bind-address off
 
-(``PORT``: a free port picked by the script). Its CPU time comes from ``/proc/<pid>/stat``
-(``utime + stime`` in clock ticks), its memory from ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``), its
-API requests from its own ``/metrics`` (``rest_client_requests_by_resource_total{verb,resource,code}``).
+(``PORT``: a free port picked by the script; no conversion webhook server: the benchmark creates and
+reads only v1, the storage version, see ``bench._common.NO_CONVERSION_WEBHOOK``). Its CPU time comes
+from ``/proc/<pid>/stat`` (``utime + stime`` in clock ticks), its memory from ``/proc/<pid>/status``
+(``VmRSS``, ``VmHWM``), its API requests from its own ``/metrics``
+(``rest_client_requests_by_resource_total{verb,resource,code}``).
 
 Phases:
 
 1. ``dev up --name mlops-bench-op`` (unless ``--kubeconfig``), the CRD, the namespace ``bench-op``.
 2. Start the operator; wait until ``/metrics`` answers and its log says ``caches synced``.
 3. ``empty``: ``--empty-seconds`` with no InferenceService (idle cost of an empty operator).
-4. ``create``: ``--count`` InferenceServices (framework triton/seldon/torchserve in turn, minReplicas 1,
-   maxReplicas 1, 1, 2, 3 in turn so half of them get an HPA), ``--concurrency`` creates in flight;
-   polled (LIST every ``--poll-interval``) until every one reports ``Ready=True``.
+4. ``create``: ``--count`` ``mlops.platform/v1`` InferenceServices (runtime triton/seldon/torchserve in
+   turn, minReplicas 1, maxReplicas 1, 1, 2, 3 in turn so half of them get an HPA), ``--concurrency``
+   creates in flight; polled (LIST every ``--poll-interval``) until every one reports ``Ready=True``.
 5. ``settle``: until the operator made no API request for ``--quiet-seconds`` (trailing reconciles
    after the last Ready, e.g. status updates of pods that became ready late).
 6. ``steady``: ``--idle-seconds`` with nothing changing: CPU and every request (expected: 0 writes).
@@ -67,9 +70,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench._common import (
+    NO_WEBHOOK_SERVER,
     delete_namespace,
     dev_cluster_down,
     dev_cluster_up,
+    install_crd,
     log,
     machine_info,
     markdown_table,
@@ -241,6 +246,7 @@ def start_operator(kubeconfig: str, log_dir: Path) -> Operator:
         "--kubeconfig", kubeconfig,
         "--health-probe-bind-address", "127.0.0.1:0",
         "--metrics-bind-address", f"127.0.0.1:{port}",
+        *NO_WEBHOOK_SERVER,
     ]  # fmt: skip
     log_path = log_dir / "operator.log"
     log(f"starting the operator: {' '.join(cmd)} (log {log_path})")
@@ -293,21 +299,33 @@ def stop_operator(op: Operator, timeout: float = 60.0) -> tuple[int | None, floa
 
 
 def inference_service(namespace: str, i: int) -> dict[str, Any]:
+    """The ``i``-th benchmark InferenceService, at ``mlops.platform/v1`` (the storage version: the API
+    server never converts it). The same service the benchmarks always created (its v1alpha1 form:
+    ``modelUri``, ``framework``, ``port``, ``minReplicas``, ``maxReplicas``, ``resources.cpuRequest`` and
+    ``memoryRequest``), so the same children."""
+    from mlops_platform import api
+
     framework = FRAMEWORKS[i % len(FRAMEWORKS)]
     return {
-        "apiVersion": "mlops.platform/v1alpha1",
-        "kind": "InferenceService",
+        "apiVersion": api.RESOURCE.api_version,
+        "kind": api.RESOURCE.kind,
         "metadata": {"name": f"bench-{i:04d}", "namespace": namespace, "labels": {"bench": "footprint"}},
         "spec": {
-            "modelUri": f"s3://models/bench/{i}",
-            "framework": framework,
-            "port": PORTS[framework],
-            "minReplicas": 1,
-            "maxReplicas": MAX_REPLICAS[i % len(MAX_REPLICAS)],
-            # small requests: N pods must fit on the fake nodes (the default request is 1 CPU)
-            "resources": {"cpuRequest": "100m", "memoryRequest": "128Mi"},
+            "predictor": {
+                "model": {"uri": f"s3://models/bench/{i}"},
+                "runtime": framework,
+                "port": PORTS[framework],
+                # small requests: N pods must fit on the fake nodes (the default request is 1 CPU)
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                "autoscaling": {"minReplicas": 1, "maxReplicas": MAX_REPLICAS[i % len(MAX_REPLICAS)]},
+            }
         },
     }
+
+
+def max_replicas(isvc: Mapping[str, Any]) -> int:
+    """``spec.predictor.autoscaling.maxReplicas`` of a benchmark InferenceService (> 1: it gets an HPA)."""
+    return int(isvc["spec"]["predictor"]["autoscaling"]["maxReplicas"])
 
 
 def not_ready_summary(items: Sequence[Mapping[str, Any]]) -> str:
@@ -340,14 +358,14 @@ async def ensure_namespace(client: Client, namespace: str) -> None:
 
 async def create_all(client: Client, namespace: str, count: int, concurrency: int) -> float:
     """Create the InferenceServices, ``concurrency`` in flight; the seconds it took."""
-    from mlops_platform.api import crd
+    from mlops_platform import api
 
     sem = asyncio.Semaphore(concurrency)
     t0 = time.monotonic()
 
     async def one(i: int) -> None:
         async with sem:
-            await client.create(crd.RESOURCE, inference_service(namespace, i))
+            await client.create(api.RESOURCE, inference_service(namespace, i))
 
     async with asyncio.TaskGroup() as tg:
         for i in range(count):
@@ -359,12 +377,12 @@ async def wait_all_ready(
     client: Client, namespace: str, count: int, timeout: float, poll: float, t0: float
 ) -> float:
     """Poll (LIST) until ``count`` InferenceServices report Ready=True; seconds since ``t0``."""
-    from mlops_platform.api import crd
+    from mlops_platform import api
     from mlops_platform.runtime import objects
 
     last = -1
     while True:
-        items = (await client.list(crd.RESOURCE, namespace, label_selector="bench=footprint"))["items"]
+        items = (await client.list(api.RESOURCE, namespace, label_selector="bench=footprint"))["items"]
         ready = sum(1 for o in items if objects.condition_is(o, "Ready"))
         elapsed = time.monotonic() - t0
         if ready != last:
@@ -607,13 +625,12 @@ def shut_down(op: Operator) -> Shutdown:
 
 async def measure(args: argparse.Namespace, kubeconfig: str, cluster_dir: str, log_dir: Path) -> Footprint:
     """Install the CRD, create the namespace, start the operator and run the phases; clean up."""
-    from mlops_platform.api import crd
     from mlops_platform.runtime.transport import client as rclient
 
     deleted: float | None = None
     async with rclient.Client.from_kubeconfig(kubeconfig) as client:
         log("installing the InferenceService CRD")
-        await crd.install(client)
+        await install_crd(client)
         await ensure_namespace(client, args.namespace)
         op = start_operator(kubeconfig, log_dir)
         try:

@@ -6,7 +6,9 @@ queue, no level-based reconcile, no diff. For every InferenceService ADDED to ``
 operator's own children (the same pure builders, owner reference and desired-hash annotation: the
 same bytes on the wire) server-side applied, one status write (``Ready=False``) and one Event; for
 every Deployment whose ``availableReplicas`` first reaches 1, one status write (``Ready=True``) on
-its InferenceService. At most ``--concurrency`` requests are in flight.
+its InferenceService. At most ``--concurrency`` requests are in flight. It watches and writes
+InferenceServices at ``mlops.platform/v1`` only, the storage version (as the operator does): the API
+server never converts them.
 
 On SIGTERM it writes its request counts (verb, resource, code) as JSON to ``--report`` and exits.
 Run by ``bench.scale``; standalone::
@@ -130,9 +132,9 @@ class RawWriter:
         from mlops_platform.runtime import clock
 
         now = clock.rfc3339(clock.utcnow())
-        body = {
-            "apiVersion": raw["apiVersion"],
-            "kind": raw["kind"],
+        body = {  # at v1, whatever version ``raw`` (a watch event or an owner reference) names
+            "apiVersion": api.RESOURCE.api_version,
+            "kind": api.RESOURCE.kind,
             "metadata": {"name": raw["metadata"]["name"], "namespace": self.namespace},
             "status": {
                 "observedGeneration": raw["metadata"].get("generation", 1),

@@ -3,7 +3,8 @@
 
 For every N (``--counts``, default 100 1000 5000) and every implementation (``--impls``):
 
-- ``operator``: ours, ``python -m mlops_platform.cli run --no-monitoring --workers W``;
+- ``operator``: ours, ``python -m mlops_platform.cli run --no-monitoring --workers W
+  --webhook-bind-address off`` (no conversion webhook server: nothing is converted);
 - ``raw``: ``bench.raw_writer``, the same child and status writes straight from watch events, no
   cache, no queue: the ceiling; run at each of ``--raw-concurrency`` (requests in flight) and the
   best is the ceiling (more in flight stops helping once the API server is the limit);
@@ -14,15 +15,18 @@ each on a FRESH local cluster sized for the load (``dev up --nodes K --unthrottl
 for N pods, and no client QPS limits in kube-controller-manager and kube-scheduler, so the
 benchmark measures the implementation, not a throttled controller-manager), in ONE run:
 
-1. N InferenceServices created, ``--create-concurrency`` in flight (framework triton, seldon,
-   torchserve in turn; maxReplicas 1, 1, 2, 3 in turn, so half get an HPA);
+1. N InferenceServices created at ``mlops.platform/v1``, the storage version, ``--create-concurrency``
+   in flight (runtime triton, seldon, torchserve in turn; maxReplicas 1, 1, 2, 3 in turn, so half get
+   an HPA). The CRD's conversion webhook points at a loopback port nothing serves: the benchmark
+   creates and reads only v1, so nothing is converted, and the run fails if the CRD's
+   ``status.storedVersions`` is ever anything but ``["v1"]``;
 2. the time until every child exists and until every InferenceService is ``Ready=True``, seen by
    this benchmark's own watches (informers; no polling LISTs);
 3. settle (the implementation's CPU still for ``--quiet-seconds``), then ``--idle-seconds`` of
    steady state: every request it makes then (expected: none);
 4. for the operator and the reference: ``--changes`` spec changes one after another (a new
-   ``modelUri``), each timed from the API server's answer to the patch until this benchmark sees
-   the Deployment carry it (event-to-child-write latency, p50/p99);
+   ``spec.predictor.model.uri``), each timed from the API server's answer to the patch until this
+   benchmark sees the Deployment carry it (event-to-child-write latency, p50/p99);
 5. for the operator at N in ``--resync-counts``: a forced full resync (SIGUSR1: every informer
    replays its cache, as a resync period does): its mutating and GET/LIST requests (expected: 0)
    and CPU seconds; and a restart with N objects present, with ``--changes`` spec changes during
@@ -72,9 +76,11 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from bench._common import (
+    NO_WEBHOOK_SERVER,
     cli_binary,
     command_name,
     dev_cluster_down,
+    install_crd,
     log,
     machine_info,
     markdown_table,
@@ -82,9 +88,10 @@ from bench._common import (
     pids_naming,
     read_machine,
     read_proc,
+    stored_versions,
     write_json,
 )
-from bench.operator_footprint import free_port, inference_service
+from bench.operator_footprint import free_port, inference_service, max_replicas
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.objects import Obj
@@ -213,7 +220,7 @@ def start_impl(
             sys.executable, "-m", "mlops_platform.cli", "run", "--kubeconfig", kubeconfig,
             "--no-monitoring", "--workers", str(workers),
             "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
-            *extra,
+            *NO_WEBHOOK_SERVER, *extra,
         ]  # fmt: skip
     elif name == "reference":
         cmd = [
@@ -559,10 +566,10 @@ async def wait_quiet(impl: Impl | Group, quiet: float, timeout: float) -> float:
 async def spec_changes(
     client: Client, observer: Observer, names: Sequence[str], tag: str, timeout: float
 ) -> Latency:
-    """One spec change at a time (``modelUri`` -> a new value): the time from the patch's answer
-    until this benchmark's watch sees the Deployment carry it. The next change waits until that
-    rollout is complete (the Deployment controller done), so every change meets an idle cluster,
-    not the pod churn of the one before."""
+    """One spec change at a time (``spec.predictor.model.uri`` -> a new value): the time from the
+    patch's answer until this benchmark's watch sees the Deployment carry it. The next change waits
+    until that rollout is complete (the Deployment controller done), so every change meets an idle
+    cluster, not the pod churn of the one before."""
     from mlops_platform import api
 
     # this process holds N objects of every kind too: a full collection of its heap (about 0.3 s
@@ -601,7 +608,8 @@ async def spec_changes(
         for name in tqdm(names, desc=f"spec changes ({tag})", unit="change", leave=False):
             uri = f"s3://models/bench/{name}/{tag}"
             wanted[name] = uri
-            await client.patch(api.RESOURCE, name, {"spec": {"modelUri": uri}}, namespace=NAMESPACE)
+            change = {"spec": {"predictor": {"model": {"uri": uri}}}}  # a merge patch: the rest stays
+            await client.patch(api.RESOURCE, name, change, namespace=NAMESPACE)
             t0 = time.monotonic()
             await observer.until(lambda n=name: n in seen, timeout, f"{name} carries {uri}")  # type: ignore[misc]
             out.append(max(0.0, seen[name] - t0) * 1000)
@@ -650,15 +658,16 @@ def fresh_cluster(name: str, n: int) -> str:
 
 
 async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency: int, log_dir: Path) -> Run:
-    from mlops_platform.api import crd
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
 
     kubeconfig = fresh_cluster(args.cluster_name, n)
     run = Run(impl_name, n, concurrency)
-    expected_hpas = sum(1 for i in range(n) if inference_service(NAMESPACE, i)["spec"]["maxReplicas"] > 1)
+    expected_hpas = sum(1 for i in range(n) if max_replicas(inference_service(NAMESPACE, i)) > 1)
     async with rclient.Client.from_kubeconfig(kubeconfig) as client:
-        await crd.install(client)
+        await install_crd(client)
+        if failure := await check_stored_versions(client, "after the CRD was installed"):
+            raise SystemExit(failure)  # not a fresh cluster: reading those objects would need the webhook
         await client.create(resources.NAMESPACE, {"metadata": {"name": NAMESPACE}})
         observer = Observer(client, expected_hpas)
         observer.start()
@@ -738,7 +747,22 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.bytes_per_isvc = run.etcd_db_in_use_bytes / n
         run.list_ms = await list_latency_ms(client)
         await observer.stop()
+        if failure := await check_stored_versions(client, "at the end of the run"):
+            log(f"{impl_name} N={n}: {failure}")
+            run.failures.append(failure)
     return run
+
+
+async def check_stored_versions(client: Client, when: str) -> str | None:
+    """Why the run fails if anything was stored at a version other than v1 (the CRD's
+    ``status.storedVersions`` is not ``["v1"]``): the benchmark creates and reads only v1, the storage
+    version, so that no request goes through the conversion webhook; else None."""
+    from mlops_platform import api
+
+    stored = await stored_versions(client)
+    if stored == [api.v1.VERSION]:
+        return None
+    return f"InferenceServices stored at {stored} {when}, not only at {api.v1.VERSION}: not v1 traffic only"
 
 
 async def wait_partitions(group: Group, want: int, timeout: float) -> float:

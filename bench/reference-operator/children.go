@@ -34,24 +34,48 @@ const (
 	modelURIAnno  = group + "/model-uri"
 )
 
-// Spec is the part of the InferenceService spec the children are built from (the CRD defaults
-// port 8080, minReplicas 1, maxReplicas 1, gpuPerReplica 0 on the server).
+// Spec is the part of the mlops.platform/v1 InferenceService spec the children are built from (the
+// CRD defaults predictor.port 8080 and predictor.autoscaling minReplicas 1, maxReplicas 1 on the
+// server). Quantities decode from strings ("500m") and integers (a GPU count) alike.
 type Spec struct {
-	ModelURI      string     `json:"modelUri"`
-	Framework     string     `json:"framework"`
-	Port          int32      `json:"port"`
-	MinReplicas   int32      `json:"minReplicas"`
-	MaxReplicas   int32      `json:"maxReplicas"`
-	GPUPerReplica int32      `json:"gpuPerReplica,omitempty"`
-	Resources     *Resources `json:"resources,omitempty"`
+	Predictor Predictor `json:"predictor"`
 }
 
-// Resources of each predictor replica.
+// Predictor is the model server of the stable model.
+type Predictor struct {
+	Model       Model       `json:"model"`
+	Runtime     string      `json:"runtime"`
+	Port        int32       `json:"port"`
+	Resources   Resources   `json:"resources,omitempty"`
+	Autoscaling Autoscaling `json:"autoscaling"`
+}
+
+// Model is where the model is (its format does not change the children of the built-in runtimes).
+type Model struct {
+	URI string `json:"uri"`
+}
+
+// Resources of each predictor replica: any resource name, GPUs included (nvidia.com/gpu).
 type Resources struct {
-	CPURequest    string `json:"cpuRequest,omitempty"`
-	CPULimit      string `json:"cpuLimit,omitempty"`
-	MemoryRequest string `json:"memoryRequest,omitempty"`
-	MemoryLimit   string `json:"memoryLimit,omitempty"`
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	Limits   corev1.ResourceList `json:"limits,omitempty"`
+}
+
+// Autoscaling is the replica bounds (the utilization targets and scale-to-zero are not done here).
+type Autoscaling struct {
+	MinReplicas int32 `json:"minReplicas"`
+	MaxReplicas int32 `json:"maxReplicas"`
+}
+
+// gpus per replica: the nvidia.com/gpu limit, else its request, else 0 (internal.ResourceRequirements.gpus).
+func (r Resources) gpus() int64 {
+	if q, ok := r.Limits[gpuResource]; ok {
+		return q.Value()
+	}
+	if q, ok := r.Requests[gpuResource]; ok {
+		return q.Value()
+	}
+	return 0
 }
 
 type probe struct {
@@ -183,7 +207,7 @@ func selectorLabels(o owner) map[string]string {
 func childLabels(o owner, rt runtime) map[string]string {
 	l := selectorLabels(o)
 	l["app"] = o.name
-	l[group+"/framework"] = o.spec.Framework
+	l[group+"/framework"] = o.spec.Predictor.Runtime
 	l["app.kubernetes.io/name"] = rt.server
 	l["app.kubernetes.io/instance"] = o.name
 	l["app.kubernetes.io/component"] = component
@@ -207,13 +231,16 @@ func ownerRef(o owner) *metav1ac.OwnerReferenceApplyConfiguration {
 }
 
 // hpaOwnsReplicas: maxReplicas > minReplicas >= 1 (base.replica_owner).
-func hpaOwnsReplicas(s Spec) bool { return s.MaxReplicas > s.MinReplicas && s.MinReplicas >= 1 }
+func hpaOwnsReplicas(s Spec) bool {
+	a := s.Predictor.Autoscaling
+	return a.MaxReplicas > a.MinReplicas && a.MinReplicas >= 1
+}
 
 // buildDeployment is deployment.build + deployment.settle: with an HPA the live replica count
 // (minReplicas for a new Deployment), else minReplicas.
 func buildDeployment(o owner, rt runtime, live *appsv1.Deployment) (*appsv1ac.DeploymentApplyConfiguration, error) {
 	s := o.spec
-	replicas := s.MinReplicas
+	replicas := s.Predictor.Autoscaling.MinReplicas
 	if hpaOwnsReplicas(s) && live != nil && live.Spec.Replicas != nil {
 		replicas = *live.Spec.Replicas
 	}
@@ -222,7 +249,7 @@ func buildDeployment(o owner, rt runtime, live *appsv1.Deployment) (*appsv1ac.De
 		return nil, err
 	}
 	podAnnotations := map[string]string{
-		modelURIAnno: s.ModelURI,
+		modelURIAnno: s.Predictor.Model.URI,
 		"kubectl.kubernetes.io/default-container": containerName,
 	}
 	if mp, ok := rt.port(metricsPortName); ok {
@@ -240,13 +267,13 @@ func buildDeployment(o owner, rt runtime, live *appsv1.Deployment) (*appsv1ac.De
 			WithRunAsUser(runAsUser)).
 		WithContainers(ctr).
 		WithVolumes(corev1ac.Volume().WithName(modelVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
-	if s.GPUPerReplica > 0 {
+	if s.Predictor.Resources.gpus() > 0 {
 		pod.WithTolerations(corev1ac.Toleration().
 			WithKey(gpuResource).WithOperator(corev1.TolerationOpExists).WithEffect(corev1.TaintEffectNoSchedule))
 	}
 	return appsv1ac.Deployment(childName(o), o.namespace).
 		WithLabels(childLabels(o, rt)).
-		WithAnnotations(map[string]string{modelURIAnno: s.ModelURI}).
+		WithAnnotations(map[string]string{modelURIAnno: s.Predictor.Model.URI}).
 		WithOwnerReferences(ownerRef(o)).
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithReplicas(replicas).
@@ -265,36 +292,30 @@ func buildDeployment(o owner, rt runtime, live *appsv1.Deployment) (*appsv1ac.De
 }
 
 func buildContainer(o owner, rt runtime) (*corev1ac.ContainerApplyConfiguration, error) {
-	s := o.spec
+	p := o.spec.Predictor
 	image := rt.image
-	if s.GPUPerReplica > 0 && rt.gpuImage != "" {
+	if p.Resources.gpus() > 0 && rt.gpuImage != "" {
 		image = rt.gpuImage
 	}
 	c := corev1ac.Container().WithName(containerName).WithImage(image)
 	for _, cmd := range rt.command {
-		c.WithCommand(rt.render(cmd, s.Port))
+		c.WithCommand(rt.render(cmd, p.Port))
 	}
 	for _, a := range rt.args {
-		c.WithArgs(rt.render(a, s.Port))
+		c.WithArgs(rt.render(a, p.Port))
 	}
-	c.WithEnv(corev1ac.EnvVar().WithName("MODEL_URI").WithValue(s.ModelURI))
+	c.WithEnv(corev1ac.EnvVar().WithName("MODEL_URI").WithValue(p.Model.URI))
 	for _, kv := range rt.env {
-		c.WithEnv(corev1ac.EnvVar().WithName(kv[0]).WithValue(rt.render(kv[1], s.Port)))
+		c.WithEnv(corev1ac.EnvVar().WithName(kv[0]).WithValue(rt.render(kv[1], p.Port)))
 	}
-	c.WithPorts(corev1ac.ContainerPort().WithName(httpPortName).WithContainerPort(s.Port).WithProtocol(corev1.ProtocolTCP))
+	c.WithPorts(corev1ac.ContainerPort().WithName(httpPortName).WithContainerPort(p.Port).WithProtocol(corev1.ProtocolTCP))
 	for _, p := range rt.ports {
 		c.WithPorts(corev1ac.ContainerPort().WithName(p.name).WithContainerPort(p.port).WithProtocol(corev1.ProtocolTCP))
 	}
 	c.WithReadinessProbe(buildProbe(rt.readiness)).
 		WithLivenessProbe(buildProbe(rt.liveness)).
 		WithStartupProbe(buildProbe(rt.startup))
-	res, err := buildResources(s)
-	if err != nil {
-		return nil, err
-	}
-	if res != nil {
-		c.WithResources(res)
-	}
+	c.WithResources(buildResources(p.Resources))
 	return c.
 		WithSecurityContext(corev1ac.SecurityContext().
 			WithAllowPrivilegeEscalation(false).
@@ -312,37 +333,12 @@ func buildProbe(p probe) *corev1ac.ProbeApplyConfiguration {
 		WithFailureThreshold(p.failureThreshold)
 }
 
-// buildResources: the spec's requests and limits; the default request (cpu 1, memory 2Gi) fills in
-// a resource the spec sets neither a request nor a limit for; GPUs as request and limit.
-func buildResources(s Spec) (*corev1ac.ResourceRequirementsApplyConfiguration, error) {
-	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
-	r := s.Resources
-	if r == nil {
-		r = &Resources{}
-	}
-	for _, q := range []struct {
-		into  corev1.ResourceList
-		name  corev1.ResourceName
-		value string
-	}{
-		{requests, corev1.ResourceCPU, r.CPURequest},
-		{requests, corev1.ResourceMemory, r.MemoryRequest},
-		{limits, corev1.ResourceCPU, r.CPULimit},
-		{limits, corev1.ResourceMemory, r.MemoryLimit},
-	} {
-		if q.value == "" {
-			continue
-		}
-		v, err := resource.ParseQuantity(q.value)
-		if err != nil {
-			return nil, fmt.Errorf("spec.resources: %s %q: %w", q.name, q.value, err)
-		}
-		q.into[q.name] = v
-	}
-	if s.GPUPerReplica > 0 {
-		gpus := *resource.NewQuantity(int64(s.GPUPerReplica), resource.DecimalSI)
-		requests[gpuResource] = gpus
-		limits[gpuResource] = gpus
+// buildResources: the spec's requests and limits (any resource name, GPUs included); the default
+// request (cpu 1, memory 2Gi) fills in a resource the spec sets neither a request nor a limit for.
+func buildResources(r Resources) *corev1ac.ResourceRequirementsApplyConfiguration {
+	requests, limits := r.Requests.DeepCopy(), r.Limits.DeepCopy()
+	if requests == nil {
+		requests = corev1.ResourceList{}
 	}
 	for name, def := range map[corev1.ResourceName]string{corev1.ResourceCPU: defaultCPURequest, corev1.ResourceMemory: defaultMemoryRequest} {
 		_, req := requests[name]
@@ -358,14 +354,14 @@ func buildResources(s Spec) (*corev1ac.ResourceRequirementsApplyConfiguration, e
 	if len(limits) > 0 {
 		out.WithLimits(limits)
 	}
-	return out, nil
+	return out
 }
 
 func buildService(o owner, rt runtime) *corev1ac.ServiceApplyConfiguration {
 	spec := corev1ac.ServiceSpec().
 		WithType(corev1.ServiceTypeClusterIP).
 		WithSelector(selectorLabels(o)).
-		WithPorts(corev1ac.ServicePort().WithName(httpPortName).WithPort(o.spec.Port).
+		WithPorts(corev1ac.ServicePort().WithName(httpPortName).WithPort(o.spec.Predictor.Port).
 			WithTargetPort(intstr.FromString(httpPortName)).WithProtocol(corev1.ProtocolTCP))
 	if mp, ok := rt.port(metricsPortName); ok {
 		spec.WithPorts(corev1ac.ServicePort().WithName(metricsPortName).WithPort(mp).
@@ -384,8 +380,8 @@ func buildHPA(o owner, rt runtime) *autoscalingv2ac.HorizontalPodAutoscalerApply
 		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
 			WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().
 				WithAPIVersion(deploymentAPIVersion).WithKind(deploymentKind).WithName(childName(o))).
-			WithMinReplicas(o.spec.MinReplicas).
-			WithMaxReplicas(o.spec.MaxReplicas).
+			WithMinReplicas(o.spec.Predictor.Autoscaling.MinReplicas).
+			WithMaxReplicas(o.spec.Predictor.Autoscaling.MaxReplicas).
 			WithMetrics(autoscalingv2ac.MetricSpec().
 				WithType("Resource").
 				WithResource(autoscalingv2ac.ResourceMetricSource().

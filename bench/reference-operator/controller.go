@@ -29,7 +29,11 @@ import (
 
 const fieldOwner = client.FieldOwner("reference-operator")
 
-var isvcGVK = schema.GroupVersionKind{Group: group, Version: "v1alpha1", Kind: "InferenceService"}
+// isvcVersion is the InferenceService API version this operator reads and writes: v1, the storage
+// version (the API server never converts). hack/build-reference-operator keys its cache on it too.
+const isvcVersion = "v1"
+
+var isvcGVK = schema.GroupVersionKind{Group: group, Version: isvcVersion, Kind: "InferenceService"}
 
 func newInferenceService() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
@@ -68,9 +72,9 @@ func (r *InferenceServiceReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(rawSpec, &spec); err != nil {
 		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("decoding spec: %w", err))
 	}
-	rt, ok := runtimes[spec.Framework]
+	rt, ok := runtimes[spec.Predictor.Runtime]
 	if !ok {
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("unknown framework %q", spec.Framework))
+		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("unknown runtime %q", spec.Predictor.Runtime))
 	}
 	o := owner{
 		apiVersion: isvc.GetAPIVersion(), kind: isvc.GetKind(),
@@ -185,7 +189,7 @@ func readyCondition(generation int64, spec Spec, deploy *appsv1ac.DeploymentAppl
 		clusterIP = val(svc.Spec.ClusterIP)
 	}
 	switch {
-	case spec.MinReplicas == 0:
+	case spec.Predictor.Autoscaling.MinReplicas == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "ScaledToZero", "minReplicas is 0: no replica is running"
 	case observed < gen:
 		c.Status, c.Reason = metav1.ConditionFalse, "RollingOut"
