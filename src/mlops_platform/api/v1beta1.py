@@ -30,6 +30,10 @@ ROOT_RULES = v1alpha1.ROOT_RULES
 AUTOSCALING_RULES = [v1.AUTOSCALING_RULES[0]]
 
 
+#: the default autoscaling block, whole: the server checks a default against the CEL rules as it is
+_DEFAULT_SCALING = {"minReplicas": 1, "maxReplicas": 1}
+
+
 class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_fields=True):
     pass
 
@@ -78,7 +82,7 @@ class Predictor(_Base):
     ] = None
     autoscaling: Annotated[
         Autoscaling,
-        Meta(extra_json_schema={"x-kubernetes-validations": AUTOSCALING_RULES, "default": {}}),
+        Meta(extra_json_schema={"x-kubernetes-validations": AUTOSCALING_RULES, "default": _DEFAULT_SCALING}),
     ] = msgspec.field(default_factory=Autoscaling)
 
 

@@ -283,4 +283,5 @@ def test_the_converter_handles_maps_and_refuses_what_kubernetes_cannot_express()
         crd.structural_schema(_Mixed)
     with pytest.raises(TypeError, match="no CRD equivalent"):
         crd.structural_schema(_Tuple)
-    assert crd.structural_schema(_Bounded)["properties"]["x"]["exclusiveMinimum"] == 0
+    bounded = crd.structural_schema(_Bounded)["properties"]["x"]
+    assert (bounded["minimum"], bounded["exclusiveMinimum"]) == (0, True)  # OpenAPI v3.0 form
