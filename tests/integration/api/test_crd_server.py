@@ -222,14 +222,16 @@ async def test_invalid_manifests_are_rejected_naming_the_field(
 
 async def test_kubectl_explain_shows_the_descriptions(installed: JSON, kubectl: Kubectl) -> None:
     async def explain() -> str:
-        rc, out, _ = await kubectl("explain", "inferenceservices.spec.traffic")
+        rc, out, _ = await kubectl(
+            "explain", "inferenceservices.spec.traffic", "--api-version=mlops.platform/v1alpha1"
+        )
         return out if rc == 0 and "canaryPercent" in out else ""
 
     out = await wait.until(explain, timeout=60, what="OpenAPI v3 published for the CRD")
     assert "Canary traffic split between the active model version and a canary version." in out
     assert "Percent of requests (0-100) routed to canaryVersion." in out
     assert "The candidate model that gets canaryPercent of the traffic" in out
-    rc, out, _ = await kubectl("explain", "isvc.spec.resources.cpuRequest")
+    rc, out, _ = await kubectl("explain", "isvc.spec.resources.cpuRequest", "--api-version=mlops.platform/v1alpha1")
     assert rc == 0 and "CPU request per replica" in out
 
 
@@ -279,7 +281,7 @@ async def test_status_subresource_and_printer_columns(
         await admin_client.patch(ISVC, "model", bad, namespace=namespace, subresource="status")
     assert 'status.conditions[0].status: Unsupported value: "Maybe"' in info.value.message
 
-    rc, out, err = await kubectl("get", "isvc", "-n", namespace)
+    rc, out, err = await kubectl("get", "inferenceservices.v1alpha1.mlops.platform", "-n", namespace)
     assert rc == 0, err
     header, row = (line.split() for line in out.strip().splitlines())
     assert header == ["NAME", "FRAMEWORK", "URL", "READY", "REASON", "REPLICAS", "AGE"]
