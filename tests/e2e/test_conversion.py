@@ -54,7 +54,9 @@ async def test_create_in_v1alpha1_read_in_every_version_update_in_v1_nothing_los
     assert hub["spec"]["monitoring"] == {"alerts": {"errorRatio": 0.02}}
     assert beta["spec"]["extensions"]["monitoring"] == {"alerts": {"errorRatio": 0.02}}
     # kubectl, as a user would: the versioned resource name
-    rc, out, err = await kubectl("get", "inferenceservices.v1beta1.mlops.platform", "bert", "-n", namespace, "-o", "json")
+    rc, out, err = await kubectl(
+        "get", "inferenceservices.v1beta1.mlops.platform", "bert", "-n", namespace, "-o", "json"
+    )
     assert rc == 0, err
     assert '"apiVersion": "mlops.platform/v1beta1"' in out
     # update in v1 with a setting v1alpha1 cannot say; read in v1alpha1: the old fields unchanged

@@ -231,7 +231,9 @@ async def test_kubectl_explain_shows_the_descriptions(installed: JSON, kubectl: 
     assert "Canary traffic split between the active model version and a canary version." in out
     assert "Percent of requests (0-100) routed to canaryVersion." in out
     assert "The candidate model that gets canaryPercent of the traffic" in out
-    rc, out, _ = await kubectl("explain", "isvc.spec.resources.cpuRequest", "--api-version=mlops.platform/v1alpha1")
+    rc, out, _ = await kubectl(
+        "explain", "isvc.spec.resources.cpuRequest", "--api-version=mlops.platform/v1alpha1"
+    )
     assert rc == 0 and "CPU request per replica" in out
 
 
