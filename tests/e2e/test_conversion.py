@@ -62,13 +62,13 @@ async def test_create_in_v1alpha1_read_in_every_version_update_in_v1_nothing_los
     # update in v1 with a setting v1alpha1 cannot say; read in v1alpha1: the old fields unchanged
     hub["spec"]["predictor"]["autoscaling"]["targetUtilization"] = {"cpu": 70, "memory": 80}
     hub["spec"]["predictor"]["model"]["format"] = "pytorch"
-    await c.replace(V1, "bert", hub, namespace)
+    await c.replace(V1, hub)
     old = await c.get(ALPHA, "bert", namespace)
     assert spec_of(old) == spec_of(created)
     assert conversion.ANNOTATION in old["metadata"]["annotations"]
     # an edit in v1alpha1 keeps what only v1 says
     old["spec"]["maxReplicas"] = 6
-    await c.replace(ALPHA, "bert", old, namespace)
+    await c.replace(ALPHA, old)
     again = await c.get(V1, "bert", namespace)
     assert again["spec"]["predictor"]["autoscaling"] == {
         "minReplicas": 2, "maxReplicas": 6, "targetUtilization": {"cpu": 70, "memory": 80},
@@ -96,13 +96,15 @@ async def test_a_list_of_objects_written_in_every_version(
 
 
 async def _children(c: rclient.Client, namespace: str, name: str) -> JSON:
-    deployment = await wait.until(
-        lambda: _get(c, resources.DEPLOYMENT, f"{name}-predictor", namespace),
-        timeout=TIMEOUT,
-        what=f"Deployment {name}-predictor",
-    )
-    service = await _get(c, resources.SERVICE, f"{name}-predictor", namespace)
-    return {"deployment": _comparable(deployment, name), "service": _comparable(service, name)}
+    out: JSON = {}
+    for kind, resource in (("deployment", resources.DEPLOYMENT), ("service", resources.SERVICE)):
+        obj = await wait.until(
+            lambda resource=resource: _get(c, resource, f"{name}-predictor", namespace),
+            timeout=TIMEOUT,
+            what=f"{kind} {name}-predictor",
+        )
+        out[kind] = _comparable(obj, name)
+    return out
 
 
 async def _get(c: rclient.Client, resource: rclient.Resource, name: str, namespace: str) -> JSON | None:
