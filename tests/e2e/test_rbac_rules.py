@@ -80,6 +80,7 @@ EXPECT: dict[str, tuple[str | None, str | None]] = {
 #: so removing one shows nothing on an InferenceService (the webhook's own tests cover them)
 WEBHOOK_ONLY = {"secrets"}
 
+
 @dataclasses.dataclass
 class Case:
     rule: str

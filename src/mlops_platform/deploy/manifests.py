@@ -404,16 +404,10 @@ def render(
     watch_namespaces: Sequence[str] | None = None,
     image: str = DEFAULT_IMAGE,
     replicas: int = DEFAULT_REPLICAS,
-    *,
-    cert_manager: bool = False,
 ) -> str:
     """The install set as multi-document YAML, for ``kubectl apply --server-side -f -``."""
     objs = install_objects(
-        namespace=namespace,
-        watch_namespaces=watch_namespaces,
-        image=image,
-        replicas=replicas,
-        cert_manager=cert_manager,
+        namespace=namespace, watch_namespaces=watch_namespaces, image=image, replicas=replicas
     )
     return HEADER + generated.dump(objs)
 
@@ -607,7 +601,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chosen = (args.namespace, args.watch, args.image, args.replicas)
     if not (args.write or args.check):
-        sys.stdout.write(render(*chosen, cert_manager=args.cert_manager))
+        if args.cert_manager:
+            objs = install_objects(
+                namespace=args.namespace,
+                watch_namespaces=args.watch,
+                image=args.image,
+                replicas=args.replicas,
+                cert_manager=True,
+            )
+            sys.stdout.write(HEADER + generated.dump(objs))
+        else:
+            sys.stdout.write(render(*chosen))
         return 0
     if chosen != (DEFAULT_NAMESPACE, None, DEFAULT_IMAGE, DEFAULT_REPLICAS) or args.cert_manager:
         parser.error(
