@@ -4,10 +4,12 @@
   rules. Namespaced mode: a Role + RoleBinding with the same rules in EACH watched namespace, and
   nothing cluster-wide.
 - Always: a Role + RoleBinding for the leader-election Lease in the operator's namespace, a
-  ClusterRole + ClusterRoleBinding for the "cluster" rules (read-only access to cluster-scoped
-  kinds such as CustomResourceDefinitions, needed to follow optional kinds in both modes), and the
-  ServiceAccount the operator runs as.
-- One PolicyRule per declared (group, resource), so a single rule can be removed in tests.
+  ClusterRole + ClusterRoleBinding for the "cluster" rules (cluster-scoped kinds: list/watch of
+  CustomResourceDefinitions to follow optional kinds in both modes, and get/patch of this
+  operator's CRD only, by name, for the conversion webhook's CA bundle), and the ServiceAccount the
+  operator runs as. The leader-election Role also holds the webhook's certificate Secret rules.
+- One PolicyRule per declared (group, resource, resource names), so a single rule can be removed in
+  tests; ``resourceNames`` when the declaration names the objects.
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ DEFAULT_NAMESPACE = "mlops-system"
 def declared_rules() -> list[rbac.Rule]:
     """Every rule the operator's code declares (importing the modules registers them)."""
     import mlops_platform.controllers.inferenceservice.controller
-    import mlops_platform.runtime.control.manager  # noqa: F401
+    import mlops_platform.runtime.control.manager
+    import mlops_platform.webhooks.serve  # noqa: F401
 
     return rbac.declared()
 
 
 def policy_rule(rule: rbac.Rule) -> Obj:
-    return {"apiGroups": [rule.group], "resources": [rule.resource], "verbs": list(rule.verbs)}
+    out: Obj = {"apiGroups": [rule.group], "resources": [rule.resource]}
+    if rule.resource_names:
+        out["resourceNames"] = list(rule.resource_names)
+    return {**out, "verbs": list(rule.verbs)}
 
 
 def labels(component: str) -> dict[str, str]:

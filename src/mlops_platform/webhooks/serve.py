@@ -23,6 +23,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from mlops_platform.api import CRD_NAME, crd
+from mlops_platform.runtime import rbac
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.webhook import certs, keeper, server
 from mlops_platform.webhooks import conversion
@@ -30,6 +31,35 @@ from mlops_platform.webhooks import conversion
 log = logging.getLogger("mlops_platform.webhooks")
 
 SECRET = ("mlops-system", "mlops-platform-webhook-tls")
+
+# The self-managed certificates: one Secret in the operator's namespace (the "leader-election" scope),
+# read and replaced by name; created when absent (``create`` cannot be limited by name). The CA
+# bundle is patched into this operator's CRD only. Not used with ``cert_dir`` (cert-manager mode).
+RBAC = (
+    rbac.requires(
+        "",
+        "secrets",
+        ["get", "update"],
+        why="the conversion webhook's certificates (read, rotate)",
+        scope="leader-election",
+        resource_names=[SECRET[1]],
+    ),
+    rbac.requires(
+        "",
+        "secrets",
+        ["create"],
+        why="the conversion webhook's certificates (first replica creates the Secret)",
+        scope="leader-election",
+    ),
+    rbac.requires(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ["get", "patch"],
+        why="inject the webhook's CA bundle into spec.conversion",
+        scope="cluster",
+        resource_names=[CRD_NAME],
+    ),
+)
 
 
 def service_dns_names(namespace: str, name: str) -> tuple[str, ...]:

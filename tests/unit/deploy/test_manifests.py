@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
 PLACEHOLDER = re.compile(r"\{\{ \.Values\.(\w+) \}\}")
+CONDITION = re.compile(r"^\{\{- (if \.Values\.([\w.]+)|else|end) \}\}$")
 
 
 def key(o: Obj) -> tuple[str, str, str]:
@@ -47,17 +51,80 @@ def kustomize(directory: Path) -> list[Obj]:
     return out
 
 
+def _value(values: Obj, dotted: str) -> Any:
+    for part in dotted.split("."):
+        values = values[part]
+    return values
+
+
+def _conditionals(text: str, values: Obj) -> str:
+    """Whole-line ``{{- if .Values.a.b }}`` / ``{{- else }}`` / ``{{- end }}`` (not nested)."""
+    out, keep, inside = [], True, False
+    for line in text.splitlines(keepends=True):
+        m = CONDITION.match(line.strip())
+        if m is None:
+            out += [line] if keep else []
+        elif m.group(2):
+            assert not inside, "nested conditionals"
+            inside, keep = True, bool(_value(values, m.group(2)))
+        elif m.group(1) == "else":
+            assert inside
+            keep = not keep
+        else:
+            assert inside
+            inside, keep = False, True
+    assert not inside, "unterminated conditional"
+    return "".join(out)
+
+
 def helm_render(chart: Path, **overrides: object) -> list[Obj]:
-    """``helm template`` for a chart whose only template syntax is ``{{ .Values.<name> }}``."""
+    """``helm template`` for a chart whose only template syntax is ``{{ .Values.<name> }}`` and
+    whole-line conditionals on a value."""
     values = {**yaml.safe_load((chart / "values.yaml").read_text()), **overrides}
     docs: list[Obj] = []
     for f in sorted((chart / "crds").glob("*.yaml")):
         docs += yaml.safe_load_all(f.read_text())
     for f in sorted((chart / "templates").glob("*.yaml")):
-        text = PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), f.read_text())
+        text = PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), _conditionals(f.read_text(), values))
         assert "{{" not in text, f"{f.name}: template syntax the renderer does not know"
         docs += yaml.safe_load_all(text)
     return [d for d in docs if d]
+
+
+def json_patch(obj: Obj, ops: list[Obj]) -> Obj:
+    """RFC 6902 ``add`` (the only operation the generated overlays use)."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        assert op["op"] == "add", op
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node: Any = out
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if isinstance(node, list):
+            node.insert(len(node) if last == "-" else int(last), op["value"])
+        else:
+            node[last] = op["value"]
+    return out
+
+
+def kustomize_patched(directory: Path) -> list[Obj]:
+    """:func:`kustomize` plus ``patches`` (RFC 6902 files, targets by kind and name)."""
+    k = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert set(k) == {"apiVersion", "kind", "resources", "patches"}
+    objs: list[Obj] = []
+    for res in k["resources"]:
+        path = directory / res
+        objs += kustomize(path) if path.is_dir() else list(yaml.safe_load_all(path.read_text()))
+    for patch in k["patches"]:
+        target, ops = patch["target"], yaml.safe_load((directory / patch["path"]).read_text())
+        hits = [
+            i
+            for i, o in enumerate(objs)
+            if (o["kind"], o["metadata"]["name"]) == (target["kind"], target["name"])
+        ]
+        assert len(hits) == 1, target
+        objs[hits[0]] = json_patch(objs[hits[0]], ops)
+    return objs
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +199,20 @@ def test_config_default_is_the_install_set(objs: list[Obj]) -> None:
     assert by_key(kustomize(ROOT / "config/default")) == by_key(objs)
 
 
+def _without_crd(objs: list[Obj]) -> dict[tuple[str, str, str], Obj]:
+    return {k: o for k, o in by_key(objs).items() if k[0] != "CustomResourceDefinition"}
+
+
 def test_the_chart_renders_to_the_install_set() -> None:
     chart = ROOT / manifests.CHART_DIR
     assert by_key(helm_render(chart)) == by_key(manifests.install_objects())
     custom = helm_render(chart, namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
-    assert by_key(custom) == by_key(
-        manifests.install_objects(namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
+    expected = manifests.install_objects(namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
+    assert _without_crd(custom) == _without_crd(expected)
+    # Helm never templates crds/: its CRD names the webhook Service in the default namespace
+    [chart_crd] = of_kind(custom, "CustomResourceDefinition")
+    assert (
+        chart_crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["namespace"] == "mlops-system"
     )
     meta = yaml.safe_load((chart / "Chart.yaml").read_text())
     assert (meta["apiVersion"], meta["name"], meta["appVersion"]) == ("v2", "mlops-platform", "0.1.0")
@@ -185,7 +260,7 @@ def test_the_pod_runs_well(pod: Obj) -> None:
     spread = {t["topologyKey"] for t in pod["topologySpreadConstraints"]}
     assert "kubernetes.io/hostname" in spread
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"]["port"] == "health"
     assert c["startupProbe"]["httpGet"]["port"] == "health"
@@ -215,6 +290,16 @@ def test_the_flags_are_the_ones_run_accepts(objs: list[Obj]) -> None:
             ctx = cli.run.make_context("run", list(c["args"]))
             assert ctx.params["leader_elect"] is True
             assert ctx.params["health_probe_bind_address"] == "0.0.0.0:8081"
+            assert ctx.params["webhook_bind_address"] == "0.0.0.0:9443"
+            assert ctx.params["webhook_secret"] == "mlops-system/mlops-platform-webhook-tls"
+            assert list(ctx.params["webhook_dns_names"]) == [
+                "mlops-platform-webhook.mlops-system.svc",
+                "mlops-platform-webhook.mlops-system.svc.cluster.local",
+            ]
+    [deploy] = of_kind(manifests.install_objects(cert_manager=True), "Deployment")
+    [c] = deploy["spec"]["template"]["spec"]["containers"]
+    ctx = cli.run.make_context("run", list(c["args"]))
+    assert str(ctx.params["webhook_cert_dir"]) == manifests.CERT_DIR
 
 
 def test_the_dockerfile_matches_the_deployment(pod: Obj) -> None:
@@ -233,7 +318,8 @@ def test_a_pdb_keeps_one_manager_and_the_metrics_service_selects_them(objs: list
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
     assert deploy["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    [svc] = of_kind(objs, "Service")
+    [svc, _] = of_kind(objs, "Service")
+    assert svc["metadata"]["name"] == "mlops-platform-metrics"
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert svc["spec"]["ports"] == [
         {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
@@ -255,8 +341,14 @@ CRD_READER_RULES = [
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
+        "resourceNames": ["inferenceservices.mlops.platform"],
+        "verbs": ["get", "patch"],
+    },
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
-    }
+    },
 ]
 
 
@@ -312,3 +404,110 @@ def test_several_watch_namespaces_get_one_manager_each() -> None:
 def test_invalid_parameters(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         manifests.install_objects(**kwargs)
+
+
+# -- the conversion webhook -------------------------------------------------------------------------
+
+
+def test_every_replica_serves_the_webhook_behind_the_service_the_crd_names(objs: list[Obj]) -> None:
+    [deploy] = of_kind(objs, "Deployment")
+    assert deploy["spec"]["replicas"] == manifests.DEFAULT_REPLICAS == 2
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    [c] = deploy["spec"]["template"]["spec"]["containers"]
+    assert "--webhook-bind-address=0.0.0.0:9443" in c["args"]
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in c["ports"]
+    assert not any(a.startswith("--webhook-cert-dir") for a in c["args"])  # self-managed by default
+    svc = by_key(objs)[("Service", "mlops-system", "mlops-platform-webhook")]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc["spec"]["ports"] == [
+        {"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}
+    ]
+    [crd_obj] = of_kind(objs, "CustomResourceDefinition")
+    assert crd_obj == crd.crd_manifest()  # the committed CRD names this Service
+    ref = crd_obj["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    assert (ref["namespace"], ref["name"], ref["port"]) == crd.WEBHOOK_SERVICE
+    assert "annotations" not in crd_obj["metadata"]
+
+
+def test_another_namespace_moves_the_service_the_crd_the_secret_and_the_dns_names() -> None:
+    objs = manifests.install_objects(namespace="ops", watch_namespaces=["team-a", "team-b"])
+    [crd_obj] = of_kind(objs, "CustomResourceDefinition")
+    assert crd_obj["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["namespace"] == "ops"
+    assert ("Service", "ops", "mlops-platform-webhook") in by_key(objs)
+    for deploy in of_kind(objs, "Deployment"):  # every manager serves it, in the operator namespace
+        [c] = deploy["spec"]["template"]["spec"]["containers"]
+        assert "--webhook-secret=ops/mlops-platform-webhook-tls" in c["args"]
+        assert "--webhook-dns-name=mlops-platform-webhook.ops.svc" in c["args"]
+
+
+def test_config_webhook_holds_the_service_and_the_pdb() -> None:
+    objs = kustomize(ROOT / manifests.WEBHOOK_DIR)
+    assert sorted(key(o) for o in objs) == [
+        ("PodDisruptionBudget", "mlops-system", "mlops-platform"),
+        ("Service", "mlops-system", "mlops-platform-webhook"),
+    ]
+    [pdb] = of_kind(objs, "PodDisruptionBudget")
+    assert (pdb["apiVersion"], pdb["spec"]["minAvailable"]) == ("policy/v1", 1)
+    assert (
+        "../webhook"
+        in yaml.safe_load((ROOT / manifests.DEFAULT_DIR / "kustomization.yaml").read_text())["resources"]
+    )
+
+
+def test_the_cert_manager_variant() -> None:
+    objs = manifests.install_objects(cert_manager=True)
+    plain = by_key(manifests.install_objects())
+    got = by_key(objs)
+    added = set(got) - set(plain)
+    assert added == {
+        ("Issuer", "mlops-system", "mlops-platform-selfsigned"),
+        ("Certificate", "mlops-system", "mlops-platform-webhook"),
+    }
+    cert = got[("Certificate", "mlops-system", "mlops-platform-webhook")]
+    assert cert["spec"]["dnsNames"] == [
+        "mlops-platform-webhook.mlops-system.svc",
+        "mlops-platform-webhook.mlops-system.svc.cluster.local",
+    ]
+    assert cert["spec"]["issuerRef"] == {"kind": "Issuer", "name": "mlops-platform-selfsigned"}
+    [crd_obj] = of_kind(objs, "CustomResourceDefinition")
+    assert crd_obj["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "mlops-system/mlops-platform-webhook"
+    }
+    [deploy] = of_kind(objs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert c["args"][-1] == f"--webhook-cert-dir={manifests.CERT_DIR}"
+    assert {"name": "webhook-certs", "mountPath": manifests.CERT_DIR, "readOnly": True} in c["volumeMounts"]
+    assert {"name": "webhook-certs", "secret": {"secretName": cert["spec"]["secretName"]}} in pod["volumes"]
+    changed = {k for k in plain if plain[k] != got[k]}
+    assert changed == {
+        ("CustomResourceDefinition", "", crd.CRD_NAME),
+        ("Deployment", "mlops-system", "mlops-platform"),
+    }
+
+
+def test_config_cert_manager_is_the_cert_manager_install_set() -> None:
+    expected = by_key(manifests.install_objects(cert_manager=True))
+    assert by_key(kustomize_patched(ROOT / manifests.CERT_MANAGER_DIR)) == expected
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:  # the real kustomize agrees
+        out = subprocess.run(
+            [kubectl, "kustomize", str(ROOT / manifests.CERT_MANAGER_DIR)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert by_key(list(yaml.safe_load_all(out))) == expected
+
+
+def test_the_chart_renders_the_cert_manager_variant() -> None:
+    chart = ROOT / manifests.CHART_DIR
+    assert yaml.safe_load((chart / "values.yaml").read_text())["webhook"] == {
+        "certManager": {"enabled": False}
+    }
+    rendered = helm_render(chart, webhook={"certManager": {"enabled": True}}, namespace="ops")
+    expected = manifests.install_objects(cert_manager=True, namespace="ops")
+    assert _without_crd(rendered) == _without_crd(expected)
+    # crds/ is not templated: with Helm the CRD is annotated by hand (docs/install-cert-manager.md)
+    [chart_crd] = of_kind(rendered, "CustomResourceDefinition")
+    assert "annotations" not in chart_crd["metadata"]
