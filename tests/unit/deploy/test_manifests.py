@@ -18,12 +18,11 @@ from mlops_platform.deploy import manifests
 from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import generated
 from mlops_platform.runtime.control import manager
+from mlops_platform.testing.helm import helm_render
 
 ROOT = Path(__file__).resolve().parents[3]
 Obj = dict[str, Any]
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
-PLACEHOLDER = re.compile(r"\{\{ \.Values\.(\w+) \}\}")
-CONDITION = re.compile(r"^\{\{- (if \.Values\.([\w.]+)|else|end) \}\}$")
 
 
 def key(o: Obj) -> tuple[str, str, str]:
@@ -49,46 +48,6 @@ def kustomize(directory: Path) -> list[Obj]:
         path = directory / res
         out += kustomize(path) if path.is_dir() else list(yaml.safe_load_all(path.read_text()))
     return out
-
-
-def _value(values: Obj, dotted: str) -> Any:
-    for part in dotted.split("."):
-        values = values[part]
-    return values
-
-
-def _conditionals(text: str, values: Obj) -> str:
-    """Whole-line ``{{- if .Values.a.b }}`` / ``{{- else }}`` / ``{{- end }}`` (not nested)."""
-    out, keep, inside = [], True, False
-    for line in text.splitlines(keepends=True):
-        m = CONDITION.match(line.strip())
-        if m is None:
-            out += [line] if keep else []
-        elif m.group(2):
-            assert not inside, "nested conditionals"
-            inside, keep = True, bool(_value(values, m.group(2)))
-        elif m.group(1) == "else":
-            assert inside
-            keep = not keep
-        else:
-            assert inside
-            inside, keep = False, True
-    assert not inside, "unterminated conditional"
-    return "".join(out)
-
-
-def helm_render(chart: Path, **overrides: object) -> list[Obj]:
-    """``helm template`` for a chart whose only template syntax is ``{{ .Values.<name> }}`` and
-    whole-line conditionals on a value."""
-    values = {**yaml.safe_load((chart / "values.yaml").read_text()), **overrides}
-    docs: list[Obj] = []
-    for f in sorted((chart / "crds").glob("*.yaml")):
-        docs += yaml.safe_load_all(f.read_text())
-    for f in sorted((chart / "templates").glob("*.yaml")):
-        text = PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), _conditionals(f.read_text(), values))
-        assert "{{" not in text, f"{f.name}: template syntax the renderer does not know"
-        docs += yaml.safe_load_all(text)
-    return [d for d in docs if d]
 
 
 def json_patch(obj: Obj, ops: list[Obj]) -> Obj:
