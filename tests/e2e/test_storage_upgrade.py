@@ -269,11 +269,11 @@ async def test_upgrade_from_the_v1alpha1_only_release_then_migrate_storage(
 
         # -- a second run has nothing to do and writes nothing
         async with rclient.Client.from_kubeconfig(kube_cluster) as fresh:
-            again = await sm.migrate(fresh, crd.CRD_NAME, method="rewrite", timeout=60)
+            rerun = await sm.migrate(fresh, crd.CRD_NAME, method="rewrite", timeout=60)
             writes = sum(
                 n for (verb, _, _), n in fresh.requests.items() if verb in ("create", "update", "patch")
             )
-        assert again.method == "none" and again.stored_versions_after == ["v1"]
+        assert rerun.method == "none" and rerun.stored_versions_after == ["v1"]
         assert writes == 0
         # the idle objects, which nothing else writes, are as the migration left them
         idle_after = {
