@@ -5,6 +5,9 @@ The CRD converts by webhook, so every cluster that stores InferenceServices need
 (a cluster-wide dependency, like in production). The pytest plugin starts :func:`serving` once per
 session: a real process with self-managed certificates (its Secret in ``mlops-system``) that the
 real API server calls over verified TLS; :func:`install_crd` installs the CRD pointing at it.
+A test that replaces the CRD or points it at another webhook wraps that in :func:`paused`: the
+session's process is stopped meanwhile (it would re-inject its bundle into whatever CRD it finds)
+and the CRD is restored, with that process's bundle injected, on exit.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from mlops_platform.api import CRD_NAME, crd
 from mlops_platform.runtime import wait
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.webhook import keeper
 
 #: where the session's webhook listens (set by :func:`serving`, read by :func:`install_crd`)
 URL_ENV = "MLOPS_TEST_WEBHOOK_URL"
@@ -59,11 +63,65 @@ async def ca_bundle(client: rclient.Client) -> bytes:
     return base64.b64decode(raw) if raw else b""
 
 
+async def stored_bundle(client: rclient.Client, secret: tuple[str, str] = SECRET) -> bytes:
+    """The CA bundle a webhook process keeps in its ``secret`` (empty while it has none)."""
+    try:
+        live = await client.get(resources.SECRET, secret[1], secret[0])
+    except rclient.ApiError as e:
+        if e.not_found:
+            return b""
+        raise
+    raw = (live.get("data") or {}).get(keeper.BUNDLE)
+    return base64.b64decode(raw) if raw else b""
+
+
 async def ensure_namespace(client: rclient.Client, name: str) -> None:
     with contextlib.suppress(rclient.ApiError):
         await client.create(
             resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         )
+
+
+class _Process:
+    """One ``mlops-platform webhook`` process, stopped and started again on the same port and Secret."""
+
+    def __init__(self, cmd: list[str], log_path: Path, secret: tuple[str, str]) -> None:
+        self.cmd, self.log_path, self.secret = cmd, log_path, secret
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    async def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(proc.wait, 15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+
+    async def wait_injected(self, client: rclient.Client, timeout: float) -> bytes:
+        """Wait until the CRD trusts exactly the bundle this process keeps in its Secret."""
+
+        async def injected() -> bytes | None:
+            if self.proc is None or self.proc.poll() is not None:
+                code = None if self.proc is None else self.proc.returncode
+                raise RuntimeError(f"the webhook process is not running ({code}); log: {self.log_path}")
+            stored = await stored_bundle(client, self.secret)
+            return stored if stored and await ca_bundle(client) == stored else None
+
+        what = f"the CA bundle of the webhook ({'/'.join(self.secret)}) in the CRD"
+        return await wait.until(injected, timeout=timeout, what=what)
+
+
+#: the processes :func:`serving` runs, by URL (:func:`paused` stops and restarts the session's)
+_PROCESSES: dict[str, _Process] = {}
 
 
 @contextlib.asynccontextmanager
@@ -73,46 +131,56 @@ async def serving(
     *,
     log_path: Path,
     port: int | None = None,
+    secret: tuple[str, str] = SECRET,
     extra_args: tuple[str, ...] = (),
     timeout: float = 60.0,
 ) -> AsyncIterator[str]:
-    """A ``mlops-platform webhook`` process serving the CRD's conversions; yields its URL once the
-    CRD is installed against it and its CA bundle injected. Stopped (SIGTERM) on exit."""
+    """A ``mlops-platform webhook`` process (certificates in ``secret``) serving the CRD's
+    conversions; yields its URL once the CRD is installed against it and the bundle of its Secret
+    injected (not merely some bundle: another webhook's may still be there). While it runs,
+    :func:`url` is its URL. Stopped (SIGTERM) on exit."""
     port = port or free_port()
     address = f"https://127.0.0.1:{port}/convert"
-    await ensure_namespace(client, SECRET[0])
+    await ensure_namespace(client, secret[0])
     await crd.install(client, webhook_url=address)
     cmd = [
         sys.executable, "-m", "mlops_platform.cli", "webhook",
         "--kubeconfig", str(kubeconfig),
         "--webhook-bind-address", f"127.0.0.1:{port}",
-        "--webhook-secret", "/".join(SECRET),
+        "--webhook-secret", "/".join(secret),
         *extra_args,
     ]  # fmt: skip
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: ASYNC220
+    process = _Process(cmd, log_path, secret)
+    process.start()
     try:
-
-        async def injected() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the webhook process exited ({proc.returncode}); log: {log_path}")
-            return bool(await ca_bundle(client))
-
-        await wait.until(injected, timeout=timeout, what="the conversion webhook's CA bundle in the CRD")
+        await process.wait_injected(client, timeout)
         previous = os.environ.get(URL_ENV)
         os.environ[URL_ENV] = address
+        _PROCESSES[address] = process
         try:
             yield address
         finally:
+            _PROCESSES.pop(address, None)
             if previous is None:
                 os.environ.pop(URL_ENV, None)
             else:
                 os.environ[URL_ENV] = previous
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await asyncio.to_thread(proc.wait)
+        await process.stop()
+
+
+@contextlib.asynccontextmanager
+async def paused(client: rclient.Client, *, timeout: float = 60.0) -> AsyncIterator[None]:
+    """The session's webhook process stopped for the block (so it does not re-inject its bundle into
+    a CRD another test installed); on exit, even on error, the current CRD installed against it
+    again (:func:`install_crd`), the process started again and its bundle injected."""
+    process = _PROCESSES.get(url())
+    if process is None:
+        raise RuntimeError(f"no webhook process serves {url()} in this session")
+    await process.stop()
+    try:
+        yield
+    finally:
+        await install_crd(client)
+        process.start()
+        await process.wait_injected(client, timeout)
