@@ -25,8 +25,8 @@ scraped around every measured step. Then:
    and the answer back to v1alpha1), each right after one created at v1 (the baseline);
 5. ``list after CRD change``: ``--refills`` times per version, the CRD's spec is changed (the API
    server drops its storage and caches) and the first LIST at the version timed; the caches
-   refill from etcd (ConversionReviews of the stored objects for the old versions); the webhook's requests are
-   counted until they stop;
+   refill from etcd (ConversionReviews of the stored objects for the old versions); the webhook's
+   requests are counted until they stop;
 6. ``handler``: the handler alone, in this process (``webhooks.conversion.review`` on the same
    ConversionReview bodies, JSON in and out): a second figure of the webhook's own time.
 
