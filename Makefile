@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke test-conversion
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-conversion test-conversion
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ bench-smoke: venv binaries ## scale benchmark at N=50 on its own cluster: fails 
 
 bench: venv binaries ## the scale benchmark (N = 100, 1000, 5000; an hour or more): docs/benchmarks/
 	$(BIN)/python -m bench.scale $(BENCH_ARGS)
+
+bench-conversion: venv binaries ## conversion webhook latency vs the SLO (p99 <= 50 ms per object), N=1000: docs/benchmarks/
+	$(BIN)/python -m bench.conversion $(BENCH_ARGS)
 
 fmt: venv ## format the code
 	$(BIN)/ruff format src tests examples

@@ -171,13 +171,14 @@ def cli_binary() -> list[str]:
     raise SystemExit("mlops-platform CLI not found next to the interpreter nor on PATH; use --kubeconfig")
 
 
-def dev_cluster_up(name: str) -> tuple[str, float]:
-    """Start the local dev cluster ``name``; return (its kubeconfig path, the seconds ``dev up`` took).
+def dev_cluster_up(name: str, *options: str) -> tuple[str, float]:
+    """Start the local dev cluster ``name`` (``options``: more ``dev up`` flags); return (its kubeconfig
+    path, the seconds ``dev up`` took).
 
     The kubeconfig path is the last non-empty line ``dev up`` prints on stdout; its stderr (progress)
     passes through. Exits (``SystemExit``) when ``dev up`` fails.
     """
-    cmd = [*cli_binary(), "dev", "up", "--name", name]
+    cmd = [*cli_binary(), "dev", "up", "--name", name, *options]
     log(f"starting the local dev cluster: {' '.join(cmd)}")
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import re
 import signal
 import sys
@@ -346,11 +347,18 @@ def _webhook(
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, then in-cluster")
 @click.option("--context", help="kubeconfig context (default: current)")
 @click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--metrics-bind-address",
+    default="0",
+    show_default=True,
+    help="where /metrics listens (controller_runtime_webhook_*); '0': not served",
+)
 @_webhook_options
 def webhook(
     kubeconfig: str | None,
     context: str | None,
     log_level: str,
+    metrics_bind_address: str,
     webhook_bind_address: str,
     webhook_secret: str,
     webhook_dns_names: tuple[str, ...],
@@ -359,19 +367,30 @@ def webhook(
 ) -> None:
     """Serve only the conversion webhook until SIGTERM/SIGINT (``run`` serves it too, on every
     replica); for a dedicated webhook Deployment and the local control plane's tests."""
+    from prometheus_client import CollectorRegistry
+
     from mlops_platform.runtime.observability import logs
+    from mlops_platform.runtime.observability import metrics as rmetrics
     from mlops_platform.runtime.transport import client as rclient
 
     logs.setup_logging(level=log_level)
+    metrics_address = _address(metrics_bind_address)
 
     async def main_async() -> None:
         async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+            registry = CollectorRegistry()
             hook = _webhook(
                 c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
-                webhook_cert_validity,
+                webhook_cert_validity, registry,
             )  # fmt: skip
             if hook is None:
                 raise click.UsageError("--webhook-bind-address off: nothing to serve")
+            metrics = rmetrics.metrics_server(registry, *metrics_address) if metrics_address else None
+            if metrics is not None:
+                await metrics.start()
+                logging.getLogger("mlops_platform.cli").info(
+                    "metrics listening", extra={"url": f"http://{metrics.host}:{metrics.port}/metrics"}
+                )
             task = asyncio.create_task(hook.run())
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
@@ -381,6 +400,8 @@ def webhook(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if metrics is not None:
+                await metrics.stop()
 
     asyncio.run(main_async())
 

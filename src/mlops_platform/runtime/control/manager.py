@@ -35,8 +35,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import controller as rcontroller
@@ -178,9 +176,6 @@ class Manager:
         if self.is_ready():
             return 200, "text/plain", b"ok\n"
         return 503, "text/plain", b"not ready: caches syncing or not leading\n"
-
-    async def _metrics(self, method: str, path: str, body: bytes) -> httpserver.Response:
-        return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
 
     @property
     def health_port(self) -> int | None:
@@ -369,7 +364,7 @@ class Manager:
             self._health_server = httpserver.HttpServer(routes, host=host, port=port)
         if o.metrics_address:
             host, port = o.metrics_address
-            self._metrics_server = httpserver.HttpServer({"/metrics": self._metrics}, host=host, port=port)
+            self._metrics_server = rmetrics.metrics_server(self.metrics.registry, host, port)
         for s in self._servers:
             await s.start()
 

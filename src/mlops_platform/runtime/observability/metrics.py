@@ -20,12 +20,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mlops_platform.runtime.queue import workqueue_metrics
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import httpserver
 
 _METHOD = {
     "get": "GET",
@@ -132,3 +140,13 @@ class _CacheSizes(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # collected at scrape time only (the resources change at run time)
+
+
+def metrics_server(registry: CollectorRegistry, host: str, port: int) -> httpserver.HttpServer:
+    """An HTTP server answering ``GET /metrics`` with ``registry`` in the Prometheus text format: the
+    manager's metrics endpoint, and the ``webhook`` command's (``--metrics-bind-address``)."""
+
+    async def serve(method: str, path: str, body: bytes) -> httpserver.Response:
+        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+
+    return httpserver.HttpServer({"/metrics": serve}, host=host, port=port)
