@@ -167,7 +167,7 @@ def test_the_demo_shows_how_to_load_the_autoscaled_sample_above_its_target_and_b
     hints = demo.scaling_hints(samples, "mlops-x")
     # only the sample an HPA scales (not min == max, not scale to zero)
     assert [h for h in hints if h.startswith("Make ")] == [
-        "Make bert-torchserve scale 2 -> 5: its pods use 150 % of their CPU request (its HPA targets 80 %):"
+        "Make bert-torchserve scale 2 -> 5: its pods use 150 % of their CPU request (its HPA targets 60 %):"
     ]
     cmd = "  .venv/bin/mlops-platform dev load bert-torchserve -n mlops-demo --name mlops-x"
     assert f"{cmd} --cpu 150%" in hints

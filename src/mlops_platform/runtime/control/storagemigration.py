@@ -326,6 +326,7 @@ class _Migration:
             await asyncio.gather(*pending, return_exceptions=True)
             self._fill(result)
         if self.failures:
+            self.failures.sort()  # by namespace/name, whatever order the concurrent writes ended in
             result.stored_versions_after = stored_versions(
                 await self.client.get(resources.CRD, self.crd_name)
             )
