@@ -7,15 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
-
 from mlops_platform.api import conversion, crd
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, plugin, wait, webhook
 
-pytestmark = pytest.mark.e2e
 JSON = dict[str, Any]
 ALPHA = isvc.RESOURCE
 BETA = rclient.Resource(crd.RESOURCE.group, "v1beta1", crd.RESOURCE.plural, crd.RESOURCE.kind)

@@ -35,7 +35,6 @@ from mlops_platform.testing import conversion as tconv
 from mlops_platform.testing import isvc, plugin, wait, webhook
 from mlops_platform.testing import operator as operator_process
 
-pytestmark = pytest.mark.e2e
 JSON = dict[str, Any]
 ALPHA = isvc.RESOURCE
 V1 = crd.RESOURCE

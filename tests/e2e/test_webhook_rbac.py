@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-import pytest
-
 from mlops_platform.api import crd
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import rbac
@@ -21,8 +19,6 @@ from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import identity, isvc, wait, webhook
 from mlops_platform.webhooks import serve
-
-pytestmark = pytest.mark.e2e
 
 
 async def test_the_webhook_runs_under_its_generated_rbac(

@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mlops_platform.api import crd
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -32,7 +30,6 @@ from mlops_platform.runtime.transport.rest import RequestRecord
 from mlops_platform.runtime.webhook import keeper
 from mlops_platform.testing import isvc, webhook
 
-pytestmark = pytest.mark.e2e
 JSON = dict[str, Any]
 ALPHA = isvc.RESOURCE
 BETA = rclient.Resource(crd.RESOURCE.group, "v1beta1", crd.RESOURCE.plural, crd.RESOURCE.kind)

@@ -25,7 +25,6 @@ from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.webhook import certs
 from mlops_platform.testing import isvc, wait, webhook
 
-pytestmark = pytest.mark.e2e
 ELECTION_ID = "standby-webhook-test"
 
 

@@ -17,7 +17,6 @@ from mlops_platform.api import conversion
 from mlops_platform.testing import conversion as gen
 from mlops_platform.webhooks import conversion as webhook
 
-pytestmark = pytest.mark.unit
 JSON = dict[str, Any]
 VERSIONS = conversion.VERSIONS
 #: examples per source version (MLOPS_CONVERSION_EXAMPLES): 1,000 in `make test`, 3,400 (3 x 3,400 >= 10,000)
