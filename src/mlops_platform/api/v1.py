@@ -45,6 +45,8 @@ FORMAT_PATTERN = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"
 RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 MAX_RESOURCES = 16
 
+#: a Prometheus duration such as 30s, 5m, 1h30m (non-empty)
+Duration = Annotated[str, Meta(pattern=internal.DURATION_PATTERN, min_length=1, max_length=32)]
 _Runtime = Annotated[str, Meta(pattern=RUNTIME_PATTERN, max_length=63)]
 _Format = Annotated[str, Meta(pattern=FORMAT_PATTERN, max_length=63)]
 #: CEL rules of a resource list: its keys are resource names (the schema cannot say it of map keys)
@@ -149,8 +151,8 @@ class ScaleToZero(_Base):
     ] = None
 
 
-class Autoscaling(_Base):
-    """Replica bounds and how replicas follow load."""
+class ReplicaBounds(_Base):
+    """Replica bounds (v1beta1 has the same, with its own targets)."""
 
     min_replicas: Annotated[
         int,
@@ -165,12 +167,17 @@ class Autoscaling(_Base):
         int,
         Meta(ge=1, le=1000, description="Maximum replicas; an autoscaler is created when > minReplicas."),
     ] = 1
+
+
+class Autoscaling(ReplicaBounds):
+    """Replica bounds and how replicas follow load."""
+
     target_utilization: TargetUtilization | None = None
     scale_to_zero: ScaleToZero | None = None
 
 
-class Predictor(_Base):
-    """The model server that serves the stable model."""
+class PredictorBase(_Base):
+    """What serves the stable model, but for autoscaling (v1beta1 has the same, with its own)."""
 
     model: Model
     runtime: Annotated[
@@ -187,6 +194,11 @@ class Predictor(_Base):
         ResourceRequirements | None,
         Meta(extra_json_schema={"x-kubernetes-validations": RESOURCES_RULES}),
     ] = None
+
+
+class Predictor(PredictorBase):
+    """The model server that serves the stable model."""
+
     autoscaling: Annotated[
         Autoscaling,
         Meta(extra_json_schema={"x-kubernetes-validations": AUTOSCALING_RULES, "default": _DEFAULT_SCALING}),
@@ -207,8 +219,8 @@ class Alerts(_Base):
 
     error_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
     latency_seconds: Annotated[float, Meta(gt=0)] | None = None
-    for_: v1alpha1.Duration | None = msgspec.field(default=None, name="for")
-    below_min_for: v1alpha1.Duration | None = None
+    for_: Duration | None = msgspec.field(default=None, name="for")
+    below_min_for: Duration | None = None
 
 
 class Monitoring(_Base):
@@ -269,31 +281,25 @@ class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
 
 
 #: the keys v1alpha1 and v1beta1 keep under ``spec.extensions`` and v1 has as fields
-GRADUATED = {"monitoring": Monitoring, "networkPolicy": NetworkPolicy, "traffic": Routing}
+GRADUATED: dict[str, type[msgspec.Struct]] = {
+    "monitoring": Monitoring,
+    "networkPolicy": NetworkPolicy,
+    "traffic": Routing,
+}
 #: the v1 field of each graduated extension key
 GRADUATED_FIELD = {"monitoring": "monitoring", "networkPolicy": "networkPolicy", "traffic": "routing"}
 
 
 def from_dict(obj: dict[str, Any]) -> InferenceService:
     """Decode a v1 object; raise :class:`ValidationError` naming the field."""
-    try:
-        isvc = msgspec.convert(obj, InferenceService, strict=True)
-    except msgspec.ValidationError as e:
-        raise ValidationError(str(e).replace("`$.", "`")) from None
+    isvc = v1alpha1.decode_as(obj, InferenceService)
     validate(isvc)
     return isvc
 
 
 def validate(isvc: InferenceService) -> None:
     """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
-    if not re.match(v1alpha1.NAME_PATTERN, isvc.name):
-        raise ValidationError(
-            f"metadata.name {isvc.name!r} must be a DNS-1035 label: a letter, then a-z, 0-9, '-'"
-        )
-    if len(isvc.name) > v1alpha1.MAX_NAME_LENGTH:
-        raise ValidationError(
-            f"metadata.name must be at most {v1alpha1.MAX_NAME_LENGTH} characters, got {len(isvc.name)}"
-        )
+    v1alpha1.validate_name(isvc.name)
     p = isvc.spec.predictor
     a = p.autoscaling
     if a.min_replicas > a.max_replicas:
@@ -332,15 +338,7 @@ def _legacy_extensions(isvc: InferenceService) -> None:
         if raw is None:
             continue
         where = f"spec.extensions.{key}"
-        try:
-            msgspec.convert(raw, typ, strict=True)
-        except msgspec.ValidationError as e:
-            text = str(e)
-            if " - at `$" in text:
-                text = text.replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
-            else:
-                text = f"{text} - at `{where}`"
-            raise ValidationError(text) from None
+        v1alpha1.decode_as(raw, typ, where)  # an invalid one: the error names the field in it
         raise ValidationError(f"{where}: in v1 this is spec.{GRADUATED_FIELD[key]}; move it there")
 
 

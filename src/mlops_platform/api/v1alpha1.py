@@ -14,13 +14,11 @@ the wire, like Kubernetes' int-or-string; in Python they are always ``str`` afte
 from __future__ import annotations
 
 import re
-from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import internal
 from mlops_platform.runtime import quantity
 
 GROUP = "mlops.platform"
@@ -120,6 +118,19 @@ class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_f
     pass
 
 
+#: ``spec.extensions`` of v1alpha1 and v1beta1 (v1 has these keys as fields)
+Extensions = Annotated[
+    dict[str, Any] | None,
+    Meta(
+        description="Reserved for forward evolution: unknown keys are preserved and ignored. "
+        "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}}, "
+        "networkPolicy {enabled} and traffic {router: auto|istio|gateway-api|replicas} "
+        "(docs/monitoring.md, docs/network-policy.md, docs/canary.md).",
+        extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
+    ),
+]
+
+
 class Resources(_Base):
     """Compute resources of each predictor replica (requests and limits of its container).
 
@@ -205,16 +216,7 @@ class InferenceServiceSpec(_Base):
         Traffic | None,
         Meta(extra_json_schema={"x-kubernetes-validations": TRAFFIC_RULES}),
     ] = None
-    extensions: Annotated[
-        dict[str, Any] | None,
-        Meta(
-            description="Reserved for forward evolution: unknown keys are preserved and ignored. "
-            "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}}, "
-            "networkPolicy {enabled} and traffic {router: auto|istio|gateway-api|replicas} "
-            "(docs/monitoring.md, docs/network-policy.md, docs/canary.md).",
-            extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
-        ),
-    ] = None
+    extensions: Extensions = None
 
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -341,26 +343,45 @@ class ValidationError(ValueError):
     """Bad input, with the offending field named (``spec.port``)."""
 
 
+_S = TypeVar("_S")
+
+
+def decode_as(obj: Any, typ: type[_S], where: str = "") -> _S:
+    """``obj`` decoded strictly as ``typ`` (any version's Struct); :class:`ValidationError` naming
+    the field, under ``where`` when ``obj`` sits there (``spec.extensions.monitoring``)."""
+    try:
+        return msgspec.convert(obj, typ, strict=True)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        if not where:
+            raise ValidationError(text.replace("`$.", "`")) from None
+        if " - at `$" in text:
+            text = text.replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
+        else:
+            text = f"{text} - at `{where}`"
+        raise ValidationError(text) from None
+
+
+def validate_name(name: str) -> None:
+    """Children are ``<name>-predictor``: a DNS-1035 label of at most :data:`MAX_NAME_LENGTH`."""
+    if not re.match(NAME_PATTERN, name):
+        raise ValidationError(
+            f"metadata.name {name!r} must be a DNS-1035 label: a letter, then a-z, 0-9, '-'"
+        )
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValidationError(f"metadata.name must be at most {MAX_NAME_LENGTH} characters, got {len(name)}")
+
+
 def from_dict(obj: dict[str, Any]) -> InferenceService:
     """Decode a JSON object (as served by the API server); raise :class:`ValidationError` naming the field."""
-    try:
-        isvc = msgspec.convert(obj, InferenceService, strict=True)
-    except msgspec.ValidationError as e:
-        raise ValidationError(str(e).replace("`$.", "`")) from None
+    isvc = decode_as(obj, InferenceService)
     validate(isvc)
     return isvc
 
 
 def validate(isvc: InferenceService) -> None:
     """Cross-field rules (also enforced by the CRD's CEL rules on the server)."""
-    if not re.match(NAME_PATTERN, isvc.name):
-        raise ValidationError(
-            f"metadata.name {isvc.name!r} must be a DNS-1035 label: a letter, then a-z, 0-9, '-'"
-        )
-    if len(isvc.name) > MAX_NAME_LENGTH:
-        raise ValidationError(
-            f"metadata.name must be at most {MAX_NAME_LENGTH} characters, got {len(isvc.name)}"
-        )
+    validate_name(isvc.name)
     s = isvc.spec
     if s.min_replicas > s.max_replicas:
         raise ValidationError(
@@ -409,88 +430,3 @@ def resolve_canary(model_uri: str, canary_version: str) -> str:
     trailing = "/" if rest.endswith("/") else ""
     head = rest.rstrip("/").rpartition("/")[0]
     return f"{scheme}://{head}/{canary_version}{trailing}"
-
-
-#: a Prometheus duration such as 30s, 5m, 1h30m (non-empty)
-Duration = Annotated[str, Meta(pattern=internal.DURATION_PATTERN, min_length=1, max_length=32)]
-
-
-class _Alerts(_Base):
-    error_ratio: Annotated[float, Meta(gt=0, le=1)] | None = None
-    latency_seconds: Annotated[float, Meta(gt=0)] | None = None
-    for_: Duration | None = msgspec.field(default=None, name="for")
-    below_min_for: Duration | None = None
-
-
-class _Monitoring(_Base):
-    enabled: bool | None = None
-    alerts: _Alerts | None = None
-
-
-class _NetworkPolicy(_Base):
-    enabled: bool | None = None
-
-
-class _TrafficExtension(_Base):
-    router: Literal["auto", "istio", "gateway-api", "replicas"] | None = None
-
-
-def _extension(isvc: InferenceService, key: str, typ: type[_T]) -> _T | None:
-    raw = (isvc.spec.extensions or {}).get(key)
-    if raw is None:
-        return None
-    try:
-        return msgspec.convert(raw, typ, strict=True)
-    except msgspec.ValidationError as e:
-        where = f"spec.extensions.{key}"
-        text = str(e)
-        if " - at `$" in text:
-            text = text.replace("`$.", f"`{where}.").replace("`$`", f"`{where}`")
-        else:
-            text = f"{text} - at `{where}`"
-        raise ValidationError(text) from None
-
-
-_T = TypeVar("_T", bound=_Base)
-
-
-def to_internal(isvc: InferenceService) -> internal.InferenceService:
-    """The internal model of a decoded, validated v1alpha1 object (``extensions`` keys validated
-    here, naming the field: ``spec.extensions.monitoring.alerts.errorRatio``)."""
-    s = isvc.spec
-    r = s.resources or Resources()
-    requests = {k: str(v) for k, v in (("cpu", r.cpu_request), ("memory", r.memory_request)) if v is not None}
-    limits = {k: str(v) for k, v in (("cpu", r.cpu_limit), ("memory", r.memory_limit)) if v is not None}
-    if s.gpu_per_replica > 0:
-        requests[internal.GPU_RESOURCE] = limits[internal.GPU_RESOURCE] = str(s.gpu_per_replica)
-    mon = _extension(isvc, "monitoring", _Monitoring) or _Monitoring()
-    alerts = mon.alerts or _Alerts()
-    policy = _extension(isvc, "networkPolicy", _NetworkPolicy) or _NetworkPolicy()
-    routing = _extension(isvc, "traffic", _TrafficExtension) or _TrafficExtension()
-    return internal.InferenceService(
-        name=isvc.name,
-        namespace=isvc.namespace,
-        uid=isvc.uid,
-        generation=isvc.generation,
-        framework=s.framework,
-        model_uri=s.model_uri,
-        port=s.port,
-        min_replicas=s.min_replicas,
-        max_replicas=s.max_replicas,
-        resources=internal.ResourceRequirements(MappingProxyType(requests), MappingProxyType(limits)),
-        traffic=None
-        if s.traffic is None
-        else internal.Traffic(
-            s.traffic.canary_version,
-            s.traffic.canary_percent,
-            resolve_canary(s.model_uri, s.traffic.canary_version) if s.traffic.canary_version else None,
-        ),
-        monitoring=internal.Monitoring(
-            mon.enabled,
-            internal.AlertOverrides(
-                alerts.error_ratio, alerts.latency_seconds, alerts.for_, alerts.below_min_for
-            ),
-        ),
-        network_policy=internal.NetworkPolicy(policy.enabled),
-        router=routing.router,
-    )

@@ -38,48 +38,18 @@ class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_f
     pass
 
 
-class Autoscaling(_Base):
+class Autoscaling(v1.ReplicaBounds):
     """Replica bounds and the CPU target of the autoscaler."""
 
-    min_replicas: Annotated[
-        int,
-        Meta(
-            ge=0,
-            le=1000,
-            description="Minimum replicas (<= maxReplicas); 0 scales the service to zero. The scale "
-            "subresource sets this field.",
-        ),
-    ] = 1
-    max_replicas: Annotated[
-        int,
-        Meta(ge=1, le=1000, description="Maximum replicas; an autoscaler is created when > minReplicas."),
-    ] = 1
     target_cpu_utilization: Annotated[
         Annotated[int, Meta(ge=1, le=1000)] | None,
         Meta(description="Average CPU utilization target in percent of the request."),
     ] = msgspec.field(default=None, name="targetCPUUtilization")
 
 
-class Predictor(_Base):
+class Predictor(v1.PredictorBase):
     """The model server that serves the stable model."""
 
-    model: v1.Model
-    runtime: Annotated[
-        str,
-        Meta(
-            pattern=v1.RUNTIME_PATTERN,
-            max_length=63,
-            description="The runtime table entry that serves the model: triton, seldon, torchserve, or "
-            "one the platform team added (docs/serving-runtimes.md).",
-        ),
-    ]
-    port: Annotated[
-        int, Meta(ge=1, le=65535, description="Port the model server listens on for inference.")
-    ] = 8080
-    resources: Annotated[
-        v1.ResourceRequirements | None,
-        Meta(extra_json_schema={"x-kubernetes-validations": v1.RESOURCES_RULES}),
-    ] = None
     autoscaling: Annotated[
         Autoscaling,
         Meta(extra_json_schema={"x-kubernetes-validations": AUTOSCALING_RULES, "default": _DEFAULT_SCALING}),
@@ -91,16 +61,7 @@ class InferenceServiceSpec(_Base):
 
     predictor: Predictor
     canary: v1.Canary | None = None
-    extensions: Annotated[
-        dict[str, Any] | None,
-        Meta(
-            description="Reserved for forward evolution: unknown keys are preserved and ignored. "
-            "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}}, "
-            "networkPolicy {enabled} and traffic {router: auto|istio|gateway-api|replicas} "
-            "(docs/monitoring.md, docs/network-policy.md, docs/canary.md).",
-            extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
-        ),
-    ] = None
+    extensions: v1alpha1.Extensions = None
 
 
 class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mlops_platform import api
 from mlops_platform.api import v1alpha1
 from mlops_platform.api.v1alpha1 import ValidationError, from_dict
 from mlops_platform.runtime import quantity
@@ -269,5 +270,5 @@ def test_the_canary_version_resolves_to_the_candidates_model_uri(
     model_uri: str, version: str, candidate: str
 ) -> None:
     assert v1alpha1.resolve_canary(model_uri, version) == candidate
-    isvc = v1alpha1.to_internal(from_dict(manifest(modelUri=model_uri, traffic={"canaryVersion": version})))
+    isvc = api.decode(manifest(modelUri=model_uri, traffic={"canaryVersion": version}))  # through v1
     assert isvc.traffic is not None and isvc.traffic.model_uri == candidate
