@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks in this package (``runtime_rss``, ``operator_footprint``, ``scale``).
+"""Helpers shared by the benchmarks in this package (``runtime_rss``, ``operator_footprint``, ``scale``,
+``conversion``).
 
 ``bench`` is a package: run a benchmark as ``.venv/bin/python -m bench.<script>`` from the repository
 root (``.venv/bin/python bench/<script>.py`` works too: each script then puts the repository root on
@@ -12,6 +13,7 @@ imported inside the functions that need it, never at module level, as the script
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import json
@@ -58,6 +60,40 @@ def write_json(path: str | Path, data: object) -> None:
     """Write ``data`` to ``path`` as indented JSON with a final newline, and log that it was written."""
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
     log(f"wrote {path}")
+
+
+def percentile(xs: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile of ``xs`` (``nan`` when empty)."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, -(-len(s) * p // 100) - 1))
+    return s[int(k)]
+
+
+class Percentiles:
+    """``p50`` and ``p99`` of ``samples_ms``, for the dataclasses of latencies that have that field."""
+
+    samples_ms: list[float]
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.samples_ms, 50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples_ms, 99)
+
+
+def results_dir(a: argparse.Namespace, repo: Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """Where a benchmark writes its results, and what its JSON says of the run: the directory ``a.out``
+    (created), the machine (:func:`machine_info` without the interpreter's path: a path of this
+    machine, not a property of the run) and the arguments (``out`` relative to ``repo``)."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
+    machine.pop("executable", None)
+    return out, machine, vars(a) | {"out": os.path.relpath(a.out, repo)}
 
 
 # ---------------------------------------------------------------------------------------------------

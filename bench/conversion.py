@@ -57,7 +57,6 @@ if not __package__:
 import argparse
 import asyncio
 import json
-import os
 import re
 import tempfile
 import time
@@ -69,15 +68,17 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from bench._common import (
+    Percentiles,
     dev_cluster_down,
     dev_cluster_up,
     log,
-    machine_info,
     markdown_table,
     mib,
+    percentile,
     pids_naming,
     read_machine,
     read_proc,
+    results_dir,
     write_json,
 )
 
@@ -263,17 +264,8 @@ def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def percentile(xs: Sequence[float], p: float) -> float:
-    """The nearest-rank percentile (as ``bench.scale``)."""
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    k = max(0, min(len(s) - 1, -(-len(s) * p // 100) - 1))
-    return s[int(k)]
-
-
 @dataclass
-class Row:
+class Row(Percentiles):
     """One operation at one version: the client's latencies and the webhook's counters over them."""
 
     version: str
@@ -283,14 +275,6 @@ class Row:
     per_object_ms: list[float] = field(default_factory=list)  # what the SLO is checked against
     webhook: Scrape | None = None  # the webhook's counters over the row's requests
     baseline: Row | None = None  # the same requests at v1 (no webhook)
-
-    @property
-    def p50(self) -> float:
-        return percentile(self.samples_ms, 50)
-
-    @property
-    def p99(self) -> float:
-        return percentile(self.samples_ms, 99)
 
     @property
     def per_object_p99(self) -> float:
@@ -396,19 +380,16 @@ async def gets(client: Client, probe: Probe, n: int, block: int) -> list[Row]:
     blocks = [names[i : i + block] for i in range(0, n, block)]
     with tqdm(total=n * len(VERSIONS), desc="GET one object", unit="req", leave=False) as bar:
         for b, chunk in enumerate(blocks):
-            for v in VERSIONS[b % 3 :] + VERSIONS[: b % 3]:
+            for v in rotated(b):
                 res = resource(v)
                 before = probe.scrape()
                 for name in chunk:
                     rows[v].samples_ms.append(await timed(client.get, res, name, NAMESPACE))
                     bar.update()
                 hooks[v].append(probe.scrape() - before)
-    for v in VERSIONS:
-        rows[v].webhook = total(hooks[v])
-        rows[v].per_object_ms = list(rows[v].samples_ms)
-        if v != "v1":
-            rows[v].baseline = rows["v1"]
-    return [rows[v] for v in VERSIONS]
+    for row in rows.values():
+        row.per_object_ms = list(row.samples_ms)
+    return finished(rows, hooks)
 
 
 async def lists(client: Client, probe: Probe, n: int, repeat: int) -> list[Row]:
@@ -416,7 +397,7 @@ async def lists(client: Client, probe: Probe, n: int, repeat: int) -> list[Row]:
     hooks: dict[str, list[Scrape]] = {v: [] for v in VERSIONS}
     with tqdm(total=repeat * len(VERSIONS), desc=f"LIST {n} objects", unit="list", leave=False) as bar:
         for r in range(repeat):
-            for v in VERSIONS[r % 3 :] + VERSIONS[: r % 3]:
+            for v in rotated(r):
                 res = resource(v)
                 before = probe.scrape()
                 got: list[int] = []
@@ -434,11 +415,7 @@ async def lists(client: Client, probe: Probe, n: int, repeat: int) -> list[Row]:
                 # (served from the version's watch cache, the LIST does not call the webhook at all)
                 rows[v].per_object_ms.append(max(delta.latency_sum * 1000, ms) / n)
                 bar.update()
-    for v in VERSIONS:
-        rows[v].webhook = total(hooks[v])
-        if v != "v1":
-            rows[v].baseline = rows["v1"]
-    return [rows[v] for v in VERSIONS]
+    return finished(rows, hooks)
 
 
 async def creates(client: Client, probe: Probe, m: int) -> list[Row]:
@@ -503,7 +480,7 @@ async def refills(client: Client, probe: Probe, n: int, repeat: int) -> list[Row
     hooks: dict[str, list[Scrape]] = {v: [] for v in VERSIONS}
     with tqdm(total=repeat * len(VERSIONS), desc="CRD change + first LIST", unit="list", leave=False) as bar:
         for r in range(repeat):
-            for v in VERSIONS[r % 3 :] + VERSIONS[: r % 3]:
+            for v in rotated(r):
                 before = await quiet(probe)
                 await touch_crd(client, r * len(VERSIONS) + VERSIONS.index(v))
                 await asyncio.sleep(1.0)  # the API server sees the CRD change (its informer)
@@ -516,6 +493,17 @@ async def refills(client: Client, probe: Probe, n: int, repeat: int) -> list[Row
                 # per object: the webhook's mean per review (a review holds >= 1 object: an upper bound)
                 rows[v].per_object_ms.append(delta.latency_sum * 1000 / delta.total)
                 bar.update()
+    return finished(rows, hooks)
+
+
+def rotated(k: int) -> tuple[str, ...]:
+    """:data:`VERSIONS` in the ``k``-th order of their rotation (load drift hits every version alike)."""
+    return VERSIONS[k % 3 :] + VERSIONS[: k % 3]
+
+
+def finished(rows: dict[str, Row], hooks: dict[str, list[Scrape]]) -> list[Row]:
+    """The ``rows`` of a phase in :data:`VERSIONS` order, each with the webhook's counters over its
+    requests (the sum of its ``hooks``) and, at an old version, the v1 row as its baseline."""
     for v in VERSIONS:
         rows[v].webhook = total(hooks[v])
         if v != "v1":
@@ -795,11 +783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = render(result)
     print(table)
     if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        machine = machine_info()
-        machine.pop("executable", None)  # a path of this machine, not a property of the run
-        args = vars(a) | {"out": os.path.relpath(a.out, REPO)}
+        out, machine, args = results_dir(a, REPO)
         data = {
             "machine": machine,
             "load": result.machine,

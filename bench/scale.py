@@ -77,17 +77,19 @@ from tqdm import tqdm
 
 from bench._common import (
     NO_WEBHOOK_SERVER,
+    Percentiles,
     cli_binary,
     command_name,
     dev_cluster_down,
     install_crd,
     log,
-    machine_info,
     markdown_table,
     mib,
+    percentile,
     pids_naming,
     read_machine,
     read_proc,
+    results_dir,
     stored_versions,
     write_json,
 )
@@ -432,24 +434,8 @@ class _Notify:
 
 
 @dataclass
-class Latency:
+class Latency(Percentiles):
     samples_ms: list[float]
-
-    @property
-    def p50(self) -> float:
-        return percentile(self.samples_ms, 50)
-
-    @property
-    def p99(self) -> float:
-        return percentile(self.samples_ms, 99)
-
-
-def percentile(xs: Sequence[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
-    return s[k]
 
 
 @dataclass
@@ -1075,11 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = render(runs)
     print(table)
     if a.out:
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        machine = machine_info()
-        machine.pop("executable", None)  # a path of this machine, not a property of the run
-        args = vars(a) | {"out": os.path.relpath(a.out, REPO) if a.out else None}
+        out, machine, args = results_dir(a, REPO)
         data = {"machine": machine, "args": args, "runs": [asdict(r) for r in runs]}
         write_json(out / "scale.json", data)
         (out / "scale.partial.json").unlink(missing_ok=True)

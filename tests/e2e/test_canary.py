@@ -130,22 +130,13 @@ def _fqdn(env: Env, service: str) -> str:
     return f"{service}.{env.namespace}.svc.cluster.local"
 
 
-async def _get_or_none(c: rclient.Client, res: rclient.Resource, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        return await c.get(res, name, ns)
-    except rclient.ApiError as e:
-        if e.not_found:
-            return None
-        raise
-
-
 async def _route_object(c: rclient.Client, env: Env, name: str) -> dict[str, Any] | None:
     """The router's object: the VirtualService / HTTPRoute ``name``, the predictor Service (replicas)."""
     if env.router is base.Router.ISTIO:
-        return await _get_or_none(c, VIRTUAL_SERVICE, env.namespace, name)
+        return await probes.get_or_none(c, VIRTUAL_SERVICE, env.namespace, name)
     if env.router is base.Router.GATEWAY_API:
-        return await _get_or_none(c, HTTP_ROUTE, env.namespace, name)
-    return await _get_or_none(c, resources.SERVICE, env.namespace, f"{name}-{PREDICTOR}")
+        return await probes.get_or_none(c, HTTP_ROUTE, env.namespace, name)
+    return await probes.get_or_none(c, resources.SERVICE, env.namespace, f"{name}-{PREDICTOR}")
 
 
 def _weights_of(env: Env, name: str, route: dict[str, Any] | None) -> dict[str, int] | None:
@@ -203,7 +194,7 @@ def _traffic(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 async def _deployment_available(c: rclient.Client, env: Env, name: str, model: str) -> dict[str, Any] | None:
     """The Deployment ``name`` once every replica runs ``model`` and is available."""
-    dep = await _get_or_none(c, resources.DEPLOYMENT, env.namespace, name)
+    dep = await probes.get_or_none(c, resources.DEPLOYMENT, env.namespace, name)
     if dep is None:
         return None
     spec, st = dep["spec"], dep.get("status") or {}

@@ -11,7 +11,7 @@ from mlops_platform.api import conversion, crd
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, plugin, wait, webhook
+from mlops_platform.testing import isvc, plugin, probes, wait, webhook
 
 JSON = dict[str, Any]
 ALPHA = isvc.RESOURCE
@@ -96,21 +96,12 @@ async def _children(c: rclient.Client, namespace: str, name: str) -> JSON:
     out: JSON = {}
     for kind, resource in (("deployment", resources.DEPLOYMENT), ("service", resources.SERVICE)):
         obj = await wait.until(
-            lambda resource=resource: _get(c, resource, f"{name}-predictor", namespace),
+            lambda resource=resource: probes.get_or_none(c, resource, namespace, f"{name}-predictor"),
             timeout=TIMEOUT,
             what=f"{kind} {name}-predictor",
         )
         out[kind] = _comparable(obj, name)
     return out
-
-
-async def _get(c: rclient.Client, resource: rclient.Resource, name: str, namespace: str) -> JSON | None:
-    try:
-        return await c.get(resource, name, namespace)
-    except rclient.ApiError as e:
-        if e.not_found:
-            return None
-        raise
 
 
 def _comparable(obj: JSON | None, name: str) -> JSON:

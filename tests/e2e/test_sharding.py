@@ -12,7 +12,6 @@ Lease timing: 6 s / 4 s / 1 s, so the contract is 6 + 5 = 11 s.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import contextlib
 import dataclasses
@@ -33,7 +32,6 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-import yaml
 
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime.control import sharding
@@ -87,30 +85,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Path:
-    """A kubeconfig for the cluster of ``admin_kubeconfig`` with ``token`` as its only credential."""
-    conf = yaml.safe_load(admin_kubeconfig.read_text())
-    ctx = next(c for c in conf["contexts"] if c["name"] == conf["current-context"])["context"]
-    cluster = dict(next(c for c in conf["clusters"] if c["name"] == ctx["cluster"])["cluster"])
-    ca = cluster.pop("certificate-authority", None)
-    if ca:
-        ca_path = Path(ca) if Path(ca).is_absolute() else admin_kubeconfig.parent / ca
-        cluster["certificate-authority-data"] = base64.b64encode(ca_path.read_bytes()).decode()
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "sa", "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-                "current-context": "sa",
-            }
-        )
-    )
-    return path
-
-
 async def _record_leases(c: rclient.Client, ns: str, history: list[tuple[float, str, str]]) -> None:
     """Append (time, name, holder) for every change of a shard Lease, from before the first one."""
     selector = f"{sharding.GROUP_LABEL}={GROUP}"
@@ -143,7 +117,7 @@ async def group(
     )
     await identity.apply_objects(admin_client, rbac_objs)
     token = await identity.token_for(admin_client, namespace, deploy_rbac.NAME)
-    kubeconfig = _token_kubeconfig(kube_cluster, token, tmp_path / "kubeconfig")
+    kubeconfig = identity.token_kubeconfig(kube_cluster, token, tmp_path / "kubeconfig")
     history: list[tuple[float, str, str]] = []
     recorder = asyncio.create_task(_record_leases(admin_client, namespace, history))
     replicas: list[Replica] = []

@@ -13,8 +13,6 @@ the storage version, so only the objects of the other (nothing writes them) are 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import os
 import re
 import sys
@@ -22,17 +20,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 import pytest
 
 from mlops_platform.api import conversion, crd, v1alpha1
-from mlops_platform.devcluster import chaos
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import storagemigration as sm
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import conversion as tconv
-from mlops_platform.testing import isvc, plugin, wait, webhook
+from mlops_platform.testing import etcd, isvc, plugin, probes, wait, webhook
 from mlops_platform.testing import operator as operator_process
 
 JSON = dict[str, Any]
@@ -109,25 +105,10 @@ def alpha_spec(i: int) -> JSON:
     }
 
 
-def _etcd_versions(cluster_name: str, namespace: str) -> dict[str, str]:
-    """``name -> apiVersion`` of every InferenceService of ``namespace`` as etcd stores it (JSON)."""
-    prefix = f"/registry/{V1.group}/{V1.plural}/{namespace}/".encode()
-    end = prefix[:-1] + bytes([prefix[-1] + 1])
-    body = {"key": base64.b64encode(prefix).decode(), "range_end": base64.b64encode(end).decode()}
-    with httpx.Client(base_url=chaos.etcd_endpoint(cluster_name), timeout=10) as http:
-        answer = http.post("/v3/kv/range", json=body)
-        answer.raise_for_status()
-    out: dict[str, str] = {}
-    for kv in answer.json().get("kvs", []):
-        stored = json.loads(base64.b64decode(kv["value"]))
-        out[stored["metadata"]["name"]] = stored["apiVersion"]
-    return out
-
-
 async def _stored(cluster_name: str, namespaces: tuple[str, str]) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
     for ns in namespaces:
-        found = await asyncio.to_thread(_etcd_versions, cluster_name, ns)
+        found = await asyncio.to_thread(etcd.stored_api_versions, cluster_name, V1, ns)
         out.update({(ns, name): version for name, version in found.items()})
     return out
 
@@ -148,16 +129,11 @@ async def _deployments(c: rclient.Client, namespace: str, names: list[str]) -> d
     """``name -> generation`` of each object's predictor Deployment, once it exists."""
     out: dict[str, int] = {}
     for name in names:
-
-        async def probe(name: str = name) -> JSON | None:
-            try:
-                return await c.get(resources.DEPLOYMENT, f"{name}-predictor", namespace)
-            except rclient.ApiError as e:
-                if e.not_found:
-                    return None
-                raise
-
-        dep = await wait.until(probe, timeout=TIMEOUT, what=f"Deployment {name}-predictor")
+        dep = await wait.until(
+            lambda name=name: probes.get_or_none(c, resources.DEPLOYMENT, namespace, f"{name}-predictor"),
+            timeout=TIMEOUT,
+            what=f"Deployment {name}-predictor",
+        )
         out[name] = int(dep["metadata"]["generation"])
     return out
 

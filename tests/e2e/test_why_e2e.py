@@ -12,7 +12,6 @@ subprocess, and through kubectl's plugin lookup (``kubectl mlops why``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import shutil
@@ -25,7 +24,6 @@ from typing import Any
 
 import click.testing
 import pytest
-import yaml
 
 from mlops_platform import cli, why
 from mlops_platform.controllers.inferenceservice import labels
@@ -95,33 +93,11 @@ async def reader(
     try:
         token = await identity.token_for(admin_client, watched, name)
         path = tmp_path_factory.mktemp("why") / "reader.kubeconfig"
-        path.write_text(yaml.safe_dump(_kubeconfig(kube_cluster, token, watched)))
+        identity.token_kubeconfig(kube_cluster, token, path, namespace=watched)
         path.chmod(0o600)
         yield path
     finally:
         await identity.delete_objects(admin_client, rbac)
-
-
-def _kubeconfig(admin_kubeconfig: Path, token: str, namespace: str) -> dict[str, Any]:
-    """A kubeconfig for the cluster of ``admin_kubeconfig`` that authenticates with ``token`` only
-    (the CA inlined, as :func:`identity.client_with_token` does), its context in ``namespace``."""
-    conf = yaml.safe_load(admin_kubeconfig.read_text())
-    ctx = next(c for c in conf["contexts"] if c["name"] == conf.get("current-context"))["context"]
-    cluster = dict(next(c for c in conf["clusters"] if c["name"] == ctx["cluster"])["cluster"])
-    ca = cluster.pop("certificate-authority", None)
-    if ca:
-        ca_path = Path(ca) if Path(ca).is_absolute() else admin_kubeconfig.parent / ca
-        cluster["certificate-authority-data"] = base64.b64encode(ca_path.read_bytes()).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": "reader", "user": {"token": token}}],
-        "contexts": [
-            {"name": "reader", "context": {"cluster": "c", "user": "reader", "namespace": namespace}}
-        ],
-        "current-context": "reader",
-    }
 
 
 async def _report(kubeconfig: Path, namespace: str, name: str) -> why.Report:

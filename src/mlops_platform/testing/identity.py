@@ -51,8 +51,10 @@ async def token_for(
     return str(answer["status"]["token"])
 
 
-def client_with_token(admin_kubeconfig: Path, token: str) -> rclient.Client:
-    """A client for the cluster of ``admin_kubeconfig`` that authenticates with ``token`` only."""
+def _token_config(admin_kubeconfig: Path, token: str, namespace: str | None = None) -> dict[str, Any]:
+    """The kubeconfig (as a dict) of the cluster of ``admin_kubeconfig`` with ``token`` as its only
+    credential (the cluster's CA inlined, so that it works from anywhere), its context in ``namespace``
+    if given."""
     conf = yaml.safe_load(admin_kubeconfig.read_text())
     current = conf.get("current-context")
     ctx = next(c for c in conf["contexts"] if c["name"] == current)["context"]
@@ -61,11 +63,25 @@ def client_with_token(admin_kubeconfig: Path, token: str) -> rclient.Client:
     if ca:
         path = Path(ca) if Path(ca).is_absolute() else admin_kubeconfig.parent / ca
         cluster["certificate-authority-data"] = base64.b64encode(path.read_bytes()).decode()
-    return rclient.Client.from_kubeconfig_dict(
-        {
-            "clusters": [{"name": "c", "cluster": cluster}],
-            "users": [{"name": "sa", "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-            "current-context": "sa",
-        }
-    )
+    in_namespace = {"namespace": namespace} if namespace else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa", **in_namespace}}],
+        "current-context": "sa",
+    }
+
+
+def client_with_token(admin_kubeconfig: Path, token: str) -> rclient.Client:
+    """A client for the cluster of ``admin_kubeconfig`` that authenticates with ``token`` only."""
+    return rclient.Client.from_kubeconfig_dict(_token_config(admin_kubeconfig, token))
+
+
+def token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path, *, namespace: str | None = None) -> Path:
+    """Write to ``path`` a kubeconfig file for the cluster of ``admin_kubeconfig`` that authenticates
+    with ``token`` only (for a process of its own: the CLI, an operator replica), its context in
+    ``namespace`` if given; return ``path``."""
+    path.write_text(yaml.safe_dump(_token_config(admin_kubeconfig, token, namespace)))
+    return path

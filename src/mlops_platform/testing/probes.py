@@ -16,17 +16,23 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any]:
     return objects.condition(obj, type_) or {}
 
 
+async def get_or_none(
+    client: rclient.Client, resource: rclient.Resource, namespace: str | None, name: str
+) -> dict[str, Any] | None:
+    """The object ``name``, or None when there is none (a 404; any other error propagates)."""
+    try:
+        return await client.get(resource, name, namespace)
+    except rclient.ApiError as e:
+        if e.not_found:
+            return None
+        raise
+
+
 async def exists(
     client: rclient.Client, resource: rclient.Resource, namespace: str | None, name: str
 ) -> bool:
     """Whether ``name`` exists (a 404 is False; any other error propagates)."""
-    try:
-        await client.get(resource, name, namespace)
-    except rclient.ApiError as e:
-        if e.not_found:
-            return False
-        raise
-    return True
+    return await get_or_none(client, resource, namespace, name) is not None
 
 
 async def absent(

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 import pytest
 from click.testing import CliRunner
 
@@ -26,9 +25,9 @@ from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import storagemigration as sm
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import identity, wait
+from mlops_platform.testing import crds, etcd, identity, wait
 
-PLURAL = "widgets"
+PLURAL = crds.PLURAL
 FIELD_MANAGER = "mlops-platform-tests"
 
 
@@ -45,19 +44,9 @@ def _version(name: str, *, storage: bool) -> dict[str, Any]:
 
 
 def _crd(group: str, storage: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": PLURAL, "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            # identical schemas: the API server converts between them by changing apiVersion only
-            "conversion": {"strategy": "None"},
-            "versions": [_version("v1", storage=storage == "v1"), _version("v2", storage=storage == "v2")],
-        },
-    }
+    # identical schemas: the API server converts between them by changing apiVersion only
+    versions = [_version("v1", storage=storage == "v1"), _version("v2", storage=storage == "v2")]
+    return crds.widget_crd(group, versions, {"strategy": "None"})
 
 
 class Widgets:
@@ -104,18 +93,8 @@ async def widgets(admin_client: rclient.Client, namespace: str) -> AsyncIterator
 
 
 def _etcd_versions(cluster_name: str, w: Widgets) -> dict[str, str]:
-    """``name -> apiVersion`` of every widget as etcd stores it (custom resources are stored as JSON)."""
-    prefix = f"/registry/{w.group}/{PLURAL}/{w.namespace}/".encode()
-    end = prefix[:-1] + bytes([prefix[-1] + 1])
-    body = {"key": base64.b64encode(prefix).decode(), "range_end": base64.b64encode(end).decode()}
-    with httpx.Client(base_url=chaos.etcd_endpoint(cluster_name), timeout=10) as http:
-        answer = http.post("/v3/kv/range", json=body)
-        answer.raise_for_status()
-    out: dict[str, str] = {}
-    for kv in answer.json().get("kvs", []):
-        stored = json.loads(base64.b64decode(kv["value"]))
-        out[stored["metadata"]["name"]] = stored["apiVersion"]
-    return out
+    """``name -> apiVersion`` of every widget as etcd stores it."""
+    return etcd.stored_api_versions(cluster_name, w.v1, w.namespace)
 
 
 def _updates(c: rclient.Client) -> int:
@@ -348,7 +327,7 @@ async def test_the_cli_needs_only_the_documented_rights(
     await identity.apply_objects(admin_client, rbac)
     try:
         token = await identity.token_for(admin_client, widgets.namespace, sa)
-        kubeconfig = _token_kubeconfig(kube_cluster, token, tmp_path / "kubeconfig.yaml")
+        kubeconfig = str(identity.token_kubeconfig(kube_cluster, token, tmp_path / "kubeconfig.yaml"))
 
         async def migrated_as_sa() -> Any:
             # RBAC bindings take effect within moments; until then every request is a 403
@@ -368,33 +347,6 @@ async def test_the_cli_needs_only_the_documented_rights(
         assert set(_etcd_versions(local_cluster_name, widgets).values()) == {f"{widgets.group}/v2"}
     finally:
         await identity.delete_objects(admin_client, rbac)
-
-
-def _token_kubeconfig(admin: Path, token: str, path: Path) -> str:
-    """A kubeconfig file for the admin's cluster that authenticates with ``token`` only."""
-    import yaml
-
-    conf = yaml.safe_load(admin.read_text())
-    current = conf["current-context"]
-    ctx = next(c for c in conf["contexts"] if c["name"] == current)["context"]
-    cluster = dict(next(c for c in conf["clusters"] if c["name"] == ctx["cluster"])["cluster"])
-    ca = cluster.pop("certificate-authority", None)
-    if ca:
-        ca_path = Path(ca) if Path(ca).is_absolute() else admin.parent / ca
-        cluster["certificate-authority-data"] = base64.b64encode(ca_path.read_bytes()).decode()
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "sa", "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
-                "current-context": "sa",
-            }
-        )
-    )
-    return str(path)
 
 
 async def test_the_cli_fails_with_a_clear_message(kube_cluster: Path) -> None:

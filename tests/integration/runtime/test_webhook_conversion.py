@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport.client import JSON, ApiError, Client, Resource, TransportError
 from mlops_platform.runtime.webhook import certs, keeper, server
-from mlops_platform.testing import wait
+from mlops_platform.testing import crds, wait
 
 FIELD_MANAGER = "webhook-conversion-test"
 SECRET = "widgets-webhook-tls"
@@ -35,29 +35,20 @@ def schema(spec: JSON) -> JSON:
 
 def crd_manifest(group: str, url: str) -> JSON:
     size = {"type": "integer"}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-            "versions": [
-                {"name": "v1", "served": True, "storage": True, "schema": schema({"size": size})},
-                {
-                    "name": "v2",
-                    "served": True,
-                    "storage": False,
-                    "schema": schema({"dimensions": {"type": "object", "properties": {"size": size}}}),
-                },
-            ],
-            "conversion": {
-                "strategy": "Webhook",
-                "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"url": url}},
-            },
+    versions = [
+        {"name": "v1", "served": True, "storage": True, "schema": schema({"size": size})},
+        {
+            "name": "v2",
+            "served": True,
+            "storage": False,
+            "schema": schema({"dimensions": {"type": "object", "properties": {"size": size}}}),
         },
+    ]
+    conversion = {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"url": url}},
     }
+    return crds.widget_crd(group, versions, conversion)
 
 
 def convert(obj: JSON, desired: str) -> JSON:
