@@ -839,3 +839,41 @@ def test_the_scaledobject_takes_the_inferenceservices_scale_to_zero_policy() -> 
     operator = base.BuildContext(keda_requests_per_replica=4)
     built = scaledobject.build(t, operator)
     assert built is not None and built["spec"]["triggers"][0]["metadata"]["threshold"] == "4"
+
+
+def test_v1_only_fields_reach_the_children() -> None:
+    """What only v1 says (read through ``v1.to_internal``) changes what the operator builds:
+    ``targetUtilization`` the HPA's metrics, ``routing.router`` the router, ``canary.trafficPercent``
+    the candidate's share."""
+    from mlops_platform.controllers.inferenceservice import traffic
+
+    obj = {
+        "apiVersion": "mlops.platform/v1",
+        "kind": "InferenceService",
+        "metadata": {"name": "bert", "namespace": "ml", "uid": "uid-1", "generation": 1},
+        "spec": {
+            "predictor": {
+                "model": {"uri": "s3://models/bert/7"},
+                "runtime": "torchserve",
+                "autoscaling": {
+                    "minReplicas": 2,
+                    "maxReplicas": 5,
+                    "targetUtilization": {"cpu": 60, "memory": 70},
+                },
+            },
+            "canary": {"model": {"uri": "s3://models/bert/8"}, "trafficPercent": 30},
+            "routing": {"router": "replicas"},
+        },
+    }
+    isvc = api.decode(obj)
+    got = hpa.build(base.slots(isvc, children.CHILDREN)[0].target, CTX)
+    assert got is not None
+    targets = {
+        m["resource"]["name"]: m["resource"]["target"]["averageUtilization"] for m in got["spec"]["metrics"]
+    }
+    assert targets == {"cpu": 60, "memory": 70}
+    served = {base.Router.ISTIO, base.Router.GATEWAY_API, base.Router.REPLICAS}
+    assert traffic.choose_router(isvc, CTX, served) is base.Router.REPLICAS  # auto would pick Istio
+    assert isvc.traffic is not None and isvc.traffic.percent == 30
+    without = api.decode({**obj, "spec": {k: v for k, v in obj["spec"].items() if k != "routing"}})
+    assert traffic.choose_router(without, CTX, served) is not base.Router.REPLICAS
