@@ -30,11 +30,10 @@ from mlops_platform.devcluster import usage
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, plugin, probes, wait, webhook
+from mlops_platform.testing import isvc, plugin, probes, requests, wait, webhook
 from mlops_platform.testing import operator as operator_process
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
-WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 FRAMEWORK = "torchserve"
 TARGET = servers.default_table()[FRAMEWORK].target_cpu_utilization  # % of the CPU request
 MIN, MAX = 2, 5  # as config/samples/torchserve-hpa.yaml
@@ -80,7 +79,7 @@ def _deployment_writes(c: rclient.Client) -> dict[tuple[str, str, int], int]:
     return {
         k: n
         for k, n in c.requests.items()
-        if k[0] in WRITE_VERBS and k[1].split("/")[0] == resources.DEPLOYMENT.group_resource
+        if k[0] in requests.WRITE_VERBS and k[1].split("/")[0] == resources.DEPLOYMENT.group_resource
     }
 
 

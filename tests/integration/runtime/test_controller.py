@@ -21,7 +21,7 @@ import pytest
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import wait
+from mlops_platform.testing import requests, wait
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -144,7 +144,7 @@ async def test_steady_state_makes_no_writes(
 
 
 def _writes(c: rclient.Client) -> int:
-    return sum(n for (verb, _, _), n in c.requests.items() if verb in ("create", "update", "patch", "delete"))
+    return sum(n for (verb, _, _), n in c.requests.items() if verb in requests.WRITE_VERBS)
 
 
 async def _idle(ctrl: Any) -> bool:

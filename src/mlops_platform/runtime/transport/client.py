@@ -115,10 +115,18 @@ class Client:
 
     # -- raw requests -------------------------------------------------------------------------
 
-    def _record(self, verb: str, resource: str, namespace: str | None, code: int, seconds: float) -> None:
+    def _record(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        code: int,
+        seconds: float,
+        name: str | None = None,
+    ) -> None:
         self.requests[(verb, resource, code)] += 1
         if self.observers:
-            record = RequestRecord(verb, resource, namespace, code, seconds)
+            record = RequestRecord(verb, resource, namespace, code, seconds, name)
             for observe in self.observers:
                 observe(record)
 
@@ -137,6 +145,8 @@ class Client:
     ) -> JSON:
         """Send one request and decode the JSON answer; raise :class:`ApiError` on non-2xx."""
         verb = verb_of(method, name, params)
+        if name is None and isinstance(body, dict):  # a create names its object in the body
+            name = body.get("metadata", {}).get("name")
         content = _encoder.encode(body) if body is not None else None
         headers = {"Accept": "application/json"}
         if content is not None:
@@ -149,9 +159,9 @@ class Client:
                     method, path, params=_clean(params), content=content, headers=headers, timeout=timeout
                 )
             except rhttp.TransportError:
-                self._record(verb, resource, namespace, 0, loop.time() - started)
+                self._record(verb, resource, namespace, 0, loop.time() - started, name)
                 raise
-            self._record(verb, resource, namespace, response.status, loop.time() - started)
+            self._record(verb, resource, namespace, response.status, loop.time() - started, name)
             retry_after = _retry_after(response)
             if retry_after is not None and attempt < self._max_retries:
                 await asyncio.sleep(retry_after)

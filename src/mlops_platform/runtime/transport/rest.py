@@ -75,6 +75,8 @@ class RequestRecord:
     namespace: str | None
     code: int
     seconds: float
+    #: the object's name, for a request on one object (get, update, patch, delete, apply)
+    name: str | None = None
 
 
 def verb_of(method: str, name: str | None, params: Mapping[str, Any] | None) -> str:
