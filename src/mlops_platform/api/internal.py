@@ -39,6 +39,22 @@ class ResourceRequirements:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ModelStorage:
+    """How the storage initializer reaches a remote model (``docs/model-delivery.md``); the predictor
+    and a canary share it. The operator never reads the Secret: the pod mounts it."""
+
+    #: a Secret in the InferenceService's namespace holding the credentials (keys per scheme),
+    #: mounted read-only into the storage initializer only; None: the pod's ServiceAccount (workload
+    #: identity) or anonymous access
+    secret_name: str | None = None
+    #: an S3-compatible endpoint (``s3://``) or a GCS JSON API endpoint (``gs://``, an emulator);
+    #: None: the cloud's own
+    endpoint: str | None = None
+    #: the S3 region; None: the Secret's ``AWS_REGION``, else ``us-east-1``
+    region: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Traffic:
     """A canary: ``percent`` of requests to the candidate ``version`` (routing: the canary issue).
 
@@ -50,6 +66,8 @@ class Traffic:
     model_uri: str | None = None
     #: the candidate's model format (v1beta1/v1 ``spec.canary.model.format``); None: not declared
     model_format: str | None = None
+    #: the SHA-256 (hex) the candidate's artifact must have (v1beta1/v1 ``spec.canary.model.sha256``)
+    model_sha256: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,6 +122,13 @@ class InferenceService:
     model_uri: str
     #: the model format (``onnx``, ``pytorch``, ...), checked against the runtime's formats; None: undeclared
     model_format: str | None = None
+    #: the SHA-256 (hex) the downloaded artifact must have (the file, or the archive before
+    #: unpacking); None: not verified
+    model_sha256: str | None = None
+    storage: ModelStorage = ModelStorage()
+    #: the ServiceAccount the model-server pods run as (workload identity for the model's bucket);
+    #: None: the namespace's default, with no API token mounted
+    service_account_name: str | None = None
     port: int = 8080
     min_replicas: int = 1
     max_replicas: int = 1

@@ -1,0 +1,98 @@
+"""What a model URI says: its scheme, where (bucket, claim or host) and the path in it.
+
+The one parser of ``spec.predictor.model.uri`` (v1alpha1 ``spec.modelUri``) and the canary's model
+URI: the API's validation calls it (an error names the field), the Deployment builder reads it to
+wire the pod (an init container for a remote store, a read-only claim for ``pvc://``, nothing for
+``file://``) and the storage initializer parses with it too. Schemes (``docs/model-delivery.md``):
+
+- ``s3://<bucket>/<key or prefix>``: any S3-compatible store (``spec.predictor.model.storage``
+  gives a custom endpoint and region);
+- ``gs://<bucket>/<key or prefix>``: Google Cloud Storage;
+- ``http://`` / ``https://<host>/<path>``: one file (an archive unpacks);
+- ``pvc://<claim>/<path>``: a PersistentVolumeClaim of the namespace, mounted read-only at the
+  model directory (``<path>`` in it, already laid out for the runtime; empty: the claim's root);
+- ``file:///<absolute path>``: a path inside the model server's image (no copy, no volume).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+from urllib.parse import urlsplit
+
+Scheme = Literal["s3", "gs", "http", "https", "pvc", "file"]
+#: the schemes the storage initializer fetches (into an emptyDir, before the server starts)
+REMOTE: frozenset[str] = frozenset({"s3", "gs", "http", "https"})
+#: an S3 bucket name (also a valid GCS bucket name): 3-63 of lowercase letters, digits, '.', '-'
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+#: a PersistentVolumeClaim name: a DNS-1123 subdomain
+_CLAIM = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ModelURIError(ValueError):
+    """A model URI the operator cannot serve; the message says why (the caller names the field)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelURI:
+    """A parsed model URI: ``location`` is the bucket (s3, gs), the claim (pvc) or the host and
+    port (http, https; empty for file); ``path`` has no leading slash, except for ``file`` where it
+    is the absolute path in the image."""
+
+    scheme: Scheme
+    location: str
+    path: str
+
+    @property
+    def remote(self) -> bool:
+        """Fetched by the storage initializer (s3, gs, http, https)."""
+        return self.scheme in REMOTE
+
+    @property
+    def is_prefix(self) -> bool:
+        """Says a directory (ends in '/', or names a bucket's or a claim's root)."""
+        return self.path == "" or self.path.endswith("/")
+
+
+def parse(uri: str) -> ModelURI:
+    """Parse ``uri``; :class:`ModelURIError` says what is wrong with it."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        raise ModelURIError(f"{uri!r} is not a URI (expected s3://, gs://, http(s)://, pvc:// or file://)")
+    if scheme not in ("s3", "gs", "http", "https", "pvc", "file"):
+        raise ModelURIError(f"{uri!r}: unknown scheme {scheme!r} (s3, gs, http, https, pvc or file)")
+    if any(c.isspace() for c in uri):
+        raise ModelURIError(f"{uri!r}: white space in a URI")
+    if scheme == "file":
+        if not rest.startswith("/") or rest.strip("/") == "":
+            raise ModelURIError(f"{uri!r}: file:// takes an absolute path in the image (file:///models/x)")
+        if _has_dot_segment(rest):
+            raise ModelURIError(f"{uri!r}: '.' and '..' segments are not allowed")
+        return ModelURI("file", "", rest)
+    if scheme in ("http", "https"):
+        parts = urlsplit(uri)
+        if not parts.netloc or parts.hostname is None:
+            raise ModelURIError(f"{uri!r}: no host")
+        if not parts.path.strip("/"):
+            raise ModelURIError(f"{uri!r}: no file path (http(s) serves one file or archive)")
+        path = parts.path.lstrip("/") + (f"?{parts.query}" if parts.query else "")
+        return ModelURI(scheme, parts.netloc, path)  # type: ignore[arg-type]
+    location, _, path = rest.partition("/")
+    if _has_dot_segment(path):
+        raise ModelURIError(f"{uri!r}: '.' and '..' segments are not allowed")
+    if scheme == "pvc":
+        if len(location) > 253 or not _CLAIM.match(location):
+            raise ModelURIError(
+                f"{uri!r}: {location!r} is not a PersistentVolumeClaim name (pvc://<claim>/<path>)"
+            )
+        return ModelURI("pvc", location, path.strip("/"))
+    if not _BUCKET.match(location):
+        raise ModelURIError(
+            f"{uri!r}: {location!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-')"
+        )
+    return ModelURI(scheme, location, path.lstrip("/"))  # type: ignore[arg-type]
+
+
+def _has_dot_segment(path: str) -> bool:
+    return any(seg in (".", "..") for seg in path.split("/"))
