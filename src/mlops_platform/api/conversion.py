@@ -13,7 +13,8 @@ Contract:
   dropped. So A -> B -> A is the identity for every valid object of every version.
 - When an object was edited in a spoke that cannot say everything, the hub-only settings it could
   not see (v1's memory target and scale-to-zero policy, formats, extra resources) are kept from
-  the annotation, as far as they still apply: an edit in an old version does not silently reset
+  the annotation, as far as they still apply (the candidate's format, checksum and storage while
+  its URI stays): an edit in an old version does not silently reset
   what a newer version set.
 - Bad input raises :class:`ConversionError` naming the field; it never raises anything else for a
   JSON object (the webhook turns it into a ``Failure`` result).
@@ -77,6 +78,43 @@ def _extensions_down(hub: JSON, out: JSON) -> None:
         out["extensions"] = ext
 
 
+#: v1alpha1 ``extensions.storage`` keys that v1 says in ``predictor.model.storage``
+_STORAGE_KEYS = ("secretName", "endpoint", "region")
+
+
+def _storage_up(ext: JSON | None, predictor: JSON) -> JSON | None:
+    """v1alpha1 ``extensions.storage`` -> v1 ``predictor.model.{sha256, storage}`` and
+    ``predictor.serviceAccountName`` when it validates (an invalid one stays in ``extensions``,
+    where v1 reports it naming the field); returns the other extensions."""
+    if not ext or v1.STORAGE_EXTENSION not in ext:
+        return ext
+    raw = ext[v1.STORAGE_EXTENSION]
+    try:
+        msgspec.convert(raw, v1.StorageExtension, strict=True)
+    except msgspec.ValidationError:
+        return ext
+    model = predictor["model"]
+    if "sha256" in raw:
+        model["sha256"] = raw["sha256"]
+    storage = {k: raw[k] for k in _STORAGE_KEYS if k in raw}
+    if storage:
+        model["storage"] = storage
+    if "serviceAccountName" in raw:
+        predictor["serviceAccountName"] = raw["serviceAccountName"]
+    return {k: v for k, v in ext.items() if k != v1.STORAGE_EXTENSION}
+
+
+def _storage_down(p: JSON) -> JSON:
+    """v1 ``predictor`` -> v1alpha1 ``extensions.storage`` (empty: nothing to say)."""
+    model = p.get("model") or {}
+    out: JSON = {k: v for k, v in (model.get("storage") or {}).items() if k in _STORAGE_KEYS}
+    if "sha256" in model:
+        out["sha256"] = model["sha256"]
+    if "serviceAccountName" in p:
+        out["serviceAccountName"] = p["serviceAccountName"]
+    return out
+
+
 def _alpha_up(a: JSON) -> JSON:
     predictor: JSON = {"model": {"uri": a["modelUri"]}, "runtime": a["framework"]}
     if "port" in a:
@@ -99,7 +137,7 @@ def _alpha_up(a: JSON) -> JSON:
         except v1alpha1.ValidationError as e:
             raise ConversionError(str(e)) from None
         out["canary"] = {"model": {"uri": uri}, "trafficPercent": traffic.get("canaryPercent", 0)}
-    _extensions_up(a.get("extensions"), out)
+    _extensions_up(_storage_up(a.get("extensions"), predictor), out)
     return out
 
 
@@ -137,6 +175,9 @@ def _alpha_down(h: JSON) -> JSON:
             "canaryPercent": canary.get("trafficPercent", 0),
         }
     _extensions_down(h, a)
+    storage = _storage_down(p)
+    if storage:
+        a["extensions"] = {**(a.get("extensions") or {}), v1.STORAGE_EXTENSION: storage}
     return a
 
 
@@ -197,9 +238,11 @@ def _keep_hub_only(spoke: str, fresh: JSON, kept: JSON) -> JSON:
         if "format" in was_model and was_model.get("uri") == p["model"]["uri"]:
             p["model"]["format"] = was_model["format"]
         was_canary, canary = kept.get("canary") or {}, out.get("canary")
-        was_format = (was_canary.get("model") or {}).get("format")
-        if canary is not None and was_format and was_canary["model"].get("uri") == canary["model"]["uri"]:
-            canary["model"]["format"] = was_format
+        was_canary_model = was_canary.get("model") or {}
+        if canary is not None and was_canary_model.get("uri") == canary["model"]["uri"]:
+            for key in ("format", "sha256", "storage"):  # what v1alpha1 cannot say of its candidate
+                if key in was_canary_model:
+                    canary["model"][key] = was_canary_model[key]
         was_res = was.get("resources") or {}
         for part in ("requests", "limits"):
             extra = {k: v for k, v in (was_res.get(part) or {}).items() if k not in ("cpu", "memory", GPU)}

@@ -68,6 +68,9 @@ class Traffic:
     model_format: str | None = None
     #: the SHA-256 (hex) the candidate's artifact must have (v1beta1/v1 ``spec.canary.model.sha256``)
     model_sha256: str | None = None
+    #: how the candidate's model is downloaded: its own ``spec.canary.model.storage``, else the
+    #: predictor's (resolved by the API: builders read this one)
+    storage: ModelStorage = ModelStorage()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 Scheme = Literal["s3", "gs", "http", "https", "pvc", "file"]
 #: the schemes the storage initializer fetches (into an emptyDir, before the server starts)
 REMOTE: frozenset[str] = frozenset({"s3", "gs", "http", "https"})
-#: an S3 bucket name (also a valid GCS bucket name): 3-63 of lowercase letters, digits, '.', '-'
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+#: a bucket name: up to 63 lowercase letters, digits, '.', '_', '-' (the stores ask for 3 or more; the
+#: store's own answer says so, an S3-compatible store may differ)
+_BUCKET = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 #: a PersistentVolumeClaim name: a DNS-1123 subdomain
 _CLAIM = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -89,7 +90,7 @@ def parse(uri: str) -> ModelURI:
         return ModelURI("pvc", location, path.strip("/"))
     if not _BUCKET.match(location):
         raise ModelURIError(
-            f"{uri!r}: {location!r} is not a bucket name (3-63 lowercase letters, digits, '.', '-')"
+            f"{uri!r}: {location!r} is not a bucket name (lowercase letters, digits, '.', '_', '-')"
         )
     return ModelURI(scheme, location, path.lstrip("/"))  # type: ignore[arg-type]
 

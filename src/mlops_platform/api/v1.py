@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import internal, v1alpha1
+from mlops_platform.api import internal, modeluri, v1alpha1
 from mlops_platform.runtime import quantity
 
 GROUP = v1alpha1.GROUP
@@ -44,6 +44,16 @@ FORMAT_PATTERN = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"
 #: a resource name (``cpu``, ``memory``, ``nvidia.com/gpu``, ``ephemeral-storage``): a qualified name
 RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 MAX_RESOURCES = 16
+#: a SHA-256 digest in lowercase hex (``sha256sum`` prints it)
+SHA256_PATTERN = r"^[a-f0-9]{64}$"
+#: a Secret or ServiceAccount name: a DNS-1123 subdomain
+SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: an object store's endpoint: http(s)://host[:port][/path], no white space
+ENDPOINT_PATTERN = r"^https?://[^\s/?#]+(/[^\s]*)?$"
+#: a region name (``us-east-1``, ``eu-central-1``; an S3-compatible store may use any token)
+REGION_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,62})$"
+#: the schemes the storage initializer downloads (``api.modeluri.REMOTE``), as a CEL/schema regex
+REMOTE_URI_PATTERN = r"^(s3|gs|https?)://"
 
 #: a Prometheus duration such as 30s, 5m, 1h30m (non-empty)
 Duration = Annotated[str, Meta(pattern=internal.DURATION_PATTERN, min_length=1, max_length=32)]
@@ -98,8 +108,58 @@ class _Base(msgspec.Struct, rename="camel", omit_defaults=True, forbid_unknown_f
     pass
 
 
+class ModelStorage(_Base):
+    """How the storage initializer reaches a remote model (``docs/model-delivery.md``)."""
+
+    secret_name: Annotated[
+        Annotated[str, Meta(pattern=SUBDOMAIN_PATTERN, max_length=253)] | None,
+        Meta(
+            description="A Secret of this namespace with the credentials (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, GOOGLE_SERVICE_ACCOUNT_KEY, HTTP_AUTHORIZATION, ...), mounted "
+            "read-only into the storage initializer only; the operator never reads it."
+        ),
+    ] = None
+    endpoint: Annotated[
+        Annotated[str, Meta(pattern=ENDPOINT_PATTERN, max_length=2048)] | None,
+        Meta(description="An S3-compatible endpoint (s3://) or a GCS endpoint (gs://); default: the cloud's"),
+    ] = None
+    region: Annotated[
+        Annotated[str, Meta(pattern=REGION_PATTERN, max_length=63)] | None,
+        Meta(description="The S3 region (s3://); default: the Secret's AWS_REGION, else us-east-1."),
+    ] = None
+
+
+#: CEL rules of a ``model`` (mirrored by :func:`validate`): download settings need a download
+MODEL_RULES = [
+    {
+        "rule": f"!has(self.sha256) || self.uri.matches('{REMOTE_URI_PATTERN}')",
+        "message": "model.sha256 is verified on download: only for s3://, gs:// and http(s):// models",
+        "fieldPath": ".sha256",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": f"!has(self.storage) || self.uri.matches('{REMOTE_URI_PATTERN}')",
+        "message": "model.storage is for downloaded models: s3://, gs:// and http(s)://",
+        "fieldPath": ".storage",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.storage) || !has(self.storage.endpoint) || self.uri.matches('^(s3|gs)://')",
+        "message": "model.storage.endpoint is for s3:// and gs:// models",
+        "fieldPath": ".storage.endpoint",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.storage) || !has(self.storage.region) || self.uri.startsWith('s3://')",
+        "message": "model.storage.region is for s3:// models",
+        "fieldPath": ".storage.region",
+        "reason": "FieldValueInvalid",
+    },
+]
+
+
 class Model(_Base):
-    """A model artifact: where it is and what format it is in."""
+    """A model artifact: where it is and what format it is in, and how it is downloaded."""
 
     uri: Annotated[
         str,
@@ -116,6 +176,21 @@ class Model(_Base):
             "against the runtime's formats (docs/serving-runtimes.md)."
         ),
     ] = None
+    sha256: Annotated[
+        Annotated[str, Meta(pattern=SHA256_PATTERN)] | None,
+        Meta(
+            description="The SHA-256 (hex) of the downloaded file or archive; a mismatch fails the "
+            "download (ModelDownloadFailed)."
+        ),
+    ] = None
+    storage: Annotated[
+        ModelStorage | None,
+        Meta(description="Credentials, endpoint and region of a downloaded model's store."),
+    ] = None
+
+
+#: a model field, with its cross-field rules
+ModelField = Annotated[Model, Meta(extra_json_schema={"x-kubernetes-validations": MODEL_RULES})]
 
 
 class ResourceRequirements(_Base):
@@ -179,7 +254,7 @@ class Autoscaling(ReplicaBounds):
 class PredictorBase(_Base):
     """What serves the stable model, but for autoscaling (v1beta1 has the same, with its own)."""
 
-    model: Model
+    model: ModelField
     runtime: Annotated[
         _Runtime,
         Meta(
@@ -194,6 +269,13 @@ class PredictorBase(_Base):
         ResourceRequirements | None,
         Meta(extra_json_schema={"x-kubernetes-validations": RESOURCES_RULES}),
     ] = None
+    service_account_name: Annotated[
+        Annotated[str, Meta(pattern=SUBDOMAIN_PATTERN, max_length=253)] | None,
+        Meta(
+            description="The ServiceAccount the model-server pods run as (workload identity for the "
+            "model's bucket); default: the namespace's default."
+        ),
+    ] = None
 
 
 class Predictor(PredictorBase):
@@ -206,9 +288,10 @@ class Predictor(PredictorBase):
 
 
 class Canary(_Base):
-    """A candidate model served beside the predictor (same runtime and resources) with a traffic share."""
+    """A candidate model served beside the predictor (same runtime and resources) with a traffic share.
+    Its model downloads with its own ``storage``, else the predictor's."""
 
-    model: Model
+    model: ModelField
     traffic_percent: Annotated[
         int, Meta(ge=0, le=100, description="Percent of requests (0-100) routed to the candidate.")
     ] = 0
@@ -290,6 +373,30 @@ GRADUATED: dict[str, type[msgspec.Struct]] = {
 GRADUATED_FIELD = {"monitoring": "monitoring", "networkPolicy": "networkPolicy", "traffic": "routing"}
 
 
+class StorageExtension(_Base):
+    """v1alpha1's ``spec.extensions.storage``: how its ``modelUri`` is downloaded. v1beta1 and v1 say
+    it as fields: ``spec.predictor.model.sha256``, ``spec.predictor.model.storage`` and
+    ``spec.predictor.serviceAccountName``."""
+
+    secret_name: Annotated[str, Meta(pattern=SUBDOMAIN_PATTERN, max_length=253)] | None = None
+    endpoint: Annotated[str, Meta(pattern=ENDPOINT_PATTERN, max_length=2048)] | None = None
+    region: Annotated[str, Meta(pattern=REGION_PATTERN, max_length=63)] | None = None
+    sha256: Annotated[str, Meta(pattern=SHA256_PATTERN)] | None = None
+    service_account_name: Annotated[str, Meta(pattern=SUBDOMAIN_PATTERN, max_length=253)] | None = None
+
+
+#: v1alpha1's extension key of :class:`StorageExtension`
+STORAGE_EXTENSION = "storage"
+#: where v1 says each key of :class:`StorageExtension`
+STORAGE_FIELDS = {
+    "secretName": "spec.predictor.model.storage.secretName",
+    "endpoint": "spec.predictor.model.storage.endpoint",
+    "region": "spec.predictor.model.storage.region",
+    "sha256": "spec.predictor.model.sha256",
+    "serviceAccountName": "spec.predictor.serviceAccountName",
+}
+
+
 def from_dict(obj: dict[str, Any]) -> InferenceService:
     """Decode a v1 object; raise :class:`ValidationError` naming the field."""
     isvc = v1alpha1.decode_as(obj, InferenceService)
@@ -311,6 +418,9 @@ def validate(isvc: InferenceService) -> None:
         raise ValidationError(
             "spec.predictor.autoscaling.scaleToZero needs spec.predictor.autoscaling.minReplicas: 0"
         )
+    _validate_model(p.model, "spec.predictor.model")
+    if isvc.spec.canary is not None:
+        _validate_model(isvc.spec.canary.model, "spec.canary.model")
     r = p.resources
     for part in ("requests", "limits"):
         for name in getattr(r, part, None) or {}:
@@ -329,6 +439,33 @@ def validate(isvc: InferenceService) -> None:
                 )
 
 
+def _validate_model(m: Model, where: str) -> None:
+    """The URI parses (:func:`modeluri.parse`) and the download settings fit its scheme (the CEL
+    rules :data:`MODEL_RULES` say the same but for a checksum of a directory)."""
+    try:
+        uri = modeluri.parse(m.uri)
+    except modeluri.ModelURIError as e:
+        raise ValidationError(f"{where}.uri: {e}") from None
+    if not uri.remote:
+        for field, value in (("sha256", m.sha256), ("storage", m.storage)):
+            if value is not None:
+                raise ValidationError(
+                    f"{where}.{field}: only for s3://, gs:// and http(s):// models (a {uri.scheme}:// "
+                    "model is not downloaded)"
+                )
+        return
+    if m.sha256 is not None and uri.is_prefix:
+        raise ValidationError(
+            f"{where}.sha256: verifies one file or archive; {m.uri!r} is a directory (drop the "
+            "checksum or point at the file)"
+        )
+    st = m.storage
+    if st is not None and st.endpoint is not None and uri.scheme not in ("s3", "gs"):
+        raise ValidationError(f"{where}.storage.endpoint: is for s3:// and gs:// models, not {uri.scheme}://")
+    if st is not None and st.region is not None and uri.scheme != "s3":
+        raise ValidationError(f"{where}.storage.region: is for s3:// models, not {uri.scheme}://")
+
+
 def _legacy_extensions(isvc: InferenceService) -> None:
     """v1 has monitoring, networkPolicy and routing as fields: the same keys under ``spec.extensions``
     (an object converted from an older version whose extension did not validate, or a v1 object
@@ -340,6 +477,12 @@ def _legacy_extensions(isvc: InferenceService) -> None:
         where = f"spec.extensions.{key}"
         v1alpha1.decode_as(raw, typ, where)  # an invalid one: the error names the field in it
         raise ValidationError(f"{where}: in v1 this is spec.{GRADUATED_FIELD[key]}; move it there")
+    raw = (isvc.spec.extensions or {}).get(STORAGE_EXTENSION)
+    if raw is not None:
+        where = f"spec.extensions.{STORAGE_EXTENSION}"
+        v1alpha1.decode_as(raw, StorageExtension, where)
+        fields = ", ".join(sorted({STORAGE_FIELDS[k] for k in raw} or {"spec.predictor.model.storage"}))
+        raise ValidationError(f"{where}: in v1beta1 and v1 these are fields ({fields}); move them there")
 
 
 def _quantities(values: dict[str, Any] | None) -> MappingProxyType[str, str]:
@@ -366,6 +509,9 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
         framework=p.runtime,
         model_uri=p.model.uri,
         model_format=p.model.format,
+        model_sha256=p.model.sha256,
+        storage=_storage(p.model.storage),
+        service_account_name=p.service_account_name,
         port=p.port,
         min_replicas=a.min_replicas,
         max_replicas=a.max_replicas,
@@ -380,6 +526,8 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
             canary.traffic_percent,
             canary.model.uri,
             canary.model.format,
+            canary.model.sha256,
+            _storage(canary.model.storage or p.model.storage),
         ),
         monitoring=internal.Monitoring(
             mon.enabled,
@@ -390,6 +538,12 @@ def to_internal(isvc: InferenceService) -> internal.InferenceService:
         network_policy=internal.NetworkPolicy((s.network_policy or NetworkPolicy()).enabled),
         router=(s.routing or Routing()).router,
     )
+
+
+def _storage(st: ModelStorage | None) -> internal.ModelStorage:
+    if st is None:
+        return internal.ModelStorage()
+    return internal.ModelStorage(st.secret_name, st.endpoint, st.region)
 
 
 def version_of(stable_uri: str, candidate_uri: str) -> str:

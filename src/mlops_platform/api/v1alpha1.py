@@ -124,8 +124,9 @@ Extensions = Annotated[
     Meta(
         description="Reserved for forward evolution: unknown keys are preserved and ignored. "
         "Known keys: monitoring {enabled, alerts {errorRatio, latencySeconds, for, belowMinFor}}, "
-        "networkPolicy {enabled} and traffic {router: auto|istio|gateway-api|replicas} "
-        "(docs/monitoring.md, docs/network-policy.md, docs/canary.md).",
+        "networkPolicy {enabled}, traffic {router: auto|istio|gateway-api|replicas} and storage "
+        "{secretName, endpoint, region, sha256, serviceAccountName} (docs/monitoring.md, "
+        "docs/network-policy.md, docs/canary.md, docs/model-delivery.md).",
         extra_json_schema={"x-kubernetes-preserve-unknown-fields": True},
     ),
 ]

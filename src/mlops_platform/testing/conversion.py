@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from typing import Any
 
 from hypothesis import strategies as st
@@ -121,7 +122,37 @@ def _legacy_extensions(draw: st.DrawFn) -> JSON | None:
         ext["networkPolicy"] = draw(_network_policy() | _JUNK)
     if draw(st.booleans()):
         ext["traffic"] = draw(_routing() | _JUNK)
+    if draw(st.booleans()):
+        ext["storage"] = draw(_storage_extension() | _JUNK)
     return ext
+
+
+_SHA256 = ("0" * 64, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
+_REMOTE_URI = re.compile(r"^(s3|gs|https?)://")
+
+
+@st.composite
+def _storage(draw: st.DrawFn, uri: str) -> JSON:
+    """``model.storage`` fitting ``uri``'s scheme (the CEL rules refuse the others)."""
+    out: JSON = {}
+    if draw(st.booleans()):
+        out["secretName"] = draw(st.sampled_from(["s3-creds", "gcs.key"]))
+    if uri.startswith(("s3://", "gs://")) and draw(st.booleans()):
+        out["endpoint"] = draw(st.sampled_from(["http://minio.storage:9000", "https://storage.example.com"]))
+    if uri.startswith("s3://") and draw(st.booleans()):
+        out["region"] = draw(st.sampled_from(["us-east-1", "eu-central-1"]))
+    return out
+
+
+@st.composite
+def _storage_extension(draw: st.DrawFn) -> JSON:
+    """v1alpha1 ``extensions.storage`` (the server checks nothing under extensions)."""
+    out: JSON = draw(_storage("s3://"))
+    if draw(st.booleans()):
+        out["sha256"] = draw(st.sampled_from(_SHA256))
+    if draw(st.booleans()):
+        out["serviceAccountName"] = draw(st.sampled_from(["model-reader", "default"]))
+    return out
 
 
 @st.composite
@@ -174,6 +205,11 @@ def _model(draw: st.DrawFn) -> JSON:
     model: JSON = {"uri": draw(st.sampled_from(_VERSIONED_URIS + _PLAIN_URIS))}
     if draw(st.booleans()):
         model["format"] = draw(st.sampled_from(_FORMATS))
+    if _REMOTE_URI.match(model["uri"]):
+        if draw(st.booleans()):
+            model["sha256"] = draw(st.sampled_from(_SHA256))
+        if draw(st.booleans()):
+            model["storage"] = draw(_storage(model["uri"]))
     return model
 
 
@@ -205,6 +241,8 @@ def _predictor(draw: st.DrawFn, version: str) -> JSON:
         p["port"] = draw(st.sampled_from([8080, 9000, 1]))
     if draw(st.booleans()):
         p["resources"] = draw(_resources())
+    if draw(st.booleans()):
+        p["serviceAccountName"] = draw(st.sampled_from(["model-reader", "default"]))
     scaling: JSON = {}
     low = draw(st.integers(0, 5))
     if draw(st.booleans()):

@@ -153,6 +153,27 @@ INVALID: list[tuple[str, str, JSON, int, tuple[str, ...]]] = [
         422,
         ("spec.routing.router", "Unsupported value"),
     ),
+    (
+        "checksum-of-a-claim",
+        "v1",
+        manifest(model={"uri": "pvc://models/resnet", "sha256": "0" * 64}),
+        422,
+        ("spec.predictor.model.sha256", "verified on download"),
+    ),
+    (
+        "region-of-a-gcs-candidate",
+        "v1beta1",
+        with_spec(manifest("v1beta1"), canary={"model": {"uri": "gs://m/2", "storage": {"region": "eu"}}}),
+        422,
+        ("spec.canary.model.storage.region", "for s3:// models"),
+    ),
+    (
+        "checksum-not-hex",
+        "v1",
+        manifest(model={"uri": "s3://models/resnet/1", "sha256": "ABC"}),
+        422,
+        ("spec.predictor.model.sha256", "should match"),
+    ),
     ("missing-runtime", "v1", manifest(runtime=None), 422, ("spec.predictor.runtime: Required value",)),
     (
         "v1alpha1-field-in-v1",

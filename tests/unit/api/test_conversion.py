@@ -255,3 +255,41 @@ def test_bad_reviews_get_a_failure_never_a_crash(body: Any, message: str) -> Non
 def test_random_bodies_never_crash(body: bytes) -> None:
     response = answer(body)
     assert response["result"]["status"] in ("Success", "Failure")
+
+
+def test_model_delivery_settings_map_between_v1alpha1_extensions_and_v1_fields() -> None:
+    storage = {"secretName": "s3-creds", "endpoint": "http://minio.storage:9000", "region": "eu-central-1"}
+    alpha = gen.defaulted(
+        {
+            "apiVersion": "mlops.platform/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "iris", "namespace": "ml"},
+            "spec": {
+                "modelUri": "s3://models/iris/1",
+                "framework": "seldon",
+                "traffic": {"canaryVersion": "2", "canaryPercent": 10},
+                "extensions": {
+                    "storage": {**storage, "sha256": "0" * 64, "serviceAccountName": "model-reader"},
+                    "team": "fraud",
+                },
+            },
+        }
+    )
+    hub = conversion.convert(alpha, "mlops.platform/v1")
+    predictor = hub["spec"]["predictor"]
+    assert predictor["model"] == {"uri": "s3://models/iris/1", "sha256": "0" * 64, "storage": storage}
+    assert predictor["serviceAccountName"] == "model-reader"
+    assert hub["spec"]["extensions"] == {"team": "fraud"}
+    assert "annotations" not in hub["metadata"]
+    assert conversion.convert(hub, "mlops.platform/v1alpha1") == alpha
+    # v1beta1 says them as the same fields as v1
+    beta = conversion.convert(hub, "mlops.platform/v1beta1")
+    assert beta["spec"]["predictor"]["model"] == predictor["model"]
+    assert beta["spec"]["predictor"]["serviceAccountName"] == "model-reader"
+    # the candidate's own checksum and storage, which v1alpha1 cannot say, survive an edit there
+    hub["spec"]["canary"]["model"] |= {"sha256": "f" * 64, "storage": {"secretName": "staging"}}
+    alpha = conversion.convert(hub, "mlops.platform/v1alpha1")
+    alpha["spec"]["maxReplicas"] = 3
+    back = conversion.convert(alpha, "mlops.platform/v1")
+    assert back["spec"]["canary"]["model"] == hub["spec"]["canary"]["model"]
+    assert back["spec"]["predictor"]["autoscaling"]["maxReplicas"] == 3
