@@ -70,13 +70,13 @@ def _unzip(archive: Path, dest: Path) -> None:
         with zipfile.ZipFile(archive) as zf:
             members = zf.infolist()
             for info in members:
-                mode = info.external_attr >> 16
+                kind_bits = stat.S_IFMT(info.external_attr >> 16)  # 0: no Unix mode (a plain file)
                 _member_path(info.filename, archive.name)
-                if mode and stat.S_ISLNK(mode):
+                if kind_bits == stat.S_IFLNK:
                     raise failure.DownloadFailed(
                         f"unsafe member in {archive.name}: {info.filename!r} is a link"
                     )
-                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                if kind_bits not in (0, stat.S_IFREG, stat.S_IFDIR):
                     raise failure.DownloadFailed(
                         f"unsafe member in {archive.name}: {info.filename!r} is not a file or directory"
                     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from obstore import exceptions as obs_exceptions
 
@@ -11,6 +12,7 @@ PREFIX = "model download failed: "
 MAX_REASON = 1500
 
 _STATUS = re.compile(r"status code: (\d{3}(?: [A-Za-z][A-Za-z -]*[A-Za-z])?)")
+_REQUEST = re.compile(r"Error performing (GET|HEAD|PUT|POST) (\S+)")
 _XML_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
 _XML_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
 _JSON_MESSAGE = re.compile(r'"message"\s*:\s*"([^"]{1,300})"')
@@ -57,24 +59,34 @@ def _detail(text: str) -> str | None:
     return json_message.group(1) if json_message else None
 
 
-def summary(exc: BaseException) -> str:
+def summary(exc: BaseException, uri: str | None = None) -> str:
     """A store error without obstore's debug dump: ``<status> (<the service's detail>)`` when the
-    server answered, else the error's first paragraph."""
+    server answered (and which request it was, when it was not for ``uri``'s host: a credentials
+    service, say), else the error's first paragraph."""
     text = str(exc).split("\n\nDebug source:", 1)[0]
     status = http_status(exc)
     if status:
         detail = _detail(text)
-        return f"{status} ({detail})" if detail else status
+        said = f"{status} ({detail})" if detail else status
+        request = _REQUEST.search(text)
+        if request and uri is not None and _location(uri) not in request.group(2):
+            said += f" from {request.group(1)} {request.group(2)}"
+        return said
     return one_line(text) or type(exc).__name__
+
+
+def _location(uri: str) -> str:
+    """The bucket (s3, gs) or host (http) of ``uri``: a request naming it was for the object."""
+    return urlsplit(uri).netloc
 
 
 def describe(exc: BaseException, uri: str) -> str:
     """The failure reason for a store error while fetching ``uri``."""
     status = http_status(exc)
     if isinstance(exc, NOT_FOUND) or (status or "").startswith("404"):
-        return f"no object at {uri}" + (f" ({summary(exc)})" if status and status[:3] != "404" else "")
+        return f"no object at {uri}"
     if isinstance(exc, obs_exceptions.PermissionDeniedError) or (status or "").startswith("403"):
-        return f"access to {uri} denied: {summary(exc) if status else '403 Forbidden'}"
+        return f"access to {uri} denied: {summary(exc, uri) if status else '403 Forbidden'}"
     if isinstance(exc, obs_exceptions.UnauthenticatedError) or (status or "").startswith("401"):
-        return f"not authenticated for {uri}: {summary(exc) if status else '401 Unauthorized'}"
-    return f"{uri}: {summary(exc)}"
+        return f"not authenticated for {uri}: {summary(exc, uri) if status else '401 Unauthorized'}"
+    return f"{uri}: {summary(exc, uri)}"

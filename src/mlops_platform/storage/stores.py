@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -111,6 +112,8 @@ def s3(uri: modeluri.ModelURI, settings: Settings) -> obs_store.S3Store:
     ):
         if key in creds:
             config[option] = creds[key]
+    if endpoint and "access_key_id" not in config and not _aws_chain_configured():
+        config["skip_signature"] = True  # an S3-compatible store and no credentials: anonymous
     if ("access_key_id" in config) != ("secret_access_key" in config):
         raise failure.DownloadFailed(
             "credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together (one is missing)"
@@ -121,6 +124,20 @@ def s3(uri: modeluri.ModelURI, settings: Settings) -> obs_store.S3Store:
         client_options=client_options(allow_http=bool(endpoint and endpoint.startswith("http://"))),
         retry_config=RETRY,
     )
+
+
+#: environment variables that give the AWS credential chain something other than instance metadata
+_AWS_CHAIN_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_PROFILE",
+)
+
+
+def _aws_chain_configured() -> bool:
+    return any(os.environ.get(name) for name in _AWS_CHAIN_ENV)
 
 
 def emulator_key(endpoint: str) -> str:
