@@ -38,6 +38,15 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "maxrss_kib": usage
 """
 
 
+def _read(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def _sparse(path: Path, size: int) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)  # sparse: instant, and reads back as zeros
+
+
 class ModelServer:
     """Serves files of ``root`` under a few behaviours; records each request's path and Range."""
 
@@ -71,8 +80,7 @@ class ModelServer:
         """Announce the whole file (with the validators FileResponse sends), send a third of it, then
         close the connection."""
         self.drops -= 1
-        data = path.read_bytes()
-        mtime = path.stat().st_mtime_ns
+        data, mtime = await asyncio.to_thread(_read, path)
         headers = {"Content-Length": str(len(data)), "ETag": f'"{mtime:x}-{len(data):x}"'}
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
@@ -93,7 +101,8 @@ class ModelServer:
         path = self.file(request)
         if self.drops > 0:
             return await self._drop(request, path)
-        return web.Response(body=path.read_bytes())  # 200 and the whole body, whatever was asked
+        data, _ = await asyncio.to_thread(_read, path)
+        return web.Response(body=data)  # 200 and the whole body, whatever was asked
 
 
 @pytest.fixture
@@ -305,8 +314,7 @@ async def test_a_2gib_artifact_streams_in_bounded_memory(server: ModelServer, tm
     if free < 3 * GIB:
         pytest.skip(f"needs 3 GiB free in {tmp_path} (2 GiB downloaded, a margin), has {free >> 20} MiB")
     size = 2 * GIB
-    with open(server.root / "big.bin", "wb") as f:
-        f.truncate(size)  # sparse: instant, and reads back as zeros
+    _sparse(server.root / "big.bin", size)
 
     def zeros_sha256() -> str:
         digest, block = hashlib.sha256(), bytes(1 << 20)
