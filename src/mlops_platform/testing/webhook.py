@@ -51,8 +51,35 @@ def url() -> str:
 
 
 async def install_crd(client: rclient.Client) -> dict[str, Any]:
-    """Install (or re-apply) the CRD calling the session's webhook; wait until it is Established."""
-    return await crd.install(client, webhook_url=url())
+    """Install (or re-apply) the CRD calling the session's webhook; return once it is Established
+    AND the API server converts through this webhook: a CRD left by an earlier session names
+    another port, and Established (already True) does not say the server took the new URL and its
+    CA bundle (injected by the webhook process meanwhile)."""
+    live = await crd.install(client, webhook_url=url())
+    await wait.until(
+        lambda: converts(client), timeout=60, what="the API server converting through the session's webhook"
+    )
+    return live
+
+
+_PROBE = {
+    "apiVersion": "mlops.platform/v1alpha1",
+    "kind": "InferenceService",
+    "metadata": {"name": "conversion-probe"},
+    "spec": {"modelUri": "s3://probe/model", "framework": "triton"},
+}
+
+
+async def converts(client: rclient.Client, namespace: str = "default") -> bool:
+    """Whether a (dry-run) v1alpha1 create converts: the API server reaches the webhook over TLS."""
+    path = crd.RESOURCE.path(namespace).replace(f"/{crd.RESOURCE.version}/", "/v1alpha1/")
+    try:
+        await client.request("POST", path, params={"dryRun": "All"}, body=_PROBE, resource="isvc")
+    except rclient.ApiError as e:
+        if e.status == 500 and "conversion webhook" in e.message:
+            return False
+        raise
+    return True
 
 
 async def ca_bundle(client: rclient.Client) -> bytes:
