@@ -41,7 +41,7 @@ import shutil
 import socket
 import tempfile
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -51,7 +51,7 @@ from obstore.store import GCSStore, S3Store
 from mlops_platform.devcluster import binaries
 from mlops_platform.testing.wait import until
 
-__all__ = ["GCSServer", "S3Server", "ServerProcess", "fake_gcs", "free_port", "minio"]
+__all__ = ["GCSServer", "S3Server", "ServerExited", "ServerProcess", "fake_gcs", "free_port", "minio"]
 
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
@@ -101,16 +101,17 @@ class ServerProcess:
             await self.process.wait()
 
 
-@contextlib.asynccontextmanager
-async def _serving(
-    name: str,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    log_path: Path,
-    ready_url: str,
-) -> AsyncIterator[ServerProcess]:
-    """Start ``argv``, wait until ``ready_url`` answers 200 (failing at once if the process exits),
-    yield it, then stop it."""
+class ServerExited(RuntimeError):
+    """The server process ended before it was ready."""
+
+
+#: builds a server's command line on fresh free ports: ``(argv, the endpoint URL it will serve)``
+Launch = Callable[[], tuple[list[str], str]]
+#: tries to start a server: another process may take a port between free_port() and the bind
+START_ATTEMPTS = 3
+
+
+async def _start(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ServerProcess:
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -120,28 +121,53 @@ async def _serving(
             env={**os.environ, **env},
             start_new_session=True,  # a Ctrl-C of the run stops it through our exit (SIGTERM), not mid-test
         )
-    server = ServerProcess(name, process, log_path)
+    return ServerProcess(name, process, log_path)
+
+
+async def _wait_ready(server: ServerProcess, ready_url: str) -> None:
+    """Poll ``ready_url`` until it answers 200; :class:`ServerExited` at once if the process ends."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+
+        async def ready() -> bool:
+            code = server.process.returncode
+            if code is not None:
+                raise ServerExited(f"{server.name} exited with {code} while starting:\n{server.log_tail()}")
+            async with http.get(ready_url) as answer:
+                return answer.status == 200
+
+        try:
+            await until(
+                ready,
+                timeout=STARTUP_TIMEOUT,
+                what=f"{server.name} ready at {ready_url}",
+                retry_on=(aiohttp.ClientError, OSError, TimeoutError),
+            )
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{server.name} log:\n{server.log_tail()}") from None
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    name: str, launch: Launch, ready_path: str, env: Mapping[str, str], log_path: Path
+) -> AsyncIterator[tuple[ServerProcess, str]]:
+    """Start the server ``launch`` describes and wait until ``<endpoint><ready_path>`` answers 200
+    (on new ports again if it exits while starting, up to ``START_ATTEMPTS`` times); yield it and
+    its endpoint, then stop it."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        argv, endpoint = launch()
+        server = await _start(name, argv, env, log_path)
+        try:
+            await _wait_ready(server, endpoint + ready_path)
+            break
+        except ServerExited:
+            await server.stop()
+            if attempt == START_ATTEMPTS:
+                raise
+        except BaseException:
+            await server.stop()
+            raise
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-
-            async def ready() -> bool:
-                if process.returncode is not None:
-                    raise RuntimeError(
-                        f"{name} exited with {process.returncode} while starting:\n{server.log_tail()}"
-                    )
-                async with http.get(ready_url) as answer:
-                    return answer.status == 200
-
-            try:
-                await until(
-                    ready,
-                    timeout=STARTUP_TIMEOUT,
-                    what=f"{name} ready at {ready_url}",
-                    retry_on=(aiohttp.ClientError, OSError, TimeoutError),
-                )
-            except TimeoutError as e:
-                raise TimeoutError(f"{e}\n{name} log:\n{server.log_tail()}") from None
-        yield server
+        yield server, endpoint
     finally:
         await server.stop()
 
@@ -272,20 +298,23 @@ async def minio(
     exe = binary or binaries.object_store_server("minio")
     scratch = _make_scratch(tmp_dir, "minio-")
     data = scratch / "data"
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    argv = [
-        str(exe),
-        "server",
-        "--quiet",
-        "--address",
-        f"127.0.0.1:{port}",
-        "--console-address",
-        f"127.0.0.1:{free_port()}",
-        "--certs-dir",
-        str(scratch / "certs"),
-        str(data),
-    ]
+
+    def launch() -> tuple[list[str], str]:
+        port = free_port()
+        argv = [
+            str(exe),
+            "server",
+            "--quiet",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--console-address",
+            f"127.0.0.1:{free_port()}",
+            "--certs-dir",
+            str(scratch / "certs"),
+            str(data),
+        ]
+        return argv, f"http://127.0.0.1:{port}"
+
     env = {
         "MINIO_ROOT_USER": access_key,
         "MINIO_ROOT_PASSWORD": secret_key,
@@ -295,7 +324,8 @@ async def minio(
         "HOME": str(scratch),  # MinIO writes nothing under the real home
     }
     try:
-        async with _serving("minio", argv, env, scratch / "minio.log", f"{endpoint}/minio/health/ready") as p:
+        ready = "/minio/health/ready"
+        async with _serving("minio", launch, ready, env, scratch / "minio.log") as (p, endpoint):
             yield S3Server(endpoint, access_key, secret_key, region, data, p)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -390,31 +420,34 @@ async def fake_gcs(tmp_dir: Path, *, binary: Path | None = None) -> AsyncIterato
     exe = binary or binaries.object_store_server("fake-gcs-server")
     scratch = _make_scratch(tmp_dir, "fake-gcs-")
     data = scratch / "data"
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    argv = [
-        str(exe),
-        "-scheme",
-        "http",
-        "-host",
-        "127.0.0.1",
-        "-port",
-        str(port),
-        "-public-host",
-        f"127.0.0.1:{port}",
-        "-external-url",
-        endpoint,
-        "-backend",
-        "filesystem",
-        "-filesystem-root",
-        str(data),
-        "-log-level",
-        "warn",
-    ]
+
+    def launch() -> tuple[list[str], str]:
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        argv = [
+            str(exe),
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-public-host",
+            f"127.0.0.1:{port}",
+            "-external-url",
+            endpoint,
+            "-backend",
+            "filesystem",
+            "-filesystem-root",
+            str(data),
+            "-log-level",
+            "warn",
+        ]
+        return argv, endpoint
+
     try:
-        async with _serving(
-            "fake-gcs-server", argv, {}, scratch / "fake-gcs-server.log", f"{endpoint}/storage/v1/b"
-        ) as p:
+        log = scratch / "fake-gcs-server.log"
+        async with _serving("fake-gcs-server", launch, "/storage/v1/b", {}, log) as (p, endpoint):
             yield GCSServer(endpoint, data, p)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

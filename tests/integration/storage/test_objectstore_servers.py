@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from pathlib import Path
 
 import obstore
@@ -155,3 +156,32 @@ async def test_servers_leave_no_process_or_data_behind(tmp_path: Path) -> None:
     assert gcs.process.process.returncode is not None
     assert list((tmp_path / "s3").iterdir()) == []
     assert list((tmp_path / "gcs").iterdir()) == []
+
+
+async def test_a_port_taken_before_the_bind_is_retried_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = objectstores.free_port
+    given: list[int] = []
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+
+        def port() -> int:
+            given.append(taken if not given else real())
+            return given[-1]
+
+        monkeypatch.setattr(objectstores, "free_port", port)
+        async with objectstores.fake_gcs(tmp_path) as gcs:
+            await gcs.create_bucket("retried")
+    assert len(given) == 2 and given[0] == taken  # the first launch exited: one more, on a new port
+    assert gcs.endpoint == f"http://127.0.0.1:{given[1]}"
+
+
+async def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
+    # MinIO refuses a root password shorter than 8 characters, on every attempt
+    with pytest.raises(objectstores.ServerExited, match=r"(?s)minio exited with \d+ while starting:.*"):
+        async with objectstores.minio(tmp_path, secret_key="short"):
+            pytest.fail("MinIO started with a 5-character root password")
+    assert os.listdir(tmp_path) == []
