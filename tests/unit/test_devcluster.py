@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from mlops_platform.devcluster import binaries, cluster, nodes
@@ -40,6 +41,42 @@ def test_promtool_go_module_is_the_prometheus_release_in_versions_env() -> None:
     assert tag, v["PROMTOOL_MODULE_VERSION"]
     assert v["PROMTOOL_VERSION"] == f"v3.{int(tag.group(1))}.{tag.group(2)}"
     assert "github.com/prometheus/prometheus/cmd/promtool" in (ROOT / "hack/promtool/tools.go").read_text()
+
+
+def test_object_store_server_go_modules_pin_the_versions_in_versions_env() -> None:
+    v = binaries.versions()
+    for name, module, key in (
+        ("minio", "github.com/minio/minio", "MINIO_VERSION"),
+        ("fake-gcs-server", "github.com/fsouza/fake-gcs-server", "FAKE_GCS_SERVER_VERSION"),
+    ):
+        go_mod = (ROOT / "hack" / name / "go.mod").read_text()
+        assert re.search(rf"^\s+{re.escape(module)} {re.escape(v[key])}\b", go_mod, re.M), name
+        assert f"tool {module}\n" in go_mod, name
+        assert binaries.OBJECT_STORE_SERVERS[name] == key
+    # MinIO tags no Go module versions: a pseudo-version (hack/build-control-plane derives its
+    # --version from the commit time and hash in it)
+    assert re.fullmatch(r"v0\.0\.0-\d{14}-[0-9a-f]{12}", v["MINIO_VERSION"]), v["MINIO_VERSION"]
+
+
+def test_object_store_servers_have_their_own_cache_directories() -> None:
+    dirs = {name: binaries.object_store_server_cache_dir(name) for name in binaries.OBJECT_STORE_SERVERS}
+    v = binaries.versions()
+    assert dirs["minio"].name == f"minio-{v['MINIO_VERSION']}"
+    assert dirs["fake-gcs-server"].name == f"fake-gcs-server-{v['FAKE_GCS_SERVER_VERSION']}"
+    assert all(d.parent == binaries.cache_bin_dir().parent for d in dirs.values())
+    assert not set(binaries.OBJECT_STORE_SERVERS) & set(binaries.NAMES)  # kwokctl never sees them
+
+
+def test_object_store_server_without_cache_or_build_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLOPS_PLATFORM_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="--object-stores-only"):
+        binaries.object_store_server("minio", build=False)
+    cached = binaries.object_store_server_cache_dir("fake-gcs-server") / "fake-gcs-server"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("#!/bin/sh\n")
+    assert binaries.object_store_server("fake-gcs-server", build=False) == cached
 
 
 def test_metrics_server_has_its_own_cache_directory_and_version() -> None:

@@ -8,7 +8,8 @@ Resolution order for each binary (envtest convention first):
 
 metrics-server (kwokctl runs it: the resource metrics API) has its own per-version cache directory,
 and so does :func:`promtool` (for the alert rule tests, ``PATH`` first), so pinning another
-metrics-server or Prometheus never rebuilds Kubernetes.
+metrics-server or Prometheus never rebuilds Kubernetes. So do the object-store servers of the
+storage initializer's tests, minio and fake-gcs-server (:func:`object_store_server`).
 """
 
 from __future__ import annotations
@@ -198,4 +199,33 @@ def promtool(build: bool = True) -> Path:
     subprocess.run([str(root / "hack" / "build-control-plane"), "--promtool-only"], check=True)
     if not cached.is_file():
         raise FileNotFoundError(f"hack/build-control-plane --promtool-only did not produce {cached}")
+    return cached
+
+
+# The object-store servers of the storage initializer's tests -> their versions.env key.
+OBJECT_STORE_SERVERS = {"minio": "MINIO_VERSION", "fake-gcs-server": "FAKE_GCS_SERVER_VERSION"}
+
+
+def object_store_server_cache_dir(name: str) -> Path:
+    """Where ``hack/build-control-plane`` puts ``name`` (``minio`` or ``fake-gcs-server``):
+    ``<cache>/bin/<name>-<version>``."""
+    return cache_root() / "bin" / f"{name}-{versions()[OBJECT_STORE_SERVERS[name]]}"
+
+
+def object_store_server(name: str, build: bool = True) -> Path:
+    """The pinned ``minio`` or ``fake-gcs-server`` from the cache, else built there
+    (``hack/build-control-plane --object-stores-only``, minutes when cold) if allowed.
+
+    Only the cache counts (neither reports the pinned version: MinIO's is a commit time,
+    fake-gcs-server has no ``--version``). Raises ``FileNotFoundError`` saying how to get it."""
+    cached = object_store_server_cache_dir(name) / name
+    if cached.is_file():
+        return cached
+    root = repo_root()
+    if not build or root is None:
+        how = "run `hack/build-control-plane --object-stores-only`" if root else "use a source checkout"
+        raise FileNotFoundError(f"{name} not found in {cached.parent}: {how}")
+    subprocess.run([str(root / "hack" / "build-control-plane"), "--object-stores-only"], check=True)
+    if not cached.is_file():
+        raise FileNotFoundError(f"hack/build-control-plane --object-stores-only did not produce {cached}")
     return cached

@@ -13,6 +13,10 @@ to other projects' test sessions): load it from a ``conftest.py`` with
 - ``namespace`` (function): a fresh namespace for one test, deleted afterwards.
 - ``local_cluster_name`` (session): the local cluster's name, for failure-injection tests.
 - ``kubectl`` (session): the pinned kubectl against the cluster under test.
+- ``minio_server`` / ``fake_gcs_server`` (session, started by the first test that asks; no cluster):
+  a real MinIO (:class:`~mlops_platform.testing.objectstores.S3Server`) / fake-gcs-server
+  (:class:`~mlops_platform.testing.objectstores.GCSServer`) on 127.0.0.1, stopped and its data
+  removed at the end of the session; ``s3_bucket`` / ``gcs_bucket`` (function): a fresh bucket on it.
 """
 
 from __future__ import annotations
@@ -25,11 +29,15 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
+
+if TYPE_CHECKING:
+    from mlops_platform.testing import objectstores
 
 TEST_NAMESPACE_LABEL = "mlops.platform/test"
 
@@ -151,3 +159,43 @@ async def temporary_namespace(admin_client: rclient.Client, hint: str) -> AsyncI
 async def namespace(admin_client: rclient.Client, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     async with temporary_namespace(admin_client, request.node.name) as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+async def minio_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[objectstores.S3Server]:
+    from mlops_platform.testing import objectstores
+
+    async with objectstores.minio(tmp_path_factory.mktemp("minio")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+async def fake_gcs_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[objectstores.GCSServer]:
+    from mlops_platform.testing import objectstores
+
+    async with objectstores.fake_gcs(tmp_path_factory.mktemp("fake-gcs")) as server:
+        yield server
+
+
+def _bucket_name(node_name: str) -> str:
+    """A bucket name valid on S3 and GCS (3-63 lowercase letters, digits, dashes) unique to a test."""
+    base = re.sub(r"[^a-z0-9-]+", "-", node_name.lower()).strip("-")[:40].strip("-")
+    return f"t-{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def s3_bucket(minio_server: objectstores.S3Server, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket on the session's MinIO, named after the test."""
+    name = _bucket_name(request.node.name)
+    await minio_server.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+async def gcs_bucket(fake_gcs_server: objectstores.GCSServer, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket on the session's fake-gcs-server, named after the test."""
+    name = _bucket_name(request.node.name)
+    await fake_gcs_server.create_bucket(name)
+    return name

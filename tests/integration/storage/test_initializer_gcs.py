@@ -1,0 +1,209 @@
+"""The storage initializer as a real process (``python -m mlops_platform.storage fetch gs://...``)
+against a real GCS emulator (fake-gcs-server, testing.objectstores): single files, directory
+prefixes, archives, checksums, missing objects, the emulator reached through ``--endpoint`` with
+no key or with a service-account key from a mounted-Secret directory.
+
+fake-gcs-server checks no credentials, so a key the service refuses cannot be tested here (S3's
+is, against MinIO); keys the initializer cannot use can.
+
+No cluster is needed: these tests use none of the cluster fixtures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from mlops_platform.testing import initializer
+from mlops_platform.testing.objectstores import GCSServer
+
+
+async def _fetch(uri: str, dest: Path, *args: str, tmp_path: Path) -> initializer.Run:
+    return await initializer.fetch(uri, dest, *args, termination_log=tmp_path / "termination-log")
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+async def test_single_file_with_checksum_through_the_endpoint(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    """``--endpoint`` and no key: object_store's emulator settings (no OAuth, no metadata server)."""
+    data = os.urandom(6 * 1024 * 1024 + 7)
+    src = tmp_path / "model.pt"
+    src.write_bytes(data)
+    await fake_gcs_server.upload(gcs_bucket, "bert/1/model.pt", src)
+    uri = f"gs://{gcs_bucket}/bert/1/model.pt"
+    dest = tmp_path / "models"
+    run = await _fetch(
+        uri,
+        dest,
+        "--endpoint",
+        fake_gcs_server.endpoint,
+        "--sha256",
+        hashlib.sha256(data).hexdigest(),
+        tmp_path=tmp_path,
+    )
+    assert (run.code, run.failure_line) == (0, ""), run.stderr
+    assert initializer.files(dest) == {"model.pt": data}
+    done = [d for d in run.logs() if d["msg"] == "downloaded"]
+    assert [(d["uri"], d["bytes"], d["percent"]) for d in done] == [(uri, len(data), 100.0)]
+    assert any(d["msg"] == "sha256 verified" for d in run.logs())
+
+
+def _service_account_key(private_key: str) -> str:
+    return json.dumps(
+        {
+            "type": "service_account",
+            "project_id": "test",
+            "private_key_id": "0123456789abcdef",
+            "private_key": private_key,
+            "client_email": "initializer@test.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        }
+    )
+
+
+def _pem_rsa_key() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return pem.decode()
+
+
+async def test_service_account_key_in_the_credentials_directory(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    """The Secret's GOOGLE_SERVICE_ACCOUNT_KEY is what the initializer signs with: the emulator key
+    (no OAuth), a real RSA service-account key (object_store signs a self-signed JWT, which the
+    emulator accepts: it checks none) and that key with its private key broken (refused before any
+    request) all come from the mounted directory; ``--endpoint`` is the store's base URL."""
+    await fake_gcs_server.upload(gcs_bucket, "iris/model.joblib", b"iris weights")
+    uri = f"gs://{gcs_bucket}/iris/model.joblib"
+    pem = _pem_rsa_key()
+    broken = pem.replace(pem.splitlines()[3], "A" * len(pem.splitlines()[3]))
+    for i, (key, ok) in enumerate(
+        [
+            (fake_gcs_server.service_account_key(), True),
+            (_service_account_key(pem), True),
+            (_service_account_key(broken), False),
+        ]
+    ):
+        creds = initializer.credentials_dir(tmp_path / f"secret-{i}", {"GOOGLE_SERVICE_ACCOUNT_KEY": key})
+        dest = tmp_path / f"models-{i}"
+        run = await _fetch(
+            uri, dest, "--credentials", str(creds), "--endpoint", fake_gcs_server.endpoint, tmp_path=tmp_path
+        )
+        if ok:
+            assert run.code == 0, (i, run.stderr)
+            assert initializer.files(dest) == {"model.joblib": b"iris weights"}
+        else:
+            assert run.code == 1
+            assert run.failure_line.startswith(f"model download failed: {uri}: "), run.failure_line
+            assert "key" in run.failure_line.lower(), run.failure_line
+            assert "AAAAAAAA" not in run.stderr  # the key never reaches the log
+
+
+async def test_directory_prefix_is_copied_recursively(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    tree = {
+        "model-settings.json": b"{}",
+        "model.joblib": b"weights",
+        "extra/labels.txt": b"setosa versicolor virginica",
+    }
+    for rel, body in tree.items():
+        await fake_gcs_server.upload(gcs_bucket, f"iris/{rel}", body)
+    await fake_gcs_server.upload(gcs_bucket, "iris-v2/ignored.bin", b"not under iris/")
+    for uri in (f"gs://{gcs_bucket}/iris/", f"gs://{gcs_bucket}/iris"):  # with and without its '/'
+        dest = tmp_path / f"models-{len(uri)}"
+        run = await _fetch(uri, dest, "--endpoint", fake_gcs_server.endpoint, tmp_path=tmp_path)
+        assert run.code == 0, run.stderr
+        assert initializer.files(dest) == tree, uri
+
+
+async def test_tar_gz_archive_is_unpacked(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    members = {"model.onnx": b"w", "labels/classes.txt": b"cat dog"}
+    archive = _tar_gz(members)
+    await fake_gcs_server.upload(gcs_bucket, "resnet/model.tar.gz", archive)
+    dest = tmp_path / "models"
+    run = await _fetch(
+        f"gs://{gcs_bucket}/resnet/model.tar.gz",
+        dest,
+        "--endpoint",
+        fake_gcs_server.endpoint,
+        "--sha256",
+        hashlib.sha256(archive).hexdigest(),
+        tmp_path=tmp_path,
+    )
+    assert run.code == 0, run.stderr
+    assert initializer.files(dest) == members
+
+
+async def test_checksum_mismatch_fails_and_leaves_nothing(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    await fake_gcs_server.upload(gcs_bucket, "m/model.bin", b"model bytes")
+    uri = f"gs://{gcs_bucket}/m/model.bin"
+    dest = tmp_path / "models"
+    run = await _fetch(
+        uri, dest, "--endpoint", fake_gcs_server.endpoint, "--sha256", "f" * 64, tmp_path=tmp_path
+    )
+    got = hashlib.sha256(b"model bytes").hexdigest()
+    line = f"model download failed: {uri}: sha256 mismatch: expected {'f' * 64}, got {got}"
+    assert (run.code, run.failure_line) == (1, line)
+    assert run.stderr.rstrip("\n").endswith(line)
+    assert list(dest.iterdir()) == []
+
+
+async def test_missing_object_names_the_uri(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    # (a missing bucket is not asked: fake-gcs-server's filesystem backend answers a listing of one
+    # with 500, where GCS says 404)
+    for uri in (f"gs://{gcs_bucket}/no/such/model.pt", f"gs://{gcs_bucket}/no/such/dir/"):
+        run = await _fetch(
+            uri, tmp_path / "models", "--endpoint", fake_gcs_server.endpoint, tmp_path=tmp_path
+        )
+        assert run.code == 1, uri
+        assert run.failure_line.startswith(f"model download failed: no object at {uri}"), run.failure_line
+        assert run.termination.count("\n") == 1
+
+
+async def test_malformed_service_account_key_fails_with_one_line(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    await fake_gcs_server.upload(gcs_bucket, "k/model.bin", b"x")
+    creds = initializer.credentials_dir(tmp_path / "secret", {"GOOGLE_SERVICE_ACCOUNT_KEY": "{not json"})
+    run = await _fetch(
+        f"gs://{gcs_bucket}/k/model.bin",
+        tmp_path / "models",
+        "--credentials",
+        str(creds),
+        "--endpoint",
+        fake_gcs_server.endpoint,
+        tmp_path=tmp_path,
+    )
+    assert run.code == 1
+    assert run.failure_line.startswith(
+        "model download failed: credentials: GOOGLE_SERVICE_ACCOUNT_KEY is not JSON"
+    ), run.failure_line
+    assert "{not json" not in run.stderr  # the key's value never reaches the log
