@@ -59,6 +59,11 @@ def _detail(text: str) -> str | None:
     return json_message.group(1) if json_message else None
 
 
+def has_detail(exc: BaseException) -> bool:
+    """Whether a store error carries the service's own words (a GET's error body does, a HEAD's not)."""
+    return _detail(str(exc).split("\n\nDebug source:", 1)[0]) is not None
+
+
 def summary(exc: BaseException, uri: str | None = None) -> str:
     """A store error without obstore's debug dump: ``<status> (<the service's detail>)`` when the
     server answered (and which request it was, when it was not for ``uri``'s host: a credentials

@@ -97,7 +97,7 @@ def _objects(store: ObjectStore, parsed: modeluri.ModelURI, uri: str) -> tuple[l
         except failure.NOT_FOUND:
             pass  # maybe a prefix without its '/'
         except failure.STORE_ERRORS as e:
-            raise failure.DownloadFailed(failure.describe(e, uri)) from e
+            raise failure.DownloadFailed(failure.describe(_explained(store, parsed.path, e), uri)) from e
         else:
             return [_Object(parsed.path, PurePosixPath(_file_name(parsed, uri)), meta["size"])], True
     prefix = parsed.path.rstrip("/")
@@ -115,6 +115,18 @@ def _objects(store: ObjectStore, parsed: modeluri.ModelURI, uri: str) -> tuple[l
     if not found:
         raise failure.DownloadFailed(f"no object at {uri}")
     return found, False
+
+
+def _explained(store: ObjectStore, path: str, error: Exception) -> Exception:
+    """A HEAD's error has no body, so no reason (S3's ``SignatureDoesNotMatch``, a wrong region's
+    ``AuthorizationHeaderMalformed``): the error of a one-byte GET of the same object says it."""
+    if failure.has_detail(error):
+        return error
+    try:
+        obstore.get(store, path, options={"range": (0, 1)}).bytes()
+    except failure.STORE_ERRORS as e:
+        return e if failure.has_detail(e) else error
+    return error
 
 
 def _install(out: Path, dest: Path) -> None:

@@ -158,18 +158,21 @@ def gcs(uri: modeluri.ModelURI, settings: Settings) -> obs_store.GCSStore:
     """A GCS store of the URI's bucket; with an endpoint (an emulator) and no key, no OAuth."""
     key = settings.credentials.get("GOOGLE_SERVICE_ACCOUNT_KEY")
     config: dict[str, Any] = {}
+    key_base_url = ""
     if key is not None:
         try:
-            json.loads(key)
+            parsed_key = json.loads(key)
         except ValueError as e:
             raise failure.DownloadFailed(f"credentials: GOOGLE_SERVICE_ACCOUNT_KEY is not JSON ({e})") from e
+        if isinstance(parsed_key, dict):  # an emulator's key may name a plain-HTTP endpoint
+            key_base_url = str(parsed_key.get("gcs_base_url") or "")
         config["service_account_key"] = key
     if settings.endpoint:
         _check_endpoint(settings.endpoint)
         config["base_url"] = settings.endpoint.rstrip("/")
         if key is None:
             config["service_account_key"] = emulator_key(settings.endpoint.rstrip("/"))
-    allow_http = bool(settings.endpoint and settings.endpoint.startswith("http://"))
+    allow_http = (settings.endpoint or key_base_url).startswith("http://")
     return obs_store.GCSStore(
         uri.location,
         config=config,  # type: ignore[arg-type]

@@ -120,6 +120,21 @@ async def test_service_account_key_in_the_credentials_directory(
             assert "AAAAAAAA" not in run.stderr  # the key never reaches the log
 
 
+async def test_a_key_naming_a_plain_http_endpoint_needs_no_endpoint_flag(
+    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
+) -> None:
+    """An emulator's key alone (its ``gcs_base_url`` is http://) reaches it: plain HTTP is allowed
+    for the endpoint the key names."""
+    await fake_gcs_server.upload(gcs_bucket, "iris/model.joblib", b"iris weights")
+    uri = f"gs://{gcs_bucket}/iris/model.joblib"
+    key = fake_gcs_server.service_account_key()
+    assert '"gcs_base_url": "http://' in key.replace('":"', '": "')
+    creds = initializer.credentials_dir(tmp_path / "secret", {"GOOGLE_SERVICE_ACCOUNT_KEY": key})
+    run = await _fetch(uri, tmp_path / "models", "--credentials", str(creds), tmp_path=tmp_path)
+    assert run.code == 0, run.stderr
+    assert initializer.files(tmp_path / "models") == {"model.joblib": b"iris weights"}
+
+
 async def test_directory_prefix_is_copied_recursively(
     fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
 ) -> None:
