@@ -18,6 +18,9 @@ import click
 from mlops_platform import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: the operator's own image reference (``deploy.manifests.DEFAULT_IMAGE``, spelled here so that the
+#: CLI starts without importing the install manifests); ``--storage-initializer-image``'s default
+DEFAULT_STORAGE_INITIALIZER_IMAGE = f"mlops-platform:{__version__}"
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from mlops_platform.controllers.inferenceservice.children.base import BuildContext
@@ -202,6 +205,13 @@ def main() -> None:
     show_default=True,
     help="requests per second per replica before KEDA adds one",
 )
+@click.option(
+    "--storage-initializer-image",
+    default=DEFAULT_STORAGE_INITIALIZER_IMAGE,
+    show_default=True,
+    help="the image of the init container that fetches s3/gs/http(s) models (python -m "
+    "mlops_platform.storage); the install manifests pass the operator's own image",
+)
 @click.option("--log-level", default="info", show_default=True)
 @_webhook_options
 def run(
@@ -234,6 +244,7 @@ def run(
     ingress_domain: str,
     keda_prometheus_url: str,
     keda_requests_per_replica: float,
+    storage_initializer_image: str,
     log_level: str,
     webhook_bind_address: str,
     webhook_secret: str,
@@ -266,6 +277,7 @@ def run(
         ingress_domain=ingress_domain,
         keda_prometheus_url=keda_prometheus_url,
         keda_requests_per_replica=keda_requests_per_replica,
+        storage_initializer_image=storage_initializer_image,
     )
 
     async def main_async() -> None:
@@ -422,6 +434,7 @@ def _settings(
     ingress_domain: str = "example.com",
     keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090",
     keda_requests_per_replica: float = 10.0,
+    storage_initializer_image: str = "",
 ) -> BuildContext:
     """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
     from mlops_platform.controllers.inferenceservice import alerts
@@ -445,6 +458,7 @@ def _settings(
         ingress_domain=ingress_domain,
         keda_prometheus_url=keda_prometheus_url,
         keda_requests_per_replica=keda_requests_per_replica,
+        storage_initializer_image=storage_initializer_image or base.DEFAULT_STORAGE_INITIALIZER_IMAGE,
     )
 
 
@@ -569,6 +583,12 @@ def manifests(namespace: str, watch_namespaces: tuple[str, ...], image: str | No
     help="the operator's --runtime-config (runtimes it adds are otherwise unknown here)",
 )
 @click.option(
+    "--storage-initializer-image",
+    default=DEFAULT_STORAGE_INITIALIZER_IMAGE,
+    show_default=True,
+    help="the operator's --storage-initializer-image (an installed operator passes its own image)",
+)
+@click.option(
     "--events",
     "max_events",
     type=click.IntRange(min=0),
@@ -586,13 +606,14 @@ def why_command(
     gateway: str | None,
     ingress_domain: str,
     runtime_config: str | None,
+    storage_initializer_image: str,
     max_events: int,
 ) -> None:
     """Why NAME is (not) serving: conditions, what the operator would change now, pods, Events.
 
     Reads the API only (read-only RBAC: docs/why.md). The child comparison assumes the operator's
-    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain/--runtime-config
-    when they differ.
+    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain/--runtime-config/
+    --storage-initializer-image when they differ.
     """
     from mlops_platform import why
     from mlops_platform.controllers.inferenceservice import servers
@@ -603,7 +624,11 @@ def why_command(
     except servers.ServingRuntimeError as e:
         raise click.ClickException(f"--runtime-config: {e}") from None
     ctx = base.BuildContext(
-        servers=table, router=base.Router(traffic_router), gateway=gateway, ingress_domain=ingress_domain
+        servers=table,
+        router=base.Router(traffic_router),
+        gateway=gateway,
+        ingress_domain=ingress_domain,
+        storage_initializer_image=storage_initializer_image,
     )
     try:
         report = asyncio.run(why.collect(kubeconfig, context, namespace, name, ctx, max_events=max_events))

@@ -353,6 +353,8 @@ def settings_of(ctx: base.BuildContext) -> dict[str, str]:
         out["--gateway"] = ctx.gateway
     if ctx.ingress_domain != DEFAULT_INGRESS_DOMAIN:
         out["--ingress-domain"] = ctx.ingress_domain
+    if ctx.storage_initializer_image != base.DEFAULT_STORAGE_INITIALIZER_IMAGE:
+        out["--storage-initializer-image"] = ctx.storage_initializer_image
     return out
 
 
@@ -647,6 +649,13 @@ def _conditions(st: Obj) -> tuple[ConditionReport, ...]:
 
 
 def _container_cause(pod: PodReport, c: ContainerReport) -> str:
+    if c.init and c.name == deployment.STORAGE_INITIALIZER:
+        ran = c.state == "terminated"
+        failed = c.exit_code if ran else c.last_exit_code
+        if failed not in (None, 0):  # the status' words: ModelDownloadFailed, the initializer's line
+            message, reason = (c.message, c.reason) if ran else (c.last_message, c.last_reason)
+            line = status.download_failure(pod.name, message, failed, reason)
+            return f"{status.MODEL_DOWNLOAD_FAILED}: {line}"
     what = "init container" if c.init else "container"
     detail = c.message
     if c.last_reason or c.last_exit_code is not None:

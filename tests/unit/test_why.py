@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from mlops_platform import api, cli, why
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers, status
 from mlops_platform.controllers.inferenceservice.children import base, monitoring, virtualservice
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
@@ -555,6 +555,36 @@ async def test_summaries_name_the_cause() -> None:
     assert (
         gpu == f"bert: not serving — Unschedulable: pod bert-predictor-7d9f8c6b5-p0d5x: {SCHEDULER_MESSAGE}"
     )
+
+
+async def test_a_failed_model_download_is_named_as_the_status_names_it() -> None:
+    snap = await crashloop()
+    failed = copy.deepcopy(snap.pods[0])
+    failed["status"] = {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            {
+                "name": "storage-initializer",
+                "ready": False,
+                "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+                "lastState": {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "message": "model download failed: 403\n",
+                    }
+                },
+            }
+        ],
+        "containerStatuses": [
+            {"name": "predictor", "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}
+        ],
+    }
+    r = why.analyze(dataclasses.replace(snap, pods=[failed]), now=NOW)
+    name = failed["metadata"]["name"]
+    assert r.summary == f"bert: not serving — ModelDownloadFailed: pod {name}: model download failed: 403"
+    assert status.pod_problem([failed]) == ("ModelDownloadFailed", f"pod {name}: model download failed: 403")
 
 
 async def test_a_status_behind_the_spec_says_so() -> None:

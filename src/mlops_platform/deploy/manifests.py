@@ -5,6 +5,8 @@
   CRD (:func:`mlops_platform.api.crd.crd_manifest`), the RBAC (:func:`mlops_platform.deploy.rbac.objects`),
   the manager Deployment (leader-elected replicas, restricted security context), its
   PodDisruptionBudget, the metrics Service and the conversion webhook's Service, in apply order.
+- The model servers' storage initializer runs the operator's own image: the manager gets
+  ``--storage-initializer-image=<the image>`` (the chart: ``{{ .Values.image }}``).
 - The conversion webhook: every replica serves it on :data:`WEBHOOK_PORT` (``--webhook-bind-address``),
   behind the Service the CRD names (``crd.WEBHOOK_SERVICE``, in the operator's namespace); the PDB
   keeps one replica, so a drain never leaves the CRD without its converter. Certificates: by default
@@ -114,7 +116,7 @@ def _selector(watch: str | None, several: bool) -> dict[str, str]:
     return sel
 
 
-def _args(namespace: str, watch: str | None, election_id: str, cert_manager: bool) -> list[str]:
+def _args(namespace: str, watch: str | None, election_id: str, cert_manager: bool, image: str) -> list[str]:
     args = [
         "--leader-elect",
         f"--leader-election-namespace={namespace}",
@@ -126,6 +128,8 @@ def _args(namespace: str, watch: str | None, election_id: str, cert_manager: boo
         f"--webhook-bind-address=0.0.0.0:{WEBHOOK_PORT}",
         f"--webhook-secret={namespace}/{WEBHOOK_SECRET}",
         *(f"--webhook-dns-name={n}" for n in serve.service_dns_names(namespace, WEBHOOK_SERVICE)),
+        # the model servers' storage initializer runs this very image (python -m mlops_platform.storage)
+        f"--storage-initializer-image={image}",
     ]
     if watch is not None:
         args.append(f"--namespace={watch}")
@@ -244,7 +248,7 @@ def deployment(
     """One manager Deployment; ``maxSurge: 0`` keeps at most ``replicas`` pods (see docs/install.md)."""
     selector = _selector(watch, several)
     election_id = f"{LEADER_ELECTION_ID}-{watch}" if several else LEADER_ELECTION_ID
-    container = _container(_args(namespace, watch, election_id, cert_manager), image, cert_manager)
+    container = _container(_args(namespace, watch, election_id, cert_manager, image), image, cert_manager)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -106,6 +107,80 @@ _NOT_READY_TEMPLATE = (
 """
     + _POD_TAIL
 )
+
+
+def init_failure_stage(
+    name: str,
+    namespace: str,
+    label: str,
+    value: str,
+    message: str,
+    *,
+    crashloop: bool = False,
+    extra_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Stage that fails the init containers of pods of ``namespace`` labelled ``label=value``
+    (and ``extra_selector``'s labels) as the kubelet reports it: the pod stays ``Pending``, each
+    init container terminated with exit code 1 and ``message`` as its termination message
+    (``Init:Error``), or with ``crashloop`` waiting in ``CrashLoopBackOff`` after that run
+    (``Init:CrashLoopBackOff``); the containers wait in ``PodInitializing``.
+
+    The pod still matches the selector once the stage applied (it stays Pending), and so it keeps
+    beating kwok's pod-ready stage; the status has no timestamps, so applying it again changes
+    nothing and kwok writes nothing more.
+    """
+    stage = crashloop_stage(name, namespace, label, value)
+    for key, wanted in (extra_selector or {}).items():
+        stage["spec"]["selector"]["matchExpressions"].append(
+            {"key": f'.metadata.labels["{key}"]', "operator": "In", "values": [wanted]}
+        )
+    terminated = (
+        f"terminated:\n      exitCode: 1\n      reason: Error\n      message: {json.dumps(message + chr(10))}"
+    )
+    state = (
+        "state:\n    waiting:\n      reason: CrashLoopBackOff\n"
+        "      message: back-off 10s restarting failed container\n"
+        f"  lastState:\n    {terminated}"
+        if crashloop
+        else f"state:\n    {terminated}"
+    )
+    stage["spec"]["next"]["statusTemplate"] = _INIT_FAILED_TEMPLATE.replace("__STATE__", state)
+    return stage
+
+
+_INIT_FAILED_TEMPLATE = """conditions:
+- status: "False"
+  reason: ContainersNotInitialized
+  type: Initialized
+- status: "False"
+  reason: ContainersNotReady
+  type: Ready
+- status: "False"
+  reason: ContainersNotReady
+  type: ContainersReady
+initContainerStatuses:
+{{ range .spec.initContainers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 1
+  __STATE__
+{{ end }}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  state:
+    waiting:
+      reason: PodInitializing
+{{ end }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )
+  ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+phase: Pending
+"""
 
 
 @contextlib.asynccontextmanager

@@ -112,8 +112,8 @@ async def ensure_namespace(client: rclient.Client, name: str) -> None:
 class _Process:
     """One ``mlops-platform webhook`` process, stopped and started again on the same port and Secret."""
 
-    def __init__(self, cmd: list[str], log_path: Path, secret: tuple[str, str]) -> None:
-        self.cmd, self.log_path, self.secret = cmd, log_path, secret
+    def __init__(self, cmd: list[str], log_path: Path, secret: tuple[str, str], port: int) -> None:
+        self.cmd, self.log_path, self.secret, self.port = cmd, log_path, secret, port
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -144,7 +144,24 @@ class _Process:
             return stored if stored and await ca_bundle(client) == stored else None
 
         what = f"the CA bundle of the webhook ({'/'.join(self.secret)}) in the CRD"
-        return await wait.until(injected, timeout=timeout, what=what)
+        bundle = await wait.until(injected, timeout=timeout, what=what)
+        # the Secret and the CRD may still carry this Secret's bundle from an earlier session: then
+        # it is "injected" before this process listens, and the first conversion would be refused
+        await wait.until(self._listening, timeout=timeout, what=f"the webhook listening on {self.port}")
+        return bundle
+
+    async def _listening(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            code = None if self.proc is None else self.proc.returncode
+            raise RuntimeError(f"the webhook process is not running ({code}); log: {self.log_path}")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
 
 
 #: the processes :func:`serving` runs, by URL (:func:`paused` stops and restarts the session's)
@@ -177,7 +194,7 @@ async def serving(
         "--webhook-secret", "/".join(secret),
         *extra_args,
     ]  # fmt: skip
-    process = _Process(cmd, log_path, secret)
+    process = _Process(cmd, log_path, secret, port)
     process.start()
     try:
         await process.wait_injected(client, timeout)

@@ -111,8 +111,63 @@ def test_golden(case: str) -> None:
     assert text == path.read_text(), f"{case} differs from {path.name}: review, then UPDATE_GOLDEN=1"
 
 
+def delivered(uri: str, name: str = "bert", framework: str = "triton", **fields: Any) -> base.Target:
+    """The predictor target of an InferenceService built directly in the internal model (the API
+    versions do not spell the storage fields yet): ``uri`` with ``fields`` (sha256, storage, ...)."""
+    isvc = internal.InferenceService(
+        name, "ml", "uid-1", 1, framework, uri, **fields
+    )  # fmt: skip
+    return base.Target(isvc, base.predictor(isvc))
+
+
+def canary_of(t: base.Target, uri: str, sha256: str | None = None, fmt: str | None = None) -> base.Target:
+    """The canary target next to ``t``'s predictor, fetching its own ``uri``."""
+    comp = base.Component(labels.CANARY, uri, "Canary", 1, 1, model_sha256=sha256, model_format=fmt)
+    return base.Target(t.isvc, comp, all_components=(t.component, comp))
+
+
+SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+STORAGE = internal.ModelStorage("bert-s3", "https://minio.storage.svc:9000", "eu-west-1")
+#: Deployments of the model-delivery cases (only the Deployment differs between schemes)
+DELIVERY_CASES: dict[str, Any] = {
+    "delivery-s3-secret-sha-serviceaccount": lambda: delivered(
+        "s3://models/bert/7/",
+        model_format="onnx",
+        model_sha256=None,
+        storage=STORAGE,
+        service_account_name="bert-reader",
+    ),
+    "delivery-gs-archive-sha": lambda: delivered(
+        "gs://models/iris/3/model.tar.gz", "iris", "seldon", model_format="sklearn", model_sha256=SHA
+    ),
+    "delivery-https-mar": lambda: delivered("https://models.example.com/bert.mar", framework="torchserve"),
+    "delivery-pvc-subpath": lambda: delivered("pvc://models/bert/7", framework="triton"),
+    "delivery-pvc-root": lambda: delivered("pvc://models", "iris", "seldon"),
+    "delivery-file": lambda: delivered("file:///opt/models/bert", framework="triton"),
+    "delivery-canary-own-model": lambda: canary_of(
+        delivered("s3://models/bert/7/model.onnx", model_sha256=SHA, storage=STORAGE),
+        "s3://models/bert/8/model.onnx",
+        sha256="0" * 64,
+        fmt="onnx",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DELIVERY_CASES))
+def test_golden_delivery(case: str) -> None:
+    path = GOLDEN / f"{case}.yaml"
+    t = DELIVERY_CASES[case]()
+    c, isvc = t.component, t.isvc
+    head = f"# golden: the {c.key} Deployment of {isvc.namespace}/{isvc.name}, model {c.model_uri}\n"
+    text = head + "---\n" + yaml.safe_dump(deployment.build(t, CTX), sort_keys=False, width=100)
+    if UPDATE:
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing: run with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{case} differs from {path.name}: review, then UPDATE_GOLDEN=1"
+
+
 def test_no_orphan_golden_files() -> None:
-    assert {p.stem for p in GOLDEN.glob("*.yaml")} == set(CASES)
+    assert {p.stem for p in GOLDEN.glob("*.yaml")} == set(CASES) | set(DELIVERY_CASES)
 
 
 def built(t: base.Target) -> dict[str, Obj | None]:

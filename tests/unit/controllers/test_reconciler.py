@@ -1825,3 +1825,47 @@ async def test_switching_from_an_hpa_to_keda_deletes_the_hpa_first() -> None:
     assert writes.index(("delete", "scaledobjects", PREDICTOR)) < writes.index(
         ("apply", "horizontalpodautoscalers", PREDICTOR)
     )
+
+
+def _init_failed(name: str, message: str) -> Obj:
+    """A pod whose storage initializer failed its last run and is being restarted
+    (``Init:CrashLoopBackOff``), the server waiting for it."""
+    failed = {"exitCode": 1, "reason": "Error", "message": message + "\n"}
+    init = {
+        "name": "storage-initializer",
+        "ready": False,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s restarting"}},
+        "lastState": {"terminated": failed},
+    }
+    waiting = {"name": "predictor", "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}
+    p = pod("PodInitializing", name=name)
+    p["status"] = {"phase": "Pending", "initContainerStatuses": [init], "containerStatuses": [waiting]}
+    return p
+
+
+async def test_a_failed_model_download_makes_ready_false_with_the_initializers_message() -> None:
+    w = await world_with(mon="absent")
+    w.put(resources.POD, _init_failed(f"{PREDICTOR}-7d9f-abcde", "model download failed: 403 Forbidden"))
+    await w.converge()
+    ready = cond(w.status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ModelDownloadFailed")
+    assert ready["message"] == f"pod {PREDICTOR}-7d9f-abcde: model download failed: 403 Forbidden"
+    assert (await w.reconcile()) == Result() and not w.client.calls  # steady: nothing written
+
+
+async def test_a_canary_whose_model_download_fails_gets_no_traffic_and_says_why() -> None:
+    w = await world_with(
+        {"minReplicas": 2, "maxReplicas": 2, "traffic": {"canaryVersion": "v2", "canaryPercent": 50}}
+    )
+    w.canary_endpoints_ready = False
+    failed = _init_failed(f"{CANARY}-5f6d-xyz", "model download failed: no object at s3://models/bert/v2")
+    failed["metadata"]["labels"][labels.COMPONENT] = labels.CANARY
+    w.put(resources.POD, failed)
+    await w.converge()
+    canary = cond(w.status, "CanaryReady")
+    assert (canary["status"], canary["reason"]) == ("False", "ModelDownloadFailed")
+    assert canary["message"] == (
+        f"pod {CANARY}-5f6d-xyz: model download failed: no object at s3://models/bert/v2: "
+        "the candidate gets no traffic"
+    )
+    assert brief(w.status, "Ready") == ("True", "Serving")  # the stable component serves

@@ -228,6 +228,34 @@ def test_built_in_runtimes_declare_lowercase_formats_and_their_metrics_dialect()
     assert set(servers.METRICS_DIALECTS) == {"triton", "seldon", "torchserve", "none"}
 
 
+def test_built_in_runtimes_declare_their_model_layout() -> None:
+    table = servers.default_table()
+    layouts = {name: rt.model_layout for name, rt in table.items()}
+    assert layouts == {"triton": "triton", "seldon": "mlserver", "torchserve": "torchserve"}
+    assert set(servers.MODEL_LAYOUTS) == {"triton", "mlserver", "torchserve", "none"}
+
+
+def test_the_model_layout_is_overridden_inherited_and_defaults_to_none_from_scratch() -> None:
+    table = load_overrides(
+        {
+            "runtimes.yaml": FULL
+            + """
+triton:
+  modelLayout: none
+big:
+  basedOn: torchserve
+flat:
+  basedOn: custom
+  modelLayout: mlserver
+"""
+        }
+    )
+    assert table["triton"].model_layout == "none"  # an override replaces it
+    assert table["big"].model_layout == "torchserve"  # inherited through basedOn
+    assert table["custom"].model_layout == "none"  # a runtime from scratch: the artifact as it is
+    assert table["flat"].model_layout == "mlserver"
+
+
 def test_an_empty_format_list_serves_any_format() -> None:
     rt = dataclasses.replace(servers.default_table()["triton"], formats=())
     assert rt.serves("anything") and servers.default_table()["triton"].serves("ONNX")
@@ -359,6 +387,15 @@ def _without(key: str) -> str:
             "(expected one of triton, seldon, torchserve, none)",
         ),
         (
+            FULL + "  modelLayout: kserve\n",
+            "runtimes.yaml: custom.modelLayout: Invalid enum value 'kserve' "
+            "(expected one of triton, mlserver, torchserve, none)",
+        ),
+        (
+            FULL + "  modelLayout: 1\n",
+            "runtimes.yaml: custom.modelLayout: Expected `str | null`, got `int` (expected one of triton",
+        ),
+        (
             FULL.replace("[onnx, acme]", "[onnx, ONNX]"),
             "runtimes.yaml: custom.formats[1]: 'ONNX' is not a format",
         ),
@@ -398,6 +435,8 @@ def _without(key: str) -> str:
         "no-liveness-path",
         "no-dialect",
         "unknown-dialect",
+        "unknown-layout",
+        "layout-not-a-string",
         "format-not-lowercase",
         "format-twice",
         "unpinned-image",

@@ -44,7 +44,7 @@ from mlops_platform.controllers.inferenceservice import (
     status,
     traffic,
 )
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
@@ -97,6 +97,10 @@ def slim_pod(pod: Obj) -> Obj:
             keep = ("reason", "exitCode")
             slim_cs["lastState"] = {"terminated": {k: terminated[k] for k in keep if k in terminated}}
         statuses.append(slim_cs)
+    slim_status: Obj = {"containerStatuses": statuses}
+    initializer = _slim_initializer(st)
+    if initializer is not None:
+        slim_status["initContainerStatuses"] = [initializer]
     kept_conditions = [  # unscheduled, and readiness (a canary's entry into the route)
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in st.get("conditions") or ()
@@ -107,11 +111,42 @@ def slim_pod(pod: Obj) -> Obj:
     model = (meta.get("annotations") or {}).get(labels.MODEL_URI_ANNOTATION)
     if model:
         slim_meta["annotations"] = {labels.MODEL_URI_ANNOTATION: model}
-    slim_status: Obj = {"containerStatuses": statuses}
     if kept_conditions:
         slim_status["conditions"] = kept_conditions
     slim = {"metadata": slim_meta, "status": slim_status}
     return rinformer.intern_strings(slim)  # type: ignore[no-any-return]
+
+
+def _slim_initializer(st: Obj) -> Obj | None:
+    """What :func:`status.pod_problem` reads of the storage initializer's status: the waiting
+    reason, and of its current or last termination the exit code, reason and message (bounded:
+    the kubelet allows 4 KiB, the status keeps less)."""
+    for cs in st.get("initContainerStatuses") or ():
+        if cs.get("name") != deployment.STORAGE_INITIALIZER:
+            continue
+        state = cs.get("state") or {}
+        slim_state: Obj = {}
+        if state.get("waiting"):
+            slim_state["waiting"] = {
+                k: state["waiting"][k] for k in ("reason", "message") if k in state["waiting"]
+            }
+        elif state.get("terminated"):
+            slim_state["terminated"] = _slim_terminated(state["terminated"])
+        elif "running" in state:
+            slim_state["running"] = {}
+        slim_cs: Obj = {"name": cs["name"], "state": slim_state}
+        last = (cs.get("lastState") or {}).get("terminated")
+        if last:
+            slim_cs["lastState"] = {"terminated": _slim_terminated(last)}
+        return slim_cs
+    return None
+
+
+def _slim_terminated(terminated: Obj) -> Obj:
+    out: Obj = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
+    if terminated.get("message"):
+        out["message"] = status.bounded(str(terminated["message"]))
+    return out
 
 
 def pod_index(pod: Obj) -> list[str]:

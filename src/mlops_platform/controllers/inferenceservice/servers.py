@@ -51,6 +51,13 @@ MetricsDialect = Literal["triton", "seldon", "torchserve", "none"]
 METRICS_DIALECTS: tuple[str, ...] = get_args(MetricsDialect)
 NO_METRICS: MetricsDialect = "none"
 
+#: How the runtime expects the files of its model directory (``--layout`` of the storage
+#: initializer, ``docs/model-delivery.md``): a Triton model repository, an MLServer models
+#: directory, a TorchServe model store, or ``none``: the artifact as it is.
+ModelLayout = Literal["triton", "mlserver", "torchserve", "none"]
+MODEL_LAYOUTS: tuple[str, ...] = get_args(ModelLayout)
+NO_LAYOUT: ModelLayout = "none"
+
 
 class ServingRuntimeError(ValueError):
     """An invalid runtime override; the message names the key (``runtimes.yaml: triton.image``)."""
@@ -76,7 +83,8 @@ class ServingRuntime:
     ``internal_ports`` are bound by the server but not exposed (both are reserved: the
     InferenceService's port must not use them). ``default_requests`` fill in a resource the spec
     leaves unset. ``formats`` are the model formats it serves (empty: any); ``metrics_dialect``
-    says whose request metrics it exports (:data:`MetricsDialect`)."""
+    says whose request metrics it exports (:data:`MetricsDialect`); ``model_layout`` how the storage
+    initializer lays out a downloaded model for it (:data:`ModelLayout`)."""
 
     server: str
     image: str
@@ -101,6 +109,7 @@ class ServingRuntime:
     progress_deadline_seconds: int = 900  # > the startup probe's 10 minutes
     formats: tuple[str, ...] = ()
     metrics_dialect: MetricsDialect = NO_METRICS
+    model_layout: ModelLayout = NO_LAYOUT
 
     def serves(self, model_format: str) -> bool:
         """Whether this runtime serves ``model_format`` (any format when ``formats`` is empty)."""
@@ -178,6 +187,7 @@ def default_table() -> ServingRuntimeTable:
         run_as_user=1000,  # the image runs as root by default; it ships triton-server, uid 1000
         formats=TRITON_FORMATS,
         metrics_dialect="triton",
+        model_layout="triton",
     )
     mlserver = ServingRuntime(
         server="mlserver",
@@ -196,6 +206,7 @@ def default_table() -> ServingRuntimeTable:
         run_as_user=1000,  # the image declares USER 1000
         formats=MLSERVER_FORMATS,
         metrics_dialect="seldon",
+        model_layout="mlserver",
     )
     torchserve = ServingRuntime(
         server="torchserve",
@@ -211,6 +222,7 @@ def default_table() -> ServingRuntimeTable:
         run_as_user=1000,  # USER model-server is a name: the kubelet needs a uid to check non-root
         formats=TORCHSERVE_FORMATS,
         metrics_dialect="torchserve",
+        model_layout="torchserve",
     )
     return MappingProxyType({"triton": triton, "seldon": mlserver, "torchserve": torchserve})
 
@@ -303,6 +315,7 @@ class _Override(_Struct):
     progress_deadline_seconds: Positive | None = None
     formats: list[str] | None = None
     metrics_dialect: MetricsDialect | None = None
+    model_layout: ModelLayout | None = None
 
 
 #: what a runtime defined from scratch (no ``basedOn``) must say, by key
@@ -432,6 +445,8 @@ def _explain(e: msgspec.ValidationError, where: str) -> str:
         return f"{path}.{unknown.group(1)}: unknown field"
     if path.endswith(".metricsDialect"):
         message += f" (expected one of {', '.join(METRICS_DIALECTS)})"
+    if path.endswith(".modelLayout"):
+        message += f" (expected one of {', '.join(MODEL_LAYOUTS)})"
     return f"{path}: {message}"
 
 

@@ -5,7 +5,8 @@ Decision table of ``Ready`` (first match wins):
 1. a child write or a list/watch failed -> ``False/ReconcileFailed`` (and ``Reconciled=False``
    with the HTTP reason);
 2. ``minReplicas == 0`` -> ``False/ScaledToZero``;
-3. a predictor pod is failing (CrashLoopBackOff, image pull errors, ...) -> ``False/<that reason>``;
+3. a predictor pod is failing (its storage initializer failed: ModelDownloadFailed with the
+   initializer's message; CrashLoopBackOff, image pull errors, ...) -> ``False/<that reason>``;
 4. a serving child's condition is False -> ``False/<its reason>``;
 5. at least one ready replica and every serving condition True -> ``True/Serving``;
 6. otherwise -> ``False/Waiting``.
@@ -25,7 +26,7 @@ from typing import Literal
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import conditions, labels, traffic
-from mlops_platform.controllers.inferenceservice.children import base, scaledobject
+from mlops_platform.controllers.inferenceservice.children import base, deployment, scaledobject
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
@@ -117,10 +118,14 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
     ``OOMKilled``; image pull errors; ...) first, else a pod the scheduler cannot place
     (``Unschedulable``, with the scheduler's message: ``0/5 nodes are available: 5 Insufficient
     nvidia.com/gpu``) or a started container whose readiness probe fails
-    (``ReadinessProbeFailing``); those two gate Ready only while nothing serves."""
+    (``ReadinessProbeFailing``); those two gate Ready only while nothing serves. A storage
+    initializer that failed comes first of all: ``ModelDownloadFailed`` (:func:`model_download_failure`)."""
     pending: tuple[str, str] | None = None
     for pod in pods:
         st = pod.get("status") or {}
+        fetch = model_download_failure(pod)
+        if fetch is not None:
+            return fetch
         for cs in st.get("containerStatuses") or ():
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in POD_FAILURE_REASONS:
@@ -148,6 +153,45 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
                     msg = f"pod {objects.name(pod)} cannot be scheduled: {cond.get('message') or reason}"
                     pending = reason, bounded(msg)
     return pending
+
+
+MODEL_DOWNLOAD_FAILED = "ModelDownloadFailed"
+
+
+def model_download_failure(pod: Obj) -> tuple[str, str] | None:
+    """``(ModelDownloadFailed, "pod <name>: <the initializer's last line>")`` when the pod's storage
+    initializer ran and failed: terminated with a non-zero exit code (``Init:Error``), or waiting
+    to be restarted after such a run (``Init:CrashLoopBackOff``, its last termination failed). The
+    message is the initializer's termination message (``model download failed: ...``, its one
+    line), else its exit code; the same in both states, so a restart changes nothing. The
+    initializer waiting for another reason (its image cannot be pulled) is that reason."""
+    for cs in (pod.get("status") or {}).get("initContainerStatuses") or ():
+        if cs.get("name") != deployment.STORAGE_INITIALIZER:
+            continue
+        state = cs.get("state") or {}
+        waiting = state.get("waiting") or {}
+        terminated = state.get("terminated") or {}
+        if not terminated and waiting.get("reason") == "CrashLoopBackOff":
+            terminated = (cs.get("lastState") or {}).get("terminated") or {}
+        code = terminated.get("exitCode")
+        if code not in (None, 0):
+            message = str(terminated.get("message") or "")
+            reason = str(terminated.get("reason") or "")
+            return MODEL_DOWNLOAD_FAILED, download_failure(objects.name(pod), message, int(code), reason)
+        if waiting.get("reason") in POD_FAILURE_REASONS:
+            msg = f"pod {objects.name(pod)} init container {cs.get('name')}: {waiting['reason']}"
+            if waiting.get("message"):
+                msg += f": {waiting['message']}"
+            return str(waiting["reason"]), bounded(msg)
+    return None
+
+
+def download_failure(pod: str, message: str, exit_code: int, reason: str = "") -> str:
+    """``pod <name>: <the last line of the initializer's termination message>`` (bounded), else its
+    exit code (``why`` says the same from the pods it reads)."""
+    last = next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "")
+    why = last or f"the storage initializer exited with code {exit_code} ({reason or 'Error'})"
+    return bounded(f"pod {pod}: {why}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ import enum
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from mlops_platform import __version__
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import alerts, conditions, labels
 from mlops_platform.controllers.inferenceservice.servers import (
@@ -49,6 +50,11 @@ from mlops_platform.runtime.objects import Obj as Obj
 Status = conditions.Status
 #: a child's condition is a :class:`conditions.Condition` (the one condition type of the status)
 ChildCondition = conditions.Condition
+
+
+#: the operator's own image reference, as the install manifests spell it (``deploy.manifests``,
+#: which this layer must not import): the storage initializer runs ``python -m mlops_platform.storage``
+DEFAULT_STORAGE_INITIALIZER_IMAGE = f"mlops-platform:{__version__}"
 
 
 def _no_labels() -> Mapping[str, str]:
@@ -95,6 +101,9 @@ class BuildContext:
     keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     #: requests per second one replica takes before KEDA adds one (``--keda-requests-per-replica``)
     keda_requests_per_replica: float = 10.0
+    #: the image of the predictor pods' ``storage-initializer`` init container, which fetches a
+    #: remote model (``--storage-initializer-image``; the install manifests pass the operator's image)
+    storage_initializer_image: str = DEFAULT_STORAGE_INITIALIZER_IMAGE
 
     def server(self, isvc: internal.InferenceService) -> ServingRuntime:
         """The runtime of the CR (``KeyError`` naming it if the table lacks it: the reconciler and
@@ -107,9 +116,10 @@ class BuildContext:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Component:
-    """One set of model-server pods: ``key`` names it (``predictor``), ``model_uri`` is what it serves,
-    ``min_replicas``/``max_replicas`` its replica bounds (equal: a fixed count, 0 = scaled to zero;
-    ``max > min >= 1``: an HPA owns the count, :func:`replica_owner`)."""
+    """One set of model-server pods: ``key`` names it (``predictor``), ``model_uri`` is what it serves
+    (with the artifact's expected ``model_sha256`` and its ``model_format``: each component fetches its
+    own model), ``min_replicas``/``max_replicas`` its replica bounds (equal: a fixed count, 0 = scaled
+    to zero; ``max > min >= 1``: an HPA owns the count, :func:`replica_owner`)."""
 
     key: str
     model_uri: str
@@ -121,13 +131,24 @@ class Component:
     present: bool = True
     #: KEDA's ScaledObject CRD is served: ``min_replicas`` 0 with a maximum scales from zero
     scale_to_zero: bool = False
+    #: the SHA-256 (hex) the storage initializer verifies the fetched artifact against; None: not checked
+    model_sha256: str | None = None
+    #: the model format (``--format`` of the storage initializer); None: not declared
+    model_format: str | None = None
 
 
 def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Component:
     """The stable component: the predictor's model URI within its ``minReplicas..maxReplicas``
     (``keda``: KEDA is installed, so ``minReplicas: 0`` autoscales from zero)."""
     return Component(
-        labels.PREDICTOR, isvc.model_uri, "", isvc.min_replicas, isvc.max_replicas, scale_to_zero=keda
+        labels.PREDICTOR,
+        isvc.model_uri,
+        "",
+        isvc.min_replicas,
+        isvc.max_replicas,
+        scale_to_zero=keda,
+        model_sha256=isvc.model_sha256,
+        model_format=isvc.model_format,
     )
 
 

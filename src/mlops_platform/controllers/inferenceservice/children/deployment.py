@@ -14,12 +14,21 @@ Contract of :func:`build` (pure):
   Deployment to 1 replica); otherwise ``minReplicas`` (0 = scaled to zero);
 - zero-downtime rollouts (maxSurge 25 %, maxUnavailable 0), a progress deadline longer than the
   startup probe's budget (a failed rollout becomes ``ProgressDeadlineExceeded``), no service links,
-  no API token, non-root where the image supports it, no privilege escalation, no capabilities.
+  no API token, non-root where the image supports it, no privilege escalation, no capabilities;
+- the model at the runtime's ``model_dir``, per scheme of the component's model URI
+  (:mod:`mlops_platform.api.modeluri`; ``docs/model-delivery.md``): ``s3``/``gs``/``http(s)``: an
+  ``emptyDir`` filled by the init container ``storage-initializer`` (the operator's image, ``python
+  -m mlops_platform.storage fetch``; the component's own URI, checksum and format; the storage
+  Secret mounted into it alone), mounted read-only into the server; ``pvc``: the claim, read-only,
+  at ``subPath`` = the URI's path; ``file``: nothing, ``{model_dir}`` renders to the URI's path;
+- ``serviceAccountName`` when the InferenceService names one (workload identity for the bucket).
 """
 
 from __future__ import annotations
 
-from mlops_platform.api import internal
+import dataclasses
+
+from mlops_platform.api import internal, modeluri
 from mlops_platform.controllers.inferenceservice import labels, servers
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
@@ -29,6 +38,26 @@ from mlops_platform.runtime.transport import resources
 CONDITION = "DeploymentAvailable"
 CONTAINER = "predictor"
 MODEL_VOLUME = "model-store"
+#: the init container that fetches a remote model into the model volume (``docs/model-delivery.md``)
+STORAGE_INITIALIZER = "storage-initializer"
+#: where the storage Secret is mounted in the initializer (``--credentials``), and its volume
+CREDENTIALS_DIR = "/var/run/secrets/mlops.platform/storage"
+CREDENTIALS_VOLUME = "storage-credentials"
+#: the initializer's scratch space (its root filesystem is read-only)
+SCRATCH_VOLUME = "storage-scratch"
+SCRATCH_DIR = "/tmp"
+#: the Secret's files: read-only, and readable by any uid, so the initializer reads them whichever
+#: non-root uid the pod runs as (no fsGroup, which would also chown the model volume)
+CREDENTIALS_MODE = 0o444
+#: the initializer's uid when the runtime would run it as root (the operator image's USER)
+STORAGE_INITIALIZER_UID = 65532
+#: The initializer streams the artifact in bounded chunks (obstore), so its memory does not grow with
+#: the model: a modest request, and a limit that bounds a misbehaving download at 512 MiB (Python,
+#: obstore's buffers, an archive's decompression window) instead of letting it press the node. No
+#: CPU limit: it would only slow the download, and nothing else of the pod runs meanwhile. Init
+#: containers' requests do not add to the pod's: its effective request is the larger of the two.
+STORAGE_INITIALIZER_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+STORAGE_INITIALIZER_LIMITS = {"memory": "512Mi"}
 GPU_RESOURCE = internal.GPU_RESOURCE
 KIND = kinds.Kind.of(resources.DEPLOYMENT)
 
@@ -58,7 +87,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
                 "labels": labels.child_labels(target, rt.server),
                 "annotations": _pod_annotations(target, rt),
             },
-            "spec": _pod_spec(target, rt),
+            "spec": _pod_spec(target, rt, ctx),
         },
     }
     model = target.component.model_uri
@@ -82,29 +111,131 @@ def _pod_annotations(target: base.Target, rt: servers.ServingRuntime) -> dict[st
     return out
 
 
-def _pod_spec(target: base.Target, rt: servers.ServingRuntime) -> base.Obj:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Delivery:
+    """How the component's model reaches the server: its pod's volumes and init containers, the
+    server's mount of the model, and the model directory the server is pointed at."""
+
+    model_dir: str
+    volumes: tuple[base.Obj, ...] = ()
+    mounts: tuple[base.Obj, ...] = ()
+    init_containers: tuple[base.Obj, ...] = ()
+
+
+def _delivery(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> _Delivery:
+    """The wiring of the component's model URI, per scheme (see the module doc). A URI the parser
+    refuses goes to the initializer, which refuses it with the parser's message: the pod then says
+    ``ModelDownloadFailed`` instead of serving nothing (the API versions reject it first)."""
+    uri = target.component.model_uri
+    try:
+        parsed: modeluri.ModelURI | None = modeluri.parse(uri)
+    except modeluri.ModelURIError:
+        parsed = None
+    if parsed is not None and parsed.scheme == "file":
+        return _Delivery(parsed.path)
+    if parsed is not None and parsed.scheme == "pvc":
+        volume = {
+            "name": MODEL_VOLUME,
+            "persistentVolumeClaim": {"claimName": parsed.location, "readOnly": True},
+        }
+        mount: base.Obj = {"name": MODEL_VOLUME, "mountPath": rt.model_dir, "readOnly": True}
+        if parsed.path:
+            mount["subPath"] = parsed.path
+        return _Delivery(rt.model_dir, (volume,), (mount,))
+    storage = target.isvc.storage
+    volumes: list[base.Obj] = [
+        {"name": MODEL_VOLUME, "emptyDir": {}},
+        {"name": SCRATCH_VOLUME, "emptyDir": {}},
+    ]
+    if storage.secret_name:
+        volumes.append(
+            {
+                "name": CREDENTIALS_VOLUME,
+                "secret": {"secretName": storage.secret_name, "defaultMode": CREDENTIALS_MODE},
+            }
+        )
+    mount = {"name": MODEL_VOLUME, "mountPath": rt.model_dir, "readOnly": True}
+    return _Delivery(rt.model_dir, tuple(volumes), (mount,), (_storage_initializer(target, rt, ctx),))
+
+
+def _storage_initializer(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> base.Obj:
+    """``python -m mlops_platform.storage fetch URI DIR ...`` (the contract: ``docs/model-delivery.md``)
+    under the restricted Pod Security profile; its one-line failure is its termination message."""
+    component, storage = target.component, target.isvc.storage
+    args = ["fetch", component.model_uri, rt.model_dir, "--layout", rt.model_layout]
+    args += ["--name", target.isvc.name]
+    for flag, value in (
+        ("--format", component.model_format),
+        ("--sha256", component.model_sha256),
+        ("--credentials", CREDENTIALS_DIR if storage.secret_name else None),
+        ("--endpoint", storage.endpoint),
+        ("--region", storage.region),
+    ):
+        if value:
+            args += [flag, value]
+    mounts: list[base.Obj] = [
+        {"name": MODEL_VOLUME, "mountPath": rt.model_dir},
+        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
+    ]
+    if storage.secret_name:
+        mounts.append({"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_DIR, "readOnly": True})
+    security: base.Obj = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if rt.run_as_user == 0:  # a runtime run as root: the initializer still is not
+        security["runAsUser"] = STORAGE_INITIALIZER_UID
+    return {
+        "name": STORAGE_INITIALIZER,
+        "image": ctx.storage_initializer_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "mlops_platform.storage"],
+        "args": args,
+        "resources": {
+            "requests": dict(STORAGE_INITIALIZER_REQUESTS),
+            "limits": dict(STORAGE_INITIALIZER_LIMITS),
+        },
+        "securityContext": security,
+        "volumeMounts": mounts,
+        # the initializer writes its one-line failure there; never its logs (they may be long)
+        "terminationMessagePolicy": "File",
+    }
+
+
+def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> base.Obj:
     security: base.Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
     if rt.run_as_non_root:
         security["runAsNonRoot"] = True
     if rt.run_as_user is not None:
         security["runAsUser"] = rt.run_as_user
-    pod: base.Obj = {
+    delivery = _delivery(target, rt, ctx)
+    pod: base.Obj = {}
+    if target.isvc.service_account_name:
+        pod["serviceAccountName"] = target.isvc.service_account_name
+    pod |= {
         "enableServiceLinks": False,
+        # no API token, also with a ServiceAccount: workload identity (IRSA, GKE) does not use it
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": rt.termination_grace_period_seconds,
         "securityContext": security,
-        "containers": [_container(target, rt)],
-        "volumes": [{"name": MODEL_VOLUME, "emptyDir": {}}],
     }
+    if delivery.init_containers:
+        pod["initContainers"] = [dict(c) for c in delivery.init_containers]
+    pod["containers"] = [_container(target, rt, delivery)]
+    if delivery.volumes:
+        pod["volumes"] = [dict(v) for v in delivery.volumes]
     if target.isvc.resources.gpus > 0:
         pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
     return pod
 
 
-def _container(target: base.Target, rt: servers.ServingRuntime) -> base.Obj:
+def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Delivery) -> base.Obj:
     isvc = target.isvc
     port = isvc.port
-    values = rt.placeholders(port)
+    values = rt.placeholders(port) | {"model_dir": delivery.model_dir}
     env = [{"name": "MODEL_URI", "value": target.component.model_uri}]
     env += [{"name": k, "value": servers.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -123,12 +254,10 @@ def _container(target: base.Target, rt: servers.ServingRuntime) -> base.Obj:
     compute = _resources(isvc, rt)
     if compute:
         container["resources"] = compute
-    container |= {
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": MODEL_VOLUME, "mountPath": rt.model_dir}],
-        "imagePullPolicy": "IfNotPresent",
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
+    container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if delivery.mounts:
+        container["volumeMounts"] = [dict(m) for m in delivery.mounts]
+    container |= {"imagePullPolicy": "IfNotPresent", "terminationMessagePolicy": "FallbackToLogsOnError"}
     return container
 
 
@@ -248,6 +377,19 @@ def serving_model(deployment: base.Obj) -> str | None:
         and int(st.get("availableReplicas") or 0) > 0
     )
     return _model_of(spec) if current else None
+
+
+def fetch_options(deployment: base.Obj) -> tuple[str | None, str | None]:
+    """The ``--sha256`` and ``--format`` a live Deployment's storage initializer fetches with
+    (None, None without one): what a canary that stays as it is keeps."""
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in template.get("initContainers") or ():
+        if container.get("name") != STORAGE_INITIALIZER:
+            continue
+        args = [str(a) for a in container.get("args") or ()]
+        found = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag in ("--sha256", "--format")}
+        return found.get("--sha256"), found.get("--format")
+    return None, None
 
 
 def _model_of(spec: base.Obj) -> str | None:
