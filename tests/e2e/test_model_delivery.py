@@ -5,10 +5,9 @@ a storage initializer failing with a termination message turns the InferenceServ
 ``Ready=False/ModelDownloadFailed`` with that message (kwok Stages play the kubelet).
 
 The operator runs in this process with admin credentials. Scheme wiring and the failure tests use
-v1alpha1 objects (the model URI alone). The tests marked ``needs_storage_api`` create v1 objects
-with ``spec.predictor.model.sha256``, ``spec.predictor.model.storage``,
-``spec.predictor.serviceAccountName`` and ``spec.canary.model.sha256``: they run once the API
-versions spell those fields (skipped until then, see the marker).
+v1alpha1 objects (the model URI alone); the Secret, checksum and service-account tests create v1
+objects with ``spec.predictor.model.sha256``, ``spec.predictor.model.storage``,
+``spec.predictor.serviceAccountName`` and ``spec.canary.model.sha256``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgspec
 import pytest
 
 from mlops_platform import api, why
@@ -39,18 +37,6 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
 MESSAGE = "model download failed: 403 Forbidden: s3://models/{name}/1/model.onnx"
-
-
-def _fields(struct: type[msgspec.Struct]) -> set[str]:
-    return {f.encode_name for f in msgspec.structs.fields(struct)}
-
-
-#: the v1 API spells the storage fields (the lead's API change); until then these tests skip
-STORAGE_API = {"sha256", "storage"} <= _fields(v1.Model) and "serviceAccountName" in _fields(v1.Predictor)
-needs_storage_api = pytest.mark.skipif(
-    not STORAGE_API,
-    reason="needs the API merge: v1 spec.predictor.model.sha256/storage, spec.predictor.serviceAccountName",
-)
 
 
 async def _restricted(c: rclient.Client, namespace: str) -> None:
@@ -292,7 +278,6 @@ SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 CANARY_SHA = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
 
 
-@needs_storage_api
 async def test_the_storage_secret_checksum_and_service_account_reach_admitted_pods(
     admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
@@ -337,7 +322,6 @@ async def test_the_storage_secret_checksum_and_service_account_reach_admitted_po
     await _admitted(admin_client, namespace, "secured")
 
 
-@needs_storage_api
 async def test_the_canary_fetches_its_own_checksum(
     admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:

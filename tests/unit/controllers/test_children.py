@@ -121,8 +121,11 @@ def delivered(uri: str, name: str = "bert", framework: str = "triton", **fields:
 
 
 def canary_of(t: base.Target, uri: str, sha256: str | None = None, fmt: str | None = None) -> base.Target:
-    """The canary target next to ``t``'s predictor, fetching its own ``uri``."""
-    comp = base.Component(labels.CANARY, uri, "Canary", 1, 1, model_sha256=sha256, model_format=fmt)
+    """The canary target next to ``t``'s predictor, fetching its own ``uri`` (from the predictor's
+    storage, as a candidate without its own)."""
+    comp = base.Component(
+        labels.CANARY, uri, "Canary", 1, 1, model_sha256=sha256, model_format=fmt, storage=t.isvc.storage
+    )
     return base.Target(t.isvc, comp, all_components=(t.component, comp))
 
 

@@ -207,18 +207,37 @@ def test_a_model_dir_override_moves_the_mounts_and_the_initializers_destination(
 # -- the canary fetches its own model --------------------------------------------------------------
 
 
-def candidate(uri: str, sha256: str | None = None, fmt: str | None = None) -> base.Component:
-    return base.Component(labels.CANARY, uri, "Canary", 1, 1, model_sha256=sha256, model_format=fmt)
+def candidate(
+    uri: str,
+    sha256: str | None = None,
+    fmt: str | None = None,
+    storage: internal.ModelStorage | None = None,
+) -> base.Component:
+    return base.Component(
+        labels.CANARY,
+        uri,
+        "Canary",
+        1,
+        1,
+        model_sha256=sha256,
+        model_format=fmt,
+        storage=storage or internal.ModelStorage(),
+    )
 
 
 def test_the_canary_fetches_its_own_model_checksum_and_format_under_the_services_name() -> None:
     i = isvc("s3://models/bert/7/m.onnx", model_sha256=SHA, model_format="onnx", storage=STORAGE)
-    spec = pod_spec(i, component=candidate("s3://models/bert/8/m.onnx", "cd" * 32, "onnx"))
+    staging = internal.ModelStorage("staging-creds", "https://staging.example:9000", "eu-north-1")
+    spec = pod_spec(i, component=candidate("s3://models/bert/8/m.onnx", "cd" * 32, "onnx", staging))
     args = initializer(spec)["args"]
     assert args[:2] == ["fetch", "s3://models/bert/8/m.onnx"]
     assert args[args.index("--sha256") + 1] == "cd" * 32
     assert args[args.index("--name") + 1] == "bert"  # clients' request paths work on both
-    assert "--credentials" in args  # the storage settings are the InferenceService's
+    # the component's own storage: its Secret, endpoint and region
+    assert args[args.index("--endpoint") + 1] == "https://staging.example:9000"
+    assert args[args.index("--region") + 1] == "eu-north-1"
+    [secret] = [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v]
+    assert secret == "staging-creds"
     assert {"name": "MODEL_URI", "value": "s3://models/bert/8/m.onnx"} in server(spec)["env"]
 
 
@@ -230,12 +249,15 @@ def test_the_predictor_component_carries_the_predictors_checksum_and_format() ->
 V7, V8 = "s3://models/bert/7/m.onnx", "s3://models/bert/8/m.onnx"
 
 
-def test_a_staging_canary_takes_the_candidates_checksum_and_format() -> None:
-    t = internal.Traffic("8", 20, V8, model_format="onnx", model_sha256="cd" * 32)
-    i = isvc(V7, model_sha256=SHA, traffic=t)
+def test_a_staging_canary_takes_the_candidates_checksum_format_and_storage() -> None:
+    own = internal.ModelStorage("staging-creds")
+    t = internal.Traffic("8", 20, V8, model_format="onnx", model_sha256="cd" * 32, storage=own)
+    i = isvc(V7, model_sha256=SHA, traffic=t, storage=STORAGE)
     r = traffic.rollout(i, CTX, base.Router.ISTIO, None, None, None, None, 0)
     assert r.plan.phase is traffic.Phase.STAGING
     assert (r.canary.model_uri, r.canary.model_sha256, r.canary.model_format) == (V8, "cd" * 32, "onnx")
+    assert r.canary.storage == own
+    assert r.components[0].storage == STORAGE  # the predictor keeps its own
 
 
 def _ready_pod(uri: str) -> Obj:
@@ -257,13 +279,16 @@ def test_a_leaving_canary_keeps_what_its_live_deployment_fetches() -> None:
         "metadata": {"annotations": {labels.MODEL_URI_ANNOTATION: V8}},
         "spec": {"replicas": 1, "template": {"spec": built}},
     }
-    assert deployment.fetch_options(live) == ("cd" * 32, "onnx")
+    assert deployment.fetch_options(live) == ("cd" * 32, "onnx", internal.ModelStorage())
+    with_storage = pod_spec(isvc(V7), component=candidate(V8, "cd" * 32, "onnx", STORAGE))
+    live_with = {"spec": {"template": {"spec": with_storage}}}
+    assert deployment.fetch_options(live_with) == ("cd" * 32, "onnx", STORAGE)
     weights = {traffic.STABLE_KEY: 80, traffic.CANARY_KEY: 20}
     i = isvc(V7, model_sha256=SHA)
     r = traffic.rollout(i, CTX, base.Router.ISTIO, None, live, None, weights, 1, [_ready_pod(V8)])
     assert (r.plan.phase, r.plan.canary) == (traffic.Phase.ROLLING_BACK, traffic.CanaryAction.KEEP)
     assert (r.canary.model_uri, r.canary.model_sha256, r.canary.model_format) == (V8, "cd" * 32, "onnx")
-    assert deployment.fetch_options({}) == (None, None)
+    assert deployment.fetch_options({}) == (None, None, internal.ModelStorage())
 
 
 # -- the operator's settings and permissions -------------------------------------------------------

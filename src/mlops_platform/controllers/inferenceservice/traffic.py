@@ -338,9 +338,16 @@ def rollout(
         uri = p.canary_uri if p.canary is CanaryAction.BUILD else _live_model(canary_live)
         uri = uri or isvc.model_uri
         lo, hi = _canary_bounds(isvc, router, stable_live, canary_live)
-        sha256, model_format = _candidate_artifact(isvc, uri, canary_live)
+        sha256, model_format, storage = _candidate_artifact(isvc, uri, canary_live)
         cand = base.Component(
-            CANARY_KEY, uri, "Canary", lo, hi, model_sha256=sha256, model_format=model_format
+            CANARY_KEY,
+            uri,
+            "Canary",
+            lo,
+            hi,
+            model_sha256=sha256,
+            model_format=model_format,
+            storage=storage,
         )
     route = base.Route(router, {k: w for k, w in p.weights.items() if w > 0})
     return Rollout(p, (pred, cand), route, _effective(isvc, router, stable, canary, live, pred, cand))
@@ -348,19 +355,20 @@ def rollout(
 
 def _candidate_artifact(
     isvc: internal.InferenceService, uri: str, canary_live: Obj | None
-) -> tuple[str | None, str | None]:
-    """The checksum and format the canary component fetches ``uri`` with: the candidate's own
-    (``spec.canary.model``) while it is the one asked for; else, for a canary that stays as it is
-    (promoting, leaving), what its live Deployment fetches, so the model it serves is not rolled
-    out again while it may carry traffic; else the predictor's (the model is the predictor's)."""
+) -> tuple[str | None, str | None, internal.ModelStorage]:
+    """The checksum, format and storage the canary component fetches ``uri`` with: the candidate's
+    own (``spec.canary.model``, its storage defaulting to the predictor's) while it is the one asked
+    for; else, for a canary that stays as it is (promoting, leaving), what its live Deployment
+    fetches, so the model it serves is not rolled out again while it may carry traffic; else the
+    predictor's (the model is the predictor's)."""
     t = isvc.traffic
     if t is not None and uri == t.model_uri:
-        return t.model_sha256, t.model_format
+        return t.model_sha256, t.model_format, t.storage
     if canary_live is not None and uri == _live_model(canary_live):
         return children_deployment.fetch_options(canary_live)
     if uri == isvc.model_uri:
-        return isvc.model_sha256, isvc.model_format
-    return None, None
+        return isvc.model_sha256, isvc.model_format, isvc.storage
+    return None, None, isvc.storage
 
 
 def _canary_bounds(

@@ -117,9 +117,10 @@ class BuildContext:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Component:
     """One set of model-server pods: ``key`` names it (``predictor``), ``model_uri`` is what it serves
-    (with the artifact's expected ``model_sha256`` and its ``model_format``: each component fetches its
-    own model), ``min_replicas``/``max_replicas`` its replica bounds (equal: a fixed count, 0 = scaled
-    to zero; ``max > min >= 1``: an HPA owns the count, :func:`replica_owner`)."""
+    (with the artifact's expected ``model_sha256``, its ``model_format`` and the ``storage`` it is
+    fetched from: each component fetches its own model), ``min_replicas``/``max_replicas`` its
+    replica bounds (equal: a fixed count, 0 = scaled to zero; ``max > min >= 1``: an HPA owns the
+    count, :func:`replica_owner`)."""
 
     key: str
     model_uri: str
@@ -135,6 +136,8 @@ class Component:
     model_sha256: str | None = None
     #: the model format (``--format`` of the storage initializer); None: not declared
     model_format: str | None = None
+    #: how the storage initializer reaches the model (its Secret, endpoint, region)
+    storage: internal.ModelStorage = dataclasses.field(default_factory=internal.ModelStorage)
 
 
 def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Component:
@@ -149,6 +152,7 @@ def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Compone
         scale_to_zero=keda,
         model_sha256=isvc.model_sha256,
         model_format=isvc.model_format,
+        storage=isvc.storage,
     )
 
 

@@ -142,7 +142,7 @@ def _delivery(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
         if parsed.path:
             mount["subPath"] = parsed.path
         return _Delivery(rt.model_dir, (volume,), (mount,))
-    storage = target.isvc.storage
+    storage = target.component.storage
     volumes: list[base.Obj] = [
         {"name": MODEL_VOLUME, "emptyDir": {}},
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
@@ -161,7 +161,7 @@ def _delivery(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
 def _storage_initializer(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> base.Obj:
     """``python -m mlops_platform.storage fetch URI DIR ...`` (the contract: ``docs/model-delivery.md``)
     under the restricted Pod Security profile; its one-line failure is its termination message."""
-    component, storage = target.component, target.isvc.storage
+    component, storage = target.component, target.component.storage
     args = ["fetch", component.model_uri, rt.model_dir, "--layout", rt.model_layout]
     args += ["--name", target.isvc.name]
     for flag, value in (
@@ -379,17 +379,28 @@ def serving_model(deployment: base.Obj) -> str | None:
     return _model_of(spec) if current else None
 
 
-def fetch_options(deployment: base.Obj) -> tuple[str | None, str | None]:
-    """The ``--sha256`` and ``--format`` a live Deployment's storage initializer fetches with
-    (None, None without one): what a canary that stays as it is keeps."""
+def fetch_options(deployment: base.Obj) -> tuple[str | None, str | None, internal.ModelStorage]:
+    """The ``--sha256``, ``--format`` and storage (its Secret, ``--endpoint``, ``--region``) a live
+    Deployment's storage initializer fetches with (None, None, no storage without one): what a
+    canary that stays as it is keeps."""
     template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
     for container in template.get("initContainers") or ():
         if container.get("name") != STORAGE_INITIALIZER:
             continue
         args = [str(a) for a in container.get("args") or ()]
-        found = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag in ("--sha256", "--format")}
-        return found.get("--sha256"), found.get("--format")
-    return None, None
+        flags = ("--sha256", "--format", "--endpoint", "--region")
+        found = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag in flags}
+        secret = next(
+            (
+                str((v.get("secret") or {}).get("secretName"))
+                for v in template.get("volumes") or ()
+                if v.get("name") == CREDENTIALS_VOLUME and (v.get("secret") or {}).get("secretName")
+            ),
+            None,
+        )
+        storage = internal.ModelStorage(secret, found.get("--endpoint"), found.get("--region"))
+        return found.get("--sha256"), found.get("--format"), storage
+    return None, None, internal.ModelStorage()
 
 
 def _model_of(spec: base.Obj) -> str | None:
