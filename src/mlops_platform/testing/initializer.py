@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import json
 import os
 import sys
+import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Run", "credentials_dir", "fetch", "files"]
+__all__ = ["Run", "credentials_dir", "fetch", "files", "tar"]
 
 _CLOUD_ENV = ("AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_")
 
@@ -95,3 +97,15 @@ def credentials_dir(path: Path, values: Mapping[str, str]) -> Path:
 def files(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` (relative POSIX path -> contents)."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def tar(members: Mapping[str, bytes], *, gzip: bool = True) -> bytes:
+    """A tar archive (gzipped unless ``gzip`` is False) of ``members`` (name -> bytes), names as
+    given: a test may pass unsafe ones (``../escape``)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz" if gzip else "w") as archive:
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            archive.addfile(info, io.BytesIO(body))
+    return buf.getvalue()

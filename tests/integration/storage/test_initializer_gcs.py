@@ -12,10 +12,8 @@ No cluster is needed: these tests use none of the cluster fixtures.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import tarfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -27,16 +25,6 @@ from mlops_platform.testing.objectstores import GCSServer
 
 async def _fetch(uri: str, dest: Path, *args: str, tmp_path: Path) -> initializer.Run:
     return await initializer.fetch(uri, dest, *args, termination_log=tmp_path / "termination-log")
-
-
-def _tar_gz(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, body in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    return buf.getvalue()
 
 
 async def test_single_file_with_checksum_through_the_endpoint(
@@ -157,7 +145,7 @@ async def test_tar_gz_archive_is_unpacked(
     fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
 ) -> None:
     members = {"model.onnx": b"w", "labels/classes.txt": b"cat dog"}
-    archive = _tar_gz(members)
+    archive = initializer.tar(members)
     await fake_gcs_server.upload(gcs_bucket, "resnet/model.tar.gz", archive)
     dest = tmp_path / "models"
     run = await _fetch(

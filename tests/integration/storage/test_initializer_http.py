@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import shutil
 import sys
-import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+
+from mlops_platform.testing.initializer import tar
 
 TOKEN = "Bearer s3cret-token"
 GIB = 1 << 30
@@ -207,16 +207,8 @@ async def test_checksum_mismatch_fails_and_leaves_nothing(server: ModelServer, t
 
 
 async def test_archive_unpacks_into_the_layout(server: ModelServer, tmp_path: Path) -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, body in (
-            ("config.pbtxt", b'name: "upstream"\nbackend: "onnxruntime"\n'),
-            ("1/model.onnx", b"w"),
-        ):
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    sha = put(server, "model.tgz", buf.getvalue())
+    archive = tar({"config.pbtxt": b'name: "upstream"\nbackend: "onnxruntime"\n', "1/model.onnx": b"w"})
+    sha = put(server, "model.tgz", archive)
     dest = tmp_path / "models"
     run = await initializer(
         tmp_path,
@@ -235,12 +227,7 @@ async def test_archive_unpacks_into_the_layout(server: ModelServer, tmp_path: Pa
 
 
 async def test_unsafe_archive_fails(server: ModelServer, tmp_path: Path) -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("../../escape.txt")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
-    put(server, "evil.tar", buf.getvalue())
+    put(server, "evil.tar", tar({"../../escape.txt": b"x"}, gzip=False))
     run = await initializer(tmp_path, f"{server.url}/files/evil.tar", str(tmp_path / "a" / "models"))
     assert run.code == 1
     assert run.termination.startswith("model download failed: unsafe member in evil.tar: ")

@@ -9,9 +9,7 @@ No cluster is needed: these tests use none of the cluster fixtures.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import tarfile
 from pathlib import Path
 
 from mlops_platform.testing import initializer, objectstores
@@ -25,16 +23,6 @@ def _creds(server: S3Server, tmp_path: Path, **override: str) -> Path:
 
 async def _fetch(uri: str, dest: Path, *args: str, tmp_path: Path, **kw: object) -> initializer.Run:
     return await initializer.fetch(uri, dest, *args, termination_log=tmp_path / "termination-log", **kw)  # type: ignore[arg-type]
-
-
-def _tar_gz(members: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, body in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    return buf.getvalue()
 
 
 async def test_single_file_with_checksum_and_credentials_directory(
@@ -86,7 +74,9 @@ async def test_directory_prefix_is_copied_recursively(
 async def test_tar_gz_archive_is_unpacked_into_the_layout(
     minio_server: S3Server, s3_bucket: str, tmp_path: Path
 ) -> None:
-    archive = _tar_gz({"config.pbtxt": b'name: "upstream"\nbackend: "onnxruntime"\n', "1/model.onnx": b"w"})
+    archive = initializer.tar(
+        {"config.pbtxt": b'name: "upstream"\nbackend: "onnxruntime"\n', "1/model.onnx": b"w"}
+    )
     await minio_server.upload(s3_bucket, "iris/model.tar.gz", archive)
     dest = tmp_path / "models"
     run = await _fetch(

@@ -4,10 +4,8 @@ in for a bucket: the steps, the termination message, argument errors, credential
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from obstore import store as obs_store
 
 from mlops_platform.api import modeluri
 from mlops_platform.storage import cli, failure, initializer, stores
+from mlops_platform.testing.initializer import tar
 
 
 @pytest.fixture(autouse=True)
@@ -117,12 +116,7 @@ def test_a_prefix_is_copied_recursively(bucket: Path, tmp_path: Path) -> None:
 
 
 def test_an_archive_is_verified_then_unpacked(bucket: Path, tmp_path: Path) -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        info = tarfile.TarInfo("model.mar")
-        info.size = 3
-        tar.addfile(info, io.BytesIO(b"mar"))
-    data = put(bucket, "bert.tar.gz", buf.getvalue())
+    data = put(bucket, "bert.tar.gz", tar({"model.mar": b"mar"}))
     dest = tmp_path / "dest"
     sha = hashlib.sha256(data).hexdigest()
     code, _ = run(
