@@ -56,10 +56,16 @@ async def install_crd(client: rclient.Client) -> dict[str, Any]:
     another port, and Established (already True) does not say the server took the new URL and its
     CA bundle (injected by the webhook process meanwhile)."""
     live = await crd.install(client, webhook_url=url())
-    await wait.until(
-        lambda: converts(client), timeout=60, what="the API server converting through the session's webhook"
-    )
+    await _until_converting(client)
     return live
+
+
+async def _until_converting(client: rclient.Client, timeout: float = 60.0) -> None:
+    await wait.until(
+        lambda: converts(client),
+        timeout=timeout,
+        what="the API server converting through the session's webhook",
+    )
 
 
 _PROBE = {
@@ -217,7 +223,7 @@ async def serving(
 async def paused(client: rclient.Client, *, timeout: float = 60.0) -> AsyncIterator[None]:
     """The session's webhook process stopped for the block (so it does not re-inject its bundle into
     a CRD another test installed); on exit, even on error, the current CRD installed against it
-    again (:func:`install_crd`), the process started again and its bundle injected."""
+    again, the process started again, its bundle injected and conversions through it working."""
     process = _PROCESSES.get(url())
     if process is None:
         raise RuntimeError(f"no webhook process serves {url()} in this session")
@@ -225,6 +231,7 @@ async def paused(client: rclient.Client, *, timeout: float = 60.0) -> AsyncItera
     try:
         yield
     finally:
-        await install_crd(client)
+        await crd.install(client, webhook_url=url())
         process.start()
         await process.wait_injected(client, timeout)
+        await _until_converting(client, timeout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ import pytest
 
 from mlops_platform.devcluster import chaos
 from mlops_platform.runtime.caching import informer as rinformer
+from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import wait
+from mlops_platform.testing import crds, wait
 
 
 class Recorder:
@@ -222,3 +223,35 @@ async def test_the_cache_scope_narrows_scoped_resources_only(
         assert configmaps.label_selector == "owned=yes"
     finally:
         await cache.stop()
+
+
+async def test_a_kind_served_late_is_listed_within_a_second_or_two_not_after_a_grown_backoff(
+    kube_cluster: Path, admin_client: rclient.Client, namespace: str
+) -> None:
+    """An informer for a kind whose CRD does not exist yet gets 404s; once the CRD is established it
+    syncs within ~NOT_FOUND_RETRY. After 6 failures an exponential backoff would wait 25 s or more."""
+    group = f"late-{namespace[-6:]}.example.com"
+    version = {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object"}},
+    }
+    crd = crds.widget_crd(group, [version], {"strategy": "None"})
+    res = rclient.Resource(group, "v1", crds.PLURAL, "Widget")
+    async with rclient.Client.from_kubeconfig(kube_cluster) as c:
+        i = rinformer.Informer(c, res, namespace=namespace)
+        i.start()
+        try:
+            await wait.until(lambda: i.failures >= 6, timeout=30, what="6 failed LISTs of an unserved kind")
+            assert isinstance(i.last_error, rclient.ApiError) and i.last_error.not_found
+            await apiextensions.install(admin_client, [crd], field_manager="test")
+            loop = asyncio.get_running_loop()
+            established = loop.time()
+            await i.wait_for_sync(timeout=30)
+            took = loop.time() - established
+            print(f"\nsynced {took:.2f}s after the CRD was established ({i.failures} failed attempts)")
+            assert took < 3 * rinformer.NOT_FOUND_RETRY, took
+        finally:
+            await i.stop()
+            await apiextensions.uninstall(admin_client, [crd["metadata"]["name"]])

@@ -8,7 +8,11 @@ Contract (client-go ``tools/cache`` reflector and shared informer semantics):
   resourceVersion seen. ``410 Gone`` / "Expired" (e.g. after etcd compaction) forces a re-list.
 - Connection errors and 5xx back off exponentially from 0.8 s to 30 s with jitter
   (:class:`~mlops_platform.runtime.ratelimiter.Backoff`); the backoff resets after 120 s without a
-  failure. ``429`` waits for the server's Retry-After. Every wait is on the injectable ``clock``.
+  failure. ``429`` waits for the server's Retry-After. ``404`` (the resource is not served: a CRD
+  just established takes the API server a moment to serve) is retried every
+  :data:`NOT_FOUND_RETRY` seconds, never backed off further: an optional kind's informer starts
+  when its CRD is established, and its first objects must not wait behind a grown backoff.
+  Every wait is on the injectable ``clock``; :attr:`Informer.failures` counts the failed attempts.
 - Handlers run synchronously on the informer's task in event order; a handler that raises is logged
   and does not stop delivery. Handlers must be quick (typically: enqueue a key).
 - Every ``resync_period`` (default 10 h, jittered by up to 10 %) every cached object is re-delivered
@@ -41,6 +45,8 @@ log = logging.getLogger("mlops_platform.runtime.caching.informer")
 Transform = Callable[[Obj], Obj]
 #: list/watch failures: 0.8 s doubling to 30 s, plus up to 100 % jitter; reset after 120 s healthy
 BACKOFF_INITIAL, BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_RESET = 0.8, 30.0, 1.0, 120.0
+#: a LIST/WATCH answered 404 (the kind is not served, yet) is retried this often, without backoff
+NOT_FOUND_RETRY = 1.0
 
 
 class EventHandler(Protocol):
@@ -118,6 +124,8 @@ class Informer:
         self.relists = 0  # how many times the reflector had to LIST (1 = only the initial list)
         #: the last list/watch error (None once listing/watching works again): readers surface it
         self.last_error: Exception | None = None
+        #: failed LIST/WATCH attempts so far (each one waits before the next)
+        self.failures = 0
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._listed: list[asyncio.Future[None]] = []  # reselect() callers waiting for a LIST
@@ -208,7 +216,13 @@ class Informer:
                     need_list = True
                     continue
                 self.last_error = e
-                delay = _retry_after_seconds(e) if e.status == 429 else backoff.next_delay()
+                self.failures += 1
+                if e.status == 429:
+                    delay = _retry_after_seconds(e)
+                elif e.not_found:
+                    delay = NOT_FOUND_RETRY
+                else:
+                    delay = backoff.next_delay()
                 log.warning(
                     "list/watch failed",
                     extra={
@@ -220,6 +234,7 @@ class Informer:
                 await self.clock.sleep(delay)
             except OSError as e:  # no HTTP answer (client.TransportError is one) or a socket error
                 self.last_error = e
+                self.failures += 1
                 delay = backoff.next_delay()
                 log.warning(
                     "list/watch connection error",
