@@ -34,6 +34,30 @@ CHILDREN_WITHIN = 10.0
 WINDOW = 10.0  # seconds of steady state over which the request rate is measured
 
 
+async def _operator_view(
+    mgr: rmanager.Manager, c: rclient.Client, admin_client: rclient.Client, namespace: str
+) -> str:
+    """What the operator knew of the optional kinds, and what the service's status said."""
+    parts = []
+    for kind in KINDS:
+        res = kind.resource()
+        informer = mgr.cache.informer_for(res) if mgr.cache.has_informer(res) else None
+        state = (
+            "no informer"
+            if informer is None
+            else f"synced={informer.has_synced()} failures={informer.failures} error={informer.last_error!r}"
+        )
+        parts.append(f"{kind.kind}: {state}")
+    asked = sorted((k, n) for k, n in c.requests.items() if "monitoring.coreos.com" in k[1])
+    obj = await admin_client.get(ISVC, "mon", namespace)
+    conditions = [
+        (x.get("type"), x.get("status"), x.get("reason"), x.get("message"))
+        for x in (obj.get("status") or {}).get("conditions") or ()
+    ]
+    queue = mgr.controllers[0].queue.len()
+    return f"{'; '.join(parts)}; requests {asked}; queue {queue}; conditions {conditions}"
+
+
 def _manifests() -> list[dict[str, Any]]:
     return [m for m in crds.manifests() if m["metadata"]["name"] in NAMES]
 
@@ -113,11 +137,16 @@ async def test_monitoring_crds_absent_then_installed_then_removed_without_a_rest
             await apiextensions.install(admin_client, manifests, field_manager=crds.FIELD_MANAGER)
             for kind in KINDS:
                 res = kind.resource()
-                await wait.until(
-                    lambda res=res: probes.exists(admin_client, res, namespace, "mon"),
-                    timeout=30,
-                    what=f"{res.kind} created",
-                )
+                try:
+                    await wait.until(
+                        lambda res=res: probes.exists(admin_client, res, namespace, "mon"),
+                        timeout=30,
+                        what=f"{res.kind} created",
+                    )
+                except TimeoutError as e:  # say what the operator saw (this failed once in a full run)
+                    raise AssertionError(
+                        f"{e}; {await _operator_view(mgr, c, admin_client, namespace)}"
+                    ) from e
             children_after = time.monotonic() - installed
             print(f"PrometheusRule and ServiceMonitor {children_after:.2f}s after applying their CRDs")
             assert children_after < CHILDREN_WITHIN
