@@ -621,6 +621,7 @@ async def test_steady_state_with_a_canary_makes_no_writes(admin_client: rclient.
         unreported = await _split_reported(c, env, name, V2, 20, 1)
         queue = env.manager.controllers[0].queue
         await wait.until(lambda: queue.len() == 0, what="queue idle")
+        status_before = (await c.get(ISVC, name, env.namespace)).get("status") or {}
         with requests.recording(env.client) as recorder:
             await asyncio.sleep(WINDOW)  # a measurement window, not a synchronisation
         # this object's writes (the tests of a router share the namespace: an earlier test's
@@ -631,6 +632,15 @@ async def test_steady_state_with_a_canary_makes_no_writes(admin_client: rclient.
             f"\n[{env.router.value}] {len(recorder.records)} requests in {WINDOW:.0f}s with a converged "
             f"canary, {writes.total()} writes {sorted(writes)}; elsewhere {sorted(others)}"
         )
-        assert writes == {}
+        if writes:  # say what the write changed, and whether the status had lagged the route
+            status_after = (await c.get(ISVC, name, env.namespace)).get("status") or {}
+            changed = {
+                k: (status_before.get(k), status_after.get(k))
+                for k in sorted(set(status_before) | set(status_after))
+                if status_before.get(k) != status_after.get(k)
+            }
+            raise AssertionError(
+                f"writes {sorted(writes)}; the status changed {changed}; unreported: {unreported}"
+            )
         # converged means the status too (checked after the window, so that the count is known)
         assert unreported is None, unreported
