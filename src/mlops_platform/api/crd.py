@@ -267,6 +267,29 @@ async def install(client: rclient.Client, *, webhook_url: str | None, timeout: f
     return live
 
 
+_PROBE = {
+    "apiVersion": v1alpha1.API_VERSION,
+    "kind": v1alpha1.KIND,
+    "metadata": {"name": "conversion-probe"},
+    "spec": {"modelUri": "s3://probe/model", "framework": "triton"},
+}
+
+
+async def converts(client: rclient.Client, namespace: str = "default") -> bool:
+    """Whether the API server converts InferenceServices through the CRD's webhook now: a dry-run
+    v1alpha1 create (stored as v1, so converted) succeeds. A caBundle in the CRD, or Established,
+    does not say it: the server takes a new URL or bundle a moment later. False while the call
+    fails (connection refused, an unknown certificate authority); other errors propagate."""
+    path = RESOURCE.path(namespace).replace(f"/{RESOURCE.version}/", "/v1alpha1/")
+    try:
+        await client.request("POST", path, params={"dryRun": "All"}, body=_PROBE, resource="isvc")
+    except rclient.ApiError as e:
+        if e.status == 500 and "conversion webhook" in e.message:
+            return False
+        raise
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the CRD, ``--write`` it, or ``--check`` the committed file (exit 1 with a diff)."""
     parser = argparse.ArgumentParser(prog="python -m mlops_platform.api.crd", description=__doc__)

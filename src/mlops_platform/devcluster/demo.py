@@ -143,6 +143,9 @@ async def _run(name: str, timeout: float) -> None:
         await wait.until(
             lambda: webhook_ready(c), timeout=60, what="the conversion webhook's CA bundle in the CRD"
         )
+        await wait.until(
+            lambda: crd.converts(c, NAMESPACE), timeout=60, what="the API server converting through it"
+        )
         samples = load_samples()
         for s in samples:
             s["metadata"]["namespace"] = NAMESPACE

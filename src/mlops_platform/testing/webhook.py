@@ -62,30 +62,10 @@ async def install_crd(client: rclient.Client) -> dict[str, Any]:
 
 async def _until_converting(client: rclient.Client, timeout: float = 60.0) -> None:
     await wait.until(
-        lambda: converts(client),
+        lambda: crd.converts(client),
         timeout=timeout,
         what="the API server converting through the session's webhook",
     )
-
-
-_PROBE = {
-    "apiVersion": "mlops.platform/v1alpha1",
-    "kind": "InferenceService",
-    "metadata": {"name": "conversion-probe"},
-    "spec": {"modelUri": "s3://probe/model", "framework": "triton"},
-}
-
-
-async def converts(client: rclient.Client, namespace: str = "default") -> bool:
-    """Whether a (dry-run) v1alpha1 create converts: the API server reaches the webhook over TLS."""
-    path = crd.RESOURCE.path(namespace).replace(f"/{crd.RESOURCE.version}/", "/v1alpha1/")
-    try:
-        await client.request("POST", path, params={"dryRun": "All"}, body=_PROBE, resource="isvc")
-    except rclient.ApiError as e:
-        if e.status == 500 and "conversion webhook" in e.message:
-            return False
-        raise
-    return True
 
 
 async def ca_bundle(client: rclient.Client) -> bytes:
