@@ -30,6 +30,8 @@ class Run:
     code: int
     stderr: str
     termination: str
+    #: what it printed on stdout (nothing: its log is on stderr)
+    stdout: str = ""
 
     def logs(self) -> list[dict[str, Any]]:
         """The JSON log lines of stderr."""
@@ -69,13 +71,13 @@ async def fetch(
         env=child_env,
     )
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:
         proc.kill()
         await proc.wait()
         raise
     text = await asyncio.to_thread(_read_if_any, termination_log)
-    return Run(proc.returncode if proc.returncode is not None else -1, err.decode(), text)
+    return Run(proc.returncode if proc.returncode is not None else -1, err.decode(), text, out.decode())
 
 
 def _read_if_any(path: Path) -> str:

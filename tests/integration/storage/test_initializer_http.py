@@ -8,7 +8,6 @@ No cluster is needed: these tests use none of the cluster fixtures.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import os
@@ -20,7 +19,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from mlops_platform.testing.initializer import tar
+from mlops_platform.testing.initializer import Run, fetch, tar
+from mlops_platform.testing.initializer import files as delivered
 
 TOKEN = "Bearer s3cret-token"
 GIB = 1 << 30
@@ -127,38 +127,15 @@ async def server(tmp_path: Path) -> AsyncIterator[ModelServer]:
         await runner.cleanup()
 
 
-@dataclasses.dataclass
-class Run:
-    code: int
-    stderr: str
-    termination: str
-
-    def logs(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in self.stderr.splitlines() if line.startswith("{")]
-
-
-async def initializer(tmp_path: Path, *args: str, timeout: float = 300) -> Run:
-    termination = tmp_path / "termination-log"
-    termination.unlink(missing_ok=True)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "mlops_platform.storage",
-        "fetch",
-        *args,
-        "--termination-log",
-        str(termination),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert out == b""
-    text = termination.read_text() if termination.exists() else ""
-    return Run(proc.returncode if proc.returncode is not None else -1, err.decode(), text)
+async def initializer(tmp_path: Path, uri: str, dest: str, *args: str) -> Run:
+    """The initializer as a real process (``testing.initializer.fetch``); it prints nothing on stdout."""
+    run = await fetch(uri, Path(dest), *args, termination_log=tmp_path / "termination-log")
+    assert run.stdout == ""
+    return run
 
 
 def files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return sorted(delivered(root))
 
 
 def put(server: ModelServer, name: str, data: bytes) -> str:
@@ -298,8 +275,10 @@ async def test_a_dropped_connection_without_range_support_restarts_cleanly(
 
 async def test_a_2gib_artifact_streams_in_bounded_memory(server: ModelServer, tmp_path: Path) -> None:
     free = shutil.disk_usage(tmp_path).free
-    if free < 3 * GIB:
-        pytest.skip(f"needs 3 GiB free in {tmp_path} (2 GiB downloaded, a margin), has {free >> 20} MiB")
+    # an acceptance figure of the issue: a machine without the room fails here, it is not skipped
+    assert free >= 3 * GIB, (
+        f"needs 3 GiB free in {tmp_path} (2 GiB downloaded, a margin), has {free >> 20} MiB"
+    )
     size = 2 * GIB
     _sparse(server.root / "big.bin", size)
 

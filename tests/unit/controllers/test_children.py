@@ -662,7 +662,7 @@ def test_monitoring_is_on_by_default_and_off_per_object_or_operator_wide() -> No
     assert monitoring.build_monitor(off, CTX) is None
     got = monitoring.RULE.condition(off, CTX, None, None)
     assert (got.status, got.reason) == ("True", "MonitoringDisabled")
-    assert "spec.extensions.monitoring.enabled" in got.message
+    assert "spec.monitoring.enabled" in got.message  # the v1 field: the stored version
     operator_off = base.BuildContext(monitoring=False)
     assert monitoring.build_rule(t, operator_off) is None
     assert "--no-monitoring" in monitoring.RULE.condition(t, operator_off, None, None).message

@@ -950,7 +950,7 @@ async def test_monitoring_turned_off_per_object_deletes_only_what_the_cr_control
         )
     c = cond(w.status, "MonitoringReady")
     assert (c["status"], c["reason"]) == ("True", "MonitoringDisabled")
-    assert "spec.extensions.monitoring.enabled" in c["message"]
+    assert "spec.monitoring.enabled" in c["message"]  # the v1 field: the stored version
 
 
 @pytest.mark.parametrize(

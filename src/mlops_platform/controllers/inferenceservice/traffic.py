@@ -1,6 +1,8 @@
-"""The canary state machine: from what is asked (``spec.modelUri``, ``spec.traffic``) and what the
-cluster shows (each component's rolled-out model and ready replicas, the route's live weights),
-which components must exist and which weights the route must carry now. Pure: no I/O.
+"""The canary state machine: from what is asked (v1 ``spec.predictor.model`` and ``spec.canary``,
+whose ``spec.canary.trafficPercent`` is ``canaryPercent`` below; v1alpha1 ``spec.modelUri`` and
+``spec.traffic``) and what the cluster shows (each component's rolled-out model and ready
+replicas, the route's live weights), which components must exist and which weights the route must
+carry now. Pure: no I/O.
 
 Phases (:class:`Phase`), each with its guard and what it decides:
 

@@ -80,7 +80,7 @@ class BuildContext:
     monitoring: bool = True
     #: labels put on PrometheusRules and ServiceMonitors (what Prometheus' rule/monitor selectors need)
     monitoring_labels: Mapping[str, str] = dataclasses.field(default_factory=_no_labels)
-    #: default alert thresholds (per-CR overrides in spec.extensions.monitoring.alerts)
+    #: default alert thresholds (per-CR overrides in v1 spec.monitoring.alerts)
     alerts: alerts.AlertSettings = dataclasses.field(default_factory=alerts.AlertSettings)
     #: a NetworkPolicy per InferenceService by default (per-CR override)
     network_policy: bool = False
@@ -91,7 +91,8 @@ class BuildContext:
     monitoring_namespace: str = "monitoring"
     #: when set, egress of the predictor pods is limited to these CIDRs plus DNS; empty: unrestricted
     egress_cidrs: tuple[str, ...] = ()
-    #: what splits canary traffic (``--traffic-router``; per-CR ``spec.extensions.traffic.router``)
+    #: what splits canary traffic (``--traffic-router``; per-CR v1 ``spec.routing.router``, v1alpha1
+    #: and v1beta1 ``spec.extensions.traffic.router``)
     router: Router = Router.AUTO
     #: the parent Gateway of HTTPRoutes, ``namespace/name`` (``--gateway``); None: no Gateway API
     gateway: str | None = None

@@ -48,7 +48,9 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
 
 def targets(target: base.Target, ctx: base.BuildContext) -> list[tuple[str, int]]:
     """(resource, average utilization in percent of the request) the HPA scales on: CPU always
-    (the InferenceService's target, else the runtime's), memory when the InferenceService sets one."""
+    (the InferenceService's target, else the runtime's), memory when the InferenceService sets one
+    (v1 ``spec.predictor.autoscaling.targetUtilization{cpu, memory}``; v1beta1
+    ``targetCPUUtilization``)."""
     wanted = target.isvc.autoscaling
     cpu = wanted.cpu_utilization
     out = [("cpu", ctx.server(target.isvc).target_cpu_utilization if cpu is None else cpu)]

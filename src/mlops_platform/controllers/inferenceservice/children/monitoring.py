@@ -2,9 +2,10 @@
 ServiceMonitor scraping the model server (both ``monitoring.coreos.com/v1``, optional kinds).
 
 Contract (pure builders):
-- desired when monitoring is on for the InferenceService (``spec.extensions.monitoring.enabled``,
-  else the operator default, on) — and, for the ServiceMonitor, when the runtime exports metrics
-  (a ``metrics`` port and a metrics path in the runtime table);
+- desired when monitoring is on for the InferenceService (v1 ``spec.monitoring.enabled``; v1alpha1
+  and v1beta1 ``spec.extensions.monitoring.enabled``; else the operator default, on) — and, for the
+  ServiceMonitor, when the runtime exports metrics (a ``metrics`` port and a metrics path in the
+  runtime table);
 - one of each per InferenceService, named ``<name>``, labelled like every child plus the operator's
   ``monitoring_labels`` (what the Prometheus ``ruleSelector`` / ``serviceMonitorSelector`` need);
 - the ServiceMonitor selects the Services of every component (``mlops.platform/inferenceservice``)
@@ -119,9 +120,8 @@ def _condition(kind: kinds.Kind) -> base.ConditionFn:
     ) -> base.ChildCondition:
         if desired is None:
             if target.isvc.monitoring.enabled is False:
-                why = (
-                    "monitoring is turned off for this InferenceService (spec.extensions.monitoring.enabled)"
-                )
+                # the field as the stored version (v1) spells it, like every status message
+                why = "monitoring is turned off for this InferenceService (spec.monitoring.enabled)"
             elif not enabled(target, ctx):
                 why = "monitoring is turned off by the operator's default (--no-monitoring)"
             else:
