@@ -620,7 +620,7 @@ async def test_steady_state_with_a_canary_makes_no_writes(admin_client: rclient.
         await _canary_converged(c, env, name, V2, 20, 1)
         unreported = await _split_reported(c, env, name, V2, 20, 1)
         queue = env.manager.controllers[0].queue
-        await wait.until(lambda: queue.len() == 0, what="queue idle")
+        await wait.until(queue.idle, what="queue idle")
         status_before = (await c.get(ISVC, name, env.namespace)).get("status") or {}
         with requests.recording(env.client) as recorder:
             await asyncio.sleep(WINDOW)  # a measurement window, not a synchronisation

@@ -346,7 +346,7 @@ async def test_steady_state_makes_no_writes(
     ):
         assert await probes.exists(admin_client, res, namespace, name), (res.kind, name)
     ctrl = operator.controllers[0]
-    await wait.until(lambda: ctrl.queue.len() == 0, what="queue idle")
+    await wait.until(ctrl.queue.idle, what="queue idle")
     from mlops_platform.runtime.control.reconcile import Request
 
     # counted for this object and its children only: the operator's other work (a namespace an

@@ -121,7 +121,7 @@ async def test_monitoring_crds_absent_then_installed_then_removed_without_a_rest
             assert probes.condition(obj, "Reconciled")["status"] == "True"
 
             # absent kinds cost nothing: no request for them, and (almost) none at all at rest
-            await wait.until(lambda: mgr.controllers[0].queue.len() == 0, what="queue idle")
+            await wait.until(mgr.controllers[0].queue.idle, what="queue idle")
             before = dict(c.requests)
             await asyncio.sleep(WINDOW)  # a measurement window, not a synchronisation
             during = {k: n - before.get(k, 0) for k, n in c.requests.items() if n - before.get(k, 0)}

@@ -1376,6 +1376,41 @@ async def test_a_failed_status_write_is_recorded_and_raised() -> None:
     assert w.writes == [D, S, R, M]
 
 
+async def test_a_reconcile_before_the_cache_holds_our_status_write_does_not_write_it_again() -> None:
+    # a child's change makes a status write; before the CR's watch event brings that status into
+    # the cache, another child event reconciles again: it reads our write's answer, not the older
+    # cached status, so it finds nothing to write (the CI flake of a canary steady-state test)
+    w = await world_with({"minReplicas": 1, "maxReplicas": 5})
+    await w.converge()
+    w.edit(DEP, f"{NAME}-predictor", lambda o: o["status"].update(readyReplicas=0, availableReplicas=0))
+    await w.reconcile()
+    assert [c.subresource for c in w.client.calls if c.verb == "apply"] == ["status"]
+    stale = w.live(ISVC, NAME)
+    w.edit(HPA, f"{NAME}-predictor", lambda o: o["status"].update(desiredReplicas=1))  # another event
+    assert await w.reconcile() == Result()
+    assert w.client.writes == [] and w.client.status_writes == []
+    # the watch event of our write arrives: the answer is forgotten, the cache read again
+    answer = w.client.stored(ISVC, NS, NAME)
+    assert answer is not None
+    assert w.rec.own_status.read(stale) is not stale
+    assert w.rec.own_status.update(stale, answer)  # it passes every event
+    assert w.rec.own_status.read(stale) is stale
+
+
+async def test_an_answer_kept_for_an_older_cache_version_is_dropped_once_the_cache_moves_on() -> None:
+    own = reconciler.OwnStatus()
+    over = isvc() | {"status": {"observedGeneration": 1}}
+    over["metadata"]["resourceVersion"] = "7"
+    answer = copy.deepcopy(over)
+    answer["metadata"]["resourceVersion"] = "8"
+    own.wrote(over, answer)
+    assert own.read(over) is answer
+    relisted = copy.deepcopy(over)
+    relisted["metadata"]["resourceVersion"] = "9"  # a relist folded our event into a later one
+    assert own.read(relisted) is relisted
+    assert own.read(over) is over  # forgotten
+
+
 async def test_a_wanted_child_controlled_by_another_owner_is_not_taken_over() -> None:
     w = await world_with()
     theirs = {

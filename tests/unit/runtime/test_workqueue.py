@@ -257,6 +257,23 @@ def test_add_after_adds_when_the_delay_has_passed() -> None:
     assert q.waiting_len() == 0
 
 
+async def test_idle_means_nothing_queued_processing_or_waiting_for_its_time() -> None:
+    clock = FakeClock()
+    q: DelayingQueue[str] = DelayingQueue(clock=clock)
+    assert q.idle()
+    q.add("a")
+    assert not q.idle()
+    item = await q.get()
+    assert q.len() == 0 and not q.idle()  # a worker still processes it
+    q.done(item)
+    assert q.idle()
+    q.add_after("b", 1.0)  # a retry's backoff
+    assert q.len() == 0 and not q.idle()
+    clock.step(1.0)
+    q.done(await q.get())
+    assert q.idle()
+
+
 @pytest.mark.parametrize("delay", [0.0, -1.0])
 def test_add_after_non_positive_adds_immediately(delay: float) -> None:
     clock = FakeClock()

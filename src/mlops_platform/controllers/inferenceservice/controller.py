@@ -73,6 +73,9 @@ def setup(
         # API server allows, and statuses follow (docs/design.md, "Queue priorities")
         .for_(
             reconciler.ISVC,
+            # first, so that it sees every event (it passes them all): it forgets our status
+            # writes once the cache holds them
+            rec.own_status,
             predicates.any_of(predicates.generation_changed(), predicates.labels_changed()),
             priority=workqueue.HIGH,
         )

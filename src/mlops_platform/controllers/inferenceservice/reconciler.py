@@ -219,6 +219,56 @@ class OwnWrites(predicates.Predicate):
         return old is new or not self._echo(new)
 
 
+class OwnStatus(predicates.Predicate):
+    """Our own status writes until the cache holds them: read-your-writes on the primary kind.
+
+    A status write answers with the CR as stored; its watch event comes a moment later. A reconcile
+    that starts in between (a pod's or a child's event) would read the older status from the cache,
+    compute the one just written, find them different and write it again: a write that changes
+    nothing. Until the cache moves past the version the write went over, the reconciler reads the
+    answer instead (:meth:`read`). As a predicate of the primary kind it passes every event and
+    forgets the object's answer on any of them (the cache is stored before handlers run), so at most
+    the writes in flight are kept, not one CR per object.
+    """
+
+    def __init__(self) -> None:
+        #: per CR, the resourceVersion the write went over and the CR it answered with
+        self._answers: dict[tuple[str, str], tuple[str, Obj]] = {}
+
+    @staticmethod
+    def _key(obj: Obj) -> tuple[str, str]:
+        return objects.namespace(obj) or "", objects.name(obj)
+
+    def wrote(self, over: Obj, answer: Obj) -> None:
+        rv = objects.meta(over).get("resourceVersion")
+        if rv:
+            self._answers[self._key(over)] = (str(rv), answer)
+
+    def read(self, cached: Obj) -> Obj:
+        """``cached``, or our answer if the cache still shows the version our write went over."""
+        key = self._key(cached)
+        pending = self._answers.get(key)
+        if pending is None:
+            return cached
+        if pending[0] == objects.meta(cached).get("resourceVersion"):
+            return pending[1]
+        del self._answers[key]  # the cache moved on (a relist folds events together)
+        return cached
+
+    def _forget(self, obj: Obj) -> bool:
+        self._answers.pop(self._key(obj), None)
+        return True
+
+    def create(self, obj: Obj) -> bool:
+        return self._forget(obj)
+
+    def update(self, old: Obj, new: Obj) -> bool:
+        return old is new or self._forget(new)
+
+    def delete(self, obj: Obj) -> bool:
+        return self._forget(obj)
+
+
 class ReconcileError(Exception):
     """The reconcile could not complete (a child write, a list/watch or an Event write failed); the
     failures are on the status first, then this is raised so the controller retries with backoff."""
@@ -278,6 +328,8 @@ class InferenceServiceReconciler:
         )
         #: the watch filter of owned kinds that drops the echoes of our own writes
         self.own_writes = OwnWrites()
+        #: the primary kind's predicate that keeps our status writes until the cache holds them
+        self.own_status = OwnStatus()
         #: per InferenceService, the inputs under which its last reconcile's decisions hold (_inputs)
         self._settled: dict[tuple[str, str], _Settled] = {}
 
@@ -287,6 +339,7 @@ class InferenceServiceReconciler:
         if raw is None or objects.deleting(raw):
             self._settled.pop(key, None)
             return Result()  # gone: the garbage collector removes the children
+        raw = self.own_status.read(raw)
         started = time.perf_counter()
         version = objects.meta(raw).get("resourceVersion")
         settled = self._settled.get(key)
@@ -561,9 +614,11 @@ class InferenceServiceReconciler:
             "metadata": {"name": objects.name(raw), "namespace": objects.namespace(raw)},
             "status": {**new, "lastReconcileTime": conditions.now_rfc3339()},
         }
-        return await self.client.apply(
+        answer = await self.client.apply(
             ISVC, body, field_manager=labels.MANAGER, force=True, subresource="status"
         )
+        self.own_status.wrote(raw, answer)
+        return answer
 
     async def _invalid(self, raw: Obj, message: str) -> None:
         self.recorder.event(raw, "Warning", "InvalidSpec", "Validate", message)

@@ -80,6 +80,10 @@ class DelayingQueue(Queue[T]):
         """Number of items waiting for their ready time (informational only)."""
         return len(self._waiting_by_item)
 
+    def idle(self) -> bool:
+        """Nothing waits, not even for its ready time (a retry's backoff), and nothing is processed."""
+        return super().idle() and not self._waiting_by_item
+
     def _peek_live(self) -> _WaitFor[T] | None:
         while self._waiting:
             head = self._waiting[0]

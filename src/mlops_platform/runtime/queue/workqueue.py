@@ -194,6 +194,11 @@ class Queue(Generic[T]):
     def __len__(self) -> int:
         return self._len
 
+    def idle(self) -> bool:
+        """Nothing waits and nothing is being processed (``len() == 0`` alone is also true while a
+        worker still processes the last item): what a test waits on before a quiet window."""
+        return not self._len and not self._processing
+
     def queued(self) -> list[T]:
         """The waiting items in the order they will be handed out (informational, O(n))."""
         return [item for p in sorted(self._queues, reverse=True) for item in self._queues[p]]
