@@ -57,6 +57,7 @@ if not __package__:
 import argparse
 import asyncio
 import contextlib
+import datetime
 import gc
 import json
 import math
@@ -762,6 +763,42 @@ async def wait_partitions(group: Group, want: int, timeout: float) -> float:
     raise TimeoutError(f"partitions not all held after {timeout:.0f} s: {group.held()}")
 
 
+#: the replicas' log lines that date a takeover's steps (their "msg"), in the order they happen
+TAKEOVER_STEPS = (
+    "listing ahead the partitions about to be taken",
+    "attempting to acquire leader lease",
+    "successfully acquired lease",
+    "partition acquired",
+)
+
+
+def takeover_timeline(group: Group, since: float, lease: str, partition: int) -> list[dict[str, Any]]:
+    """From the live replicas' JSON logs: when (seconds after ``since``, a wall-clock time) each
+    step of taking ``partition`` (Lease ``lease``) happened, and in which replica."""
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(group.members):
+        if m.proc.poll() is not None:
+            continue
+        for line in m.log_path.read_text(errors="replace").splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            msg, ts = str(doc.get("msg", "")), doc.get("ts")
+            if not ts or not any(msg.startswith(step) for step in TAKEOVER_STEPS):
+                continue
+            if "lease" in msg and not msg.rstrip().split(" as ")[0].endswith(lease):
+                continue
+            if msg.startswith(("listing", "partition")) and partition not in (
+                doc.get("partitions") or [doc.get("partition")]
+            ):
+                continue
+            at = datetime.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp() - since
+            if at >= 0:
+                out.append({"replica": i, "s": round(at, 2), "step": msg.split(" %")[0][:60]})
+    return sorted(out, key=lambda e: e["s"])
+
+
 async def failover(
     args: argparse.Namespace, client: Client, observer: Observer, group: Group, cpu0: float
 ) -> dict[str, Any]:
@@ -778,16 +815,20 @@ async def failover(
         if sharding.partition_of(Request(NAMESPACE, f"bench-{i:04d}"), SHARDS) == 0
     ]  # fmt: skip
     log(f"sharded: partitions {held}, CPU per replica {per_shard_cpu}; killing replica {victim}")
-    t_kill = time.monotonic()
+    t_kill, wall_kill = time.monotonic(), time.time()
     group.kill(victim)
     takeover = await wait_partitions(group, SHARDS, LEASE_DURATION + 60)
     log(f"sharded: partition 0 taken over {takeover:.1f} s after the SIGKILL (lease {LEASE_DURATION:.0f} s)")
+    steps = takeover_timeline(group, wall_kill, "bench-shard-0", 0)
+    for step in steps:
+        log(f"sharded: +{step['s']:.2f} s replica {step['replica']}: {step['step']}")
     change = await spec_changes(client, observer, orphans[:5], "failover", 60)
     return {
         "partitions_before": {str(k): v for k, v in held.items()},
         "cpu_s_per_replica": per_shard_cpu,
         "killed": victim,
         "takeover_s": round(takeover, 2),
+        "takeover_steps": steps,
         "lease_duration_s": LEASE_DURATION,
         "orphan_change_ms": change.samples_ms,
         "partitions_after": {str(k): v for k, v in group.held().items()},

@@ -639,8 +639,10 @@ async def test_steady_state_with_a_canary_makes_no_writes(admin_client: rclient.
                 for k in sorted(set(status_before) | set(status_after))
                 if status_before.get(k) != status_after.get(k)
             }
+            every = [(r.verb, r.resource, r.name, r.code) for r in recorder.records]
             raise AssertionError(
-                f"writes {sorted(writes)}; the status changed {changed}; unreported: {unreported}"
+                f"writes {sorted(writes)}; the status changed {changed}; unreported: {unreported}; "
+                f"the window's requests: {every}"
             )
         # converged means the status too (checked after the window, so that the count is known)
         assert unreported is None, unreported

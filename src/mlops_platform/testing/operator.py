@@ -24,13 +24,17 @@ async def running(
     what: str = "operator ready",
 ) -> AsyncIterator[rmanager.Manager]:
     """A manager on ``client`` (watching ``namespace``, default all) with the controller set up,
-    once it reports ready; stopped (in-flight reconciles finished) when the block exits."""
+    once it reports ready and the informers of every served optional kind have listed (on a fresh
+    cluster the API server serves a just-established CRD a moment later: a test's first object would
+    otherwise get its ServiceMonitor inside the test's window); stopped (in-flight reconciles
+    finished) when the block exits."""
     options = rmanager.Options(namespace=namespace, health_probe_address=None, metrics_address=None)
     mgr = rmanager.Manager(client, options)
     controller.setup(mgr, workers=workers, settings=settings)
     task = asyncio.create_task(mgr.run())
     try:
         await wait.until(mgr.is_ready, timeout=60, what=what)
+        await wait.until(mgr.optional_kinds.all_synced, timeout=60, what=f"{what}: optional kinds listed")
         yield mgr
     finally:
         mgr.stop()

@@ -80,6 +80,12 @@ class OptionalKinds:
         res = self.resolve(kind)
         return res is not None and self.cache.synced(res)
 
+    def all_synced(self) -> bool:
+        """Every served registered kind's informer has stored its first LIST. Not part of readiness
+        (an optional informer may wait long for a CRD the API server has just begun to serve); what
+        a test waits on before it measures an operator that has seen every kind it will write."""
+        return all(self.cache.synced(res) for res in self._resolved.values())
+
     async def stop(self) -> None:
         """Wait for informers of removed kinds to finish stopping."""
         for task in list(self._stopping):
