@@ -768,6 +768,7 @@ TAKEOVER_STEPS = (
     "listing ahead the partitions about to be taken",
     "attempting to acquire leader lease",
     "successfully acquired lease",
+    "scope re-listed",
     "partition acquired",
 )
 
@@ -789,13 +790,16 @@ def takeover_timeline(group: Group, since: float, lease: str, partition: int) ->
                 continue
             if "lease" in msg and not msg.rstrip().split(" as ")[0].endswith(lease):
                 continue
-            if msg.startswith(("listing", "partition")) and partition not in (
+            if msg.startswith(("listing", "partition", "scope")) and partition not in (
                 doc.get("partitions") or [doc.get("partition")]
             ):
                 continue
             at = datetime.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp() - since
             if at >= 0:
-                out.append({"replica": i, "s": round(at, 2), "step": msg.split(" %")[0][:60]})
+                step = msg.split(" %")[0][:60]
+                if "seconds" in doc:
+                    step += f" (in {doc['seconds']} s)"
+                out.append({"replica": i, "s": round(at, 2), "step": step})
     return sorted(out, key=lambda e: e["s"])
 
 

@@ -77,6 +77,7 @@ import logging
 import math
 import random
 import re
+import time
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, cast
@@ -894,7 +895,16 @@ class ShardCoordinator:
         async with self._scope_lock:
             wanted = frozenset(self._active | self._acquiring | self._prewarm)
             if wanted != self._selected:
+                started = time.monotonic()
                 await self._scope.set_scope(partition_selector(wanted, self.config.partitions))
+                log.info(
+                    "scope re-listed",
+                    extra={
+                        "partitions": sorted(wanted),
+                        "before": sorted(self._selected),
+                        "seconds": round(time.monotonic() - started, 2),
+                    },
+                )
                 self._selected = wanted
 
     def _in(self, k: int) -> Where:
