@@ -67,6 +67,12 @@ def _webhook_options(f: F) -> F:
                 help="serve tls.crt/tls.key from this directory (cert-manager); no Secret, no injection",
             ),
             click.option(
+                "--webhook-reuse-port",
+                is_flag=True,
+                help="share the webhook's port with other processes on this host (SO_REUSEPORT): "
+                "replicas on one machine behind one address, the kernel spreading connections",
+            ),
+            click.option(
                 "--webhook-cert-validity",
                 type=click.FloatRange(60),
                 hidden=True,
@@ -250,6 +256,7 @@ def run(
     webhook_secret: str,
     webhook_dns_names: tuple[str, ...],
     webhook_cert_dir: str | None,
+    webhook_reuse_port: bool,
     webhook_cert_validity: float | None,
 ) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released).
@@ -303,7 +310,7 @@ def run(
             controller.setup(mgr, settings=settings, workers=workers)
             hook = _webhook(
                 c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
-                webhook_cert_validity, mgr.metrics.registry,
+                webhook_cert_validity, mgr.metrics.registry, reuse_port=webhook_reuse_port,
             )  # fmt: skip
             if hook is None:
                 await mgr.run_until_signal()
@@ -328,6 +335,8 @@ def _webhook(
     cert_dir: str | None,
     validity: float | None,
     registry: Any = None,
+    *,
+    reuse_port: bool = False,
 ) -> Any:
     """The conversion webhook the flags describe, or None with ``--webhook-bind-address off``."""
     from pathlib import Path
@@ -347,6 +356,7 @@ def _webhook(
         port=address[1],
         secret=(namespace, name),
         cert_dir=Path(cert_dir) if cert_dir else None,
+        reuse_port=reuse_port,
     )
     if dns_names:
         options = dataclasses.replace(options, dns_names=dns_names)
@@ -375,6 +385,7 @@ def webhook(
     webhook_secret: str,
     webhook_dns_names: tuple[str, ...],
     webhook_cert_dir: str | None,
+    webhook_reuse_port: bool,
     webhook_cert_validity: float | None,
 ) -> None:
     """Serve only the conversion webhook until SIGTERM/SIGINT (``run`` serves it too, on every
@@ -393,7 +404,7 @@ def webhook(
             registry = CollectorRegistry()
             hook = _webhook(
                 c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
-                webhook_cert_validity, registry,
+                webhook_cert_validity, registry, reuse_port=webhook_reuse_port,
             )  # fmt: skip
             if hook is None:
                 raise click.UsageError("--webhook-bind-address off: nothing to serve")

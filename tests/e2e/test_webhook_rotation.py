@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import collections
-import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -26,13 +24,10 @@ from typing import Any
 from mlops_platform.api import crd
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.runtime.transport.rest import RequestRecord
 from mlops_platform.runtime.webhook import keeper
-from mlops_platform.testing import isvc, webhook
+from mlops_platform.testing import conversionload, webhook
 
 JSON = dict[str, Any]
-ALPHA = isvc.RESOURCE
-BETA = rclient.Resource(crd.RESOURCE.group, "v1beta1", crd.RESOURCE.plural, crd.RESOURCE.kind)
 SECRET = ("mlops-system", "mlops-platform-webhook-tls-rotation")
 VALIDITY = 60  # seconds: the smallest --webhook-cert-validity
 #: the CA rotation (published at 40 s, switched at 47.5 s, retired at 55 s) must end within this
@@ -91,73 +86,6 @@ async def _follow(
                 record(event["object"])
 
 
-@dataclasses.dataclass
-class Load:
-    """Workers' requests through the conversion webhook: every one counted, every failure kept.
-
-    The client retries like client-go: a 429 (with Retry-After) is asked again. Each CRD update (a new
-    caBundle) makes the API server rebuild the resource's storage, whose watch cache answers 429
-    "storage is (re)initializing" meanwhile: counted in :attr:`answers`, not a failure. Any other
-    answer but a success (a failed conversion is a 500) is a failure, retried or not."""
-
-    client: rclient.Client
-    namespace: str
-    requests: int = 0
-    failures: list[str] = dataclasses.field(default_factory=list)
-    answers: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
-    cycles: int = 0
-    stopping: bool = False
-
-    def __post_init__(self) -> None:
-        self.client.observers.append(self.observe)
-
-    def observe(self, record: RequestRecord) -> None:
-        self.answers[record.code] += 1
-        if not (200 <= record.code < 300 or record.code == 429):
-            self.failures.append(f"{time.monotonic():.1f} {record.verb} {record.resource}: {record.code}")
-
-    async def call(self, what: str, request: Any) -> Any:
-        self.requests += 1
-        try:
-            return await request
-        except Exception as e:
-            self.failures.append(f"{time.monotonic():.1f} {what}: {type(e).__name__}: {e}")
-            raise
-
-    async def worker(self, k: int) -> None:
-        """Cycles until :attr:`stopping`, then :data:`CYCLES_AFTER` more."""
-        n = 0
-        while not self.stopping:
-            await self.cycle(f"w{k}-{n}")
-            n += 1
-        for m in range(n, n + CYCLES_AFTER):
-            await self.cycle(f"w{k}-{m}")
-
-    async def cycle(self, name: str) -> None:
-        c, ns = self.client, self.namespace
-        body = isvc.manifest(name, modelUri=f"gs://models/{name}/1", framework="triton", maxReplicas=2)
-        with contextlib.suppress(Exception):  # already counted and kept: go on with the next one
-            await self.call("create v1alpha1", c.create(ALPHA, body, ns))
-            beta = await self.call("get v1beta1", c.get(BETA, name, ns))
-            beta["spec"]["predictor"]["autoscaling"]["maxReplicas"] = 3
-            await self.call("update v1beta1", c.replace(BETA, beta))
-            alpha = await self.call("get v1alpha1", c.get(ALPHA, name, ns))
-            if alpha["spec"]["maxReplicas"] != 3:
-                self.failures.append(f"{name}: v1alpha1 reads maxReplicas {alpha['spec']['maxReplicas']}")
-            await self.call("list v1alpha1", c.list(ALPHA, ns))
-            await self.call("list v1beta1", c.list(BETA, ns))
-            await self.call("delete v1alpha1", c.delete(ALPHA, name, ns))
-            self.cycles += 1
-
-
-async def _delete_secret(c: rclient.Client) -> None:
-    try:
-        await c.delete(resources.SECRET, SECRET[1], SECRET[0])
-    except rclient.ApiError as e:
-        if not e.not_found:
-            raise
-
-
 async def test_certificates_rotate_under_load_with_zero_failed_conversions(
     admin_client: rclient.Client, namespace: str, kube_cluster: Path, tmp_path: Path
 ) -> None:
@@ -165,7 +93,7 @@ async def test_certificates_rotate_under_load_with_zero_failed_conversions(
     session_url = webhook.url()
     rotations = Rotations()
     async with webhook.paused(c):
-        await _delete_secret(c)  # a fresh CA: the rotation happens on schedule
+        await webhook.delete_secret(c, SECRET)  # a fresh CA: the rotation happens on schedule
         try:
             async with webhook.serving(
                 kube_cluster,
@@ -184,7 +112,7 @@ async def test_certificates_rotate_under_load_with_zero_failed_conversions(
                     asyncio.create_task(_follow(c, resources.CRD, crd.CRD_NAME, None, rotations.record_crd)),
                 ]
                 async with rclient.Client.from_kubeconfig(kube_cluster, max_retries=3) as lc:
-                    load = Load(lc, namespace)
+                    load = conversionload.ConversionLoad(lc, namespace, cycles_after=CYCLES_AFTER)
                     started = time.monotonic()
                     workers = [asyncio.create_task(load.worker(k)) for k in range(WORKERS)]
                     try:
@@ -198,7 +126,7 @@ async def test_certificates_rotate_under_load_with_zero_failed_conversions(
                         await asyncio.gather(*workers, *followers, return_exceptions=True)
                     ran = time.monotonic() - started
         finally:
-            await _delete_secret(c)
+            await webhook.delete_secret(c, SECRET)
     # the session's webhook serves the CRD again, its bundle injected
     live = await c.get(resources.CRD, crd.CRD_NAME)
     assert live["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == session_url == webhook.url()

@@ -160,6 +160,7 @@ class FakeClient(rclient.Client):
         limit: int | None = None,
         continue_: str | None = None,
         resource_version: str | None = None,
+        resource_version_match: str | None = None,
         timeout: float | None = None,
     ) -> JSON:
         self._call("list", res, None, namespace)

@@ -88,6 +88,16 @@ async def stored_bundle(client: rclient.Client, secret: tuple[str, str] = SECRET
     return base64.b64decode(raw) if raw else b""
 
 
+async def delete_secret(client: rclient.Client, secret: tuple[str, str]) -> None:
+    """Delete a webhook's certificate Secret (namespace, name) if it exists: its next process starts
+    from a fresh CA."""
+    try:
+        await client.delete(resources.SECRET, secret[1], secret[0])
+    except rclient.ApiError as e:
+        if not e.not_found:
+            raise
+
+
 async def ensure_namespace(client: rclient.Client, name: str) -> None:
     with contextlib.suppress(rclient.ApiError):
         await client.create(

@@ -80,6 +80,8 @@ class Options:
     policy: certs.RotationPolicy = dataclasses.field(default_factory=certs.RotationPolicy)
     #: seconds between certificate checks (another replica's rotation reaches this one within it)
     period: float = 60.0
+    #: share the port with other processes of this host (SO_REUSEPORT): replicas on one machine
+    reuse_port: bool = False
 
 
 async def _convert(body: bytes) -> bytes:
@@ -93,7 +95,11 @@ class ConversionWebhook:
         self.client = client
         self.options = options
         self.server = server.WebhookServer(
-            {crd.WEBHOOK_PATH: _convert}, host=options.host, port=options.port, registry=registry
+            {crd.WEBHOOK_PATH: _convert},
+            host=options.host,
+            port=options.port,
+            registry=registry,
+            reuse_port=options.reuse_port,
         )
         self.source: keeper.CertKeeper | keeper.FileCertSource
         if options.cert_dir is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from mlops_platform.devcluster import chaos
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import crds, wait
+from mlops_platform.testing import crds, requests, wait
 
 
 class Recorder:
@@ -159,19 +160,32 @@ def _secret(name: str, bucket: str) -> dict[str, Any]:
     return secret
 
 
-async def test_reselect_relists_with_the_new_selector_and_delivers_the_difference(
-    admin_client: rclient.Client, namespace: str
-) -> None:
-    for name, bucket in (("a-1", "a"), ("a-2", "a"), ("b-1", "b"), ("c-1", "c")):
-        await admin_client.create(resources.CONFIG_MAP, _labelled(name, bucket), namespace)
-    inf = rinformer.Informer(
-        admin_client, resources.CONFIG_MAP, namespace=namespace, label_selector="bucket in (a)"
-    )
+@contextlib.asynccontextmanager
+async def _bucketed(
+    c: rclient.Client, namespace: str, buckets: dict[str, str], selector: str
+) -> AsyncIterator[tuple[rinformer.Informer, Recorder]]:
+    """ConfigMaps ``name -> bucket`` (label ``bucket``), and a synced informer of ``selector`` with a
+    recorder of its events; stopped on exit."""
+    for name, bucket in buckets.items():
+        await c.create(resources.CONFIG_MAP, _labelled(name, bucket), namespace)
+    inf = rinformer.Informer(c, resources.CONFIG_MAP, namespace=namespace, label_selector=selector)
     rec = Recorder()
     inf.add_event_handler(rec)
     inf.start()
     try:
         await inf.wait_for_sync(timeout=30)
+        yield inf, rec
+    finally:
+        await inf.stop()
+
+
+ABC = {"a-1": "a", "a-2": "a", "b-1": "b", "c-1": "c"}
+
+
+async def test_reselect_relists_with_the_new_selector_and_delivers_the_difference(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    async with _bucketed(admin_client, namespace, ABC, "bucket in (a)") as (inf, rec):
         assert sorted(_cache_view(inf)) == ["a-1", "a-2"]
         lists = inf.relists
         rec.events.clear()
@@ -190,8 +204,50 @@ async def test_reselect_relists_with_the_new_selector_and_delivers_the_differenc
         await admin_client.patch(resources.CONFIG_MAP, "b-1", {"data": {"v": "2"}}, namespace=namespace)
         await wait.until(lambda: ("update", "b-1") in rec.events, timeout=30, what="b-1 update seen")
         assert ("update", "a-1") not in rec.events and "a-1" not in _cache_view(inf)
-    finally:
-        await inf.stop()
+
+
+async def test_widen_lists_only_the_added_selection_and_resumes_the_watch_missing_nothing(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    async with _bucketed(admin_client, namespace, ABC, "bucket in (a)") as (inf, rec):
+        lists = inf.relists
+        watched = inf.last_resource_version
+        # changes the stopped watch has not delivered yet: the resumed watch replays them
+        await admin_client.patch(resources.CONFIG_MAP, "a-1", {"data": {"v": "2"}}, namespace=namespace)
+        rec.events.clear()
+        with requests.recording(admin_client) as recorder:
+            await inf.widen("bucket in (a,b)", "bucket in (b)")
+        assert {"b-1"} <= set(_cache_view(inf)) <= {"a-1", "a-2", "b-1"}
+        assert ("add", "b-1") in rec.events and ("add", "a-1") not in rec.events
+        assert inf.relists == lists, "widening must not re-list what was selected"
+        # one LIST (the added selection); the watch resumed where it was, not at a new LIST's version
+        assert [r.verb for r in recorder.records if r.verb == "list"] == ["list"]
+        assert inf.label_selector == "bucket in (a,b)" and watched is not None
+        await admin_client.patch(resources.CONFIG_MAP, "b-1", {"data": {"v": "2"}}, namespace=namespace)
+        await admin_client.create(resources.CONFIG_MAP, _labelled("b-2", "b"), namespace)
+        await admin_client.patch(resources.CONFIG_MAP, "c-1", {"data": {"v": "2"}}, namespace=namespace)
+        await wait.until(
+            lambda: (
+                (inf.store.get(namespace, "a-1") or {}).get("data") == {"v": "2"}
+                and (inf.store.get(namespace, "b-1") or {}).get("data") == {"v": "2"}
+                and inf.store.get(namespace, "b-2") is not None
+            ),
+            timeout=30,
+            what="the change made before widening and those after it seen",
+        )
+        assert "c-1" not in _cache_view(inf)
+        assert inf.relists == lists
+
+
+async def test_widen_at_a_version_the_server_cannot_list_falls_back_to_a_full_relist(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    async with _bucketed(admin_client, namespace, {"a-1": "a", "b-1": "b"}, "bucket in (a)") as (inf, _):
+        lists = inf.relists
+        inf.last_resource_version = "not-a-version"  # an Exact LIST of it is refused (400)
+        await inf.widen("bucket in (a,b)", "bucket in (b)")
+        assert sorted(_cache_view(inf)) == ["a-1", "b-1"]
+        assert inf.relists == lists + 1
 
 
 async def test_the_cache_scope_narrows_scoped_resources_only(

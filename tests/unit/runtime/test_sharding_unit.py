@@ -658,11 +658,13 @@ class FakeScope:
     def __init__(self, target: FakeTarget) -> None:
         self.target = target
         self.selectors: list[str | None] = []
+        self.adding: list[str | None] = []
         self.changed = asyncio.Event()
 
-    async def set_scope(self, label_selector: str | None) -> None:
+    async def set_scope(self, label_selector: str | None, *, adding: str | None = None) -> None:
         await asyncio.sleep(0)  # a LIST takes a while: the coordinator must wait for it
         self.selectors.append(label_selector)
+        self.adding.append(adding)
         self.target.timeline.append(("set_scope", label_selector))
         self.changed.set()
 
@@ -690,11 +692,13 @@ async def test_a_shard_lists_its_partitions_children_before_reconciling_and_narr
         mine = sharding.partition_selector({1}, 3)
         assert [e[0] for e in target.timeline] == ["set_scope", "enqueue_all"]  # listed, then enqueued
         assert scope.selectors == [mine] and coordinator.scope_selector() == mine
+        assert scope.adding == [mine]  # only more selected: just the added partition is listed
         scope.changed.clear()
         await coordinator._drop(1, "test: leadership lost")  # what _hold does when the Lease is lost
         await asyncio.wait_for(scope.changed.wait(), 5)  # narrowed in the background
         assert [e[0] for e in target.timeline] == ["set_scope", "enqueue_all", "wait_idle", "set_scope"]
         assert scope.selectors[-1] == sharding.partition_selector((), 3)
+        assert scope.adding[-1] is None  # narrowing re-lists what stays
     finally:
         coordinator.stop()
         await asyncio.wait_for(task, 5)

@@ -87,14 +87,25 @@ class Cache:
         """The scope selector (None: no narrowing)."""
         return self._scope
 
-    async def set_scope(self, label_selector: str | None) -> None:
+    async def set_scope(self, label_selector: str | None, *, adding: str | None = None) -> None:
         """Narrow every scoped resource to ``label_selector`` (None: no narrowing): running
         informers re-list with it (:meth:`~.informer.Informer.reselect`); returns once all have
-        stored that LIST. Informers created later start with it."""
+        stored that LIST. Informers created later start with it. ``adding``: the new scope selects
+        what the old one did and what ``adding`` selects; scoped informers then list only that
+        (:meth:`~.informer.Informer.widen`), not everything again."""
         self._scope = label_selector
         await asyncio.gather(
-            *(inf.reselect(self._selector(res)) for (res, _), inf in list(self._informers.items()))
+            *(
+                inf.widen(self._selector(res), self._with_own(res, adding))
+                if adding is not None and res in self._scoped
+                else inf.reselect(self._selector(res))
+                for (res, _), inf in list(self._informers.items())
+            )
         )
+
+    def _with_own(self, resource: rclient.Resource, selector: str) -> str:
+        own = self._selectors.get(resource)
+        return f"{own},{selector}" if own else selector
 
     def transform(self, resource: rclient.Resource, fn: rinformer.Transform) -> None:
         """Store objects of ``resource`` as ``fn`` returns them (call before first use), e.g. to drop

@@ -130,6 +130,8 @@ class Informer:
         self._task: asyncio.Task[None] | None = None
         self._listed: list[asyncio.Future[None]] = []  # reselect() callers waiting for a LIST
         self._listed_selector: str | None = None  # the label selector of the last stored LIST
+        self._resume = False  # the next run starts watching at last_resource_version (widen)
+        self._page_rv: str | None = None  # the resourceVersion of the last LIST (_list_all)
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -174,15 +176,54 @@ class Informer:
             return  # the first LIST, at start(), uses it
         if changed:
             await self.stop()
+        await self._until_listed(restart=changed)
+
+    async def _until_listed(self, *, restart: bool) -> None:
+        """Wait until the reflector (restarted first if ``restart``) has stored a LIST."""
         listed = asyncio.get_running_loop().create_future()
         self._listed.append(listed)
-        if changed:
+        if restart:
             self.start()
         try:
             await listed
         finally:
             if listed in self._listed:
                 self._listed.remove(listed)
+
+    async def widen(self, label_selector: str | None, added: str) -> None:
+        """Select more: ``label_selector`` from now on, which selects what the current selector
+        does and what ``added`` selects. Only ``added`` is listed, at exactly the resourceVersion the
+        watch had reached, and the watch resumes from there with the wider selector: the objects
+        cached already are neither listed again nor missed (their changes meanwhile are replayed),
+        the added ones enter the store (an add each). Falls back to :meth:`reselect` (a full re-list)
+        when not running or synced yet, or when that version is gone (compacted) or the LIST fails.
+        """
+        running = self._task is not None and not self._task.done()
+        rv = self.last_resource_version
+        if not running or not self.has_synced() or rv is None or label_selector == self.label_selector:
+            await self.reselect(label_selector)
+            return
+        await self.stop()
+        try:
+            items = await self._list_all(added, resource_version=rv)
+        except (rclient.ApiError, OSError) as e:
+            log.info(
+                "could not list the added selection at the watched version, re-listing everything",
+                extra={"resource": self.resource.group_resource, "error": str(e)},
+            )
+            self.label_selector = label_selector
+            await self._until_listed(restart=True)
+            return
+        for obj in items:
+            old = self.store.upsert(obj)
+            if old is None:
+                self._notify_add(obj)
+            elif _rv(old) != _rv(obj):
+                self._notify_update(old, obj)
+        self.label_selector = self._listed_selector = label_selector
+        self.last_resource_version = rv
+        self._resume = True
+        self.start()
 
     async def run(self) -> None:
         """Run the reflector (and the resync timer) until cancelled."""
@@ -200,7 +241,8 @@ class Informer:
         backoff = ratelimiter.Backoff(
             BACKOFF_INITIAL, BACKOFF_CAP, jitter=BACKOFF_JITTER, reset_after=BACKOFF_RESET, clock=self.clock
         )
-        need_list = True
+        # resumed by widen(): the store holds everything selected at last_resource_version
+        need_list, self._resume = not self._resume, False
         while True:
             try:
                 if need_list:
@@ -246,8 +288,9 @@ class Informer:
                 )
                 await self.clock.sleep(delay)
 
-    async def _list_and_replace(self) -> None:
-        selector = self.label_selector
+    async def _list_all(self, selector: str | None, *, resource_version: str | None = None) -> list[Obj]:
+        """Every page of a LIST with ``selector`` (at exactly ``resource_version`` if given),
+        each object prepared; the LIST's resourceVersion is ``self._page_rv`` afterwards."""
         items: list[Obj] = []
         cont: str | None = None
         while True:
@@ -258,14 +301,22 @@ class Informer:
                 field_selector=self.field_selector,
                 limit=self.page_size,
                 continue_=cont,
+                # the first page names the version; the continue token carries it on
+                resource_version=resource_version if cont is None else None,
+                resource_version_match="Exact" if resource_version and cont is None else None,
             )
             # transform each page as it arrives, so a large LIST never holds every object untrimmed
             items.extend(self._prepare(obj) for obj in page.get("items") or ())
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or None
             if not cont:
-                rv = meta.get("resourceVersion")
-                break
+                self._page_rv = meta.get("resourceVersion")
+                return items
+
+    async def _list_and_replace(self) -> None:
+        selector = self.label_selector
+        items = await self._list_all(selector)
+        rv = self._page_rv
         self.relists += 1
         self.last_error = None
         self._replace(items)

@@ -17,7 +17,8 @@ Lease namespace and the partition count ``P``, and have distinct identities):
   nothing). With a ``scope`` (the manager's cache), the coordinator narrows the scoped informers to
   the buckets of the partitions it holds (:func:`partition_selector`): a replica lists, watches,
   decodes and stores only its own partitions' children, not every replica all of them. Acquiring
-  ``k`` first re-lists with ``k`` added (within ``sync_timeout``), then starts reconciling it;
+  ``k`` first lists ``k``'s children (only theirs: :meth:`~.cache.Cache.set_scope` with
+  ``adding``, within ``sync_timeout``), then starts reconciling it;
   giving ``k`` up narrows again after the drain. The primary objects stay unscoped (every replica
   sees every one: they are what partitions are computed from). A partition whose holder has not
   renewed for 2.5 retry periods (likely dead: live holders renew every period) is listed ahead by
@@ -288,7 +289,7 @@ class Target(Protocol):
 class Scope(Protocol):
     """The cache the coordinator narrows to its partitions (:class:`~.cache.Cache`)."""
 
-    async def set_scope(self, label_selector: str | None) -> None: ...
+    async def set_scope(self, label_selector: str | None, *, adding: str | None = None) -> None: ...
 
 
 # -- the view of the group --------------------------------------------------------------------------
@@ -896,7 +897,11 @@ class ShardCoordinator:
             wanted = frozenset(self._active | self._acquiring | self._prewarm)
             if wanted != self._selected:
                 started = time.monotonic()
-                await self._scope.set_scope(partition_selector(wanted, self.config.partitions))
+                p = self.config.partitions
+                # only more partitions (a takeover, a partition listed ahead): list just theirs
+                widening = wanted > self._selected
+                adding = partition_selector(wanted - self._selected, p) if widening else None
+                await self._scope.set_scope(partition_selector(wanted, p), adding=adding)
                 log.info(
                     "scope re-listed",
                     extra={

@@ -199,14 +199,19 @@ class Client:
         limit: int | None = None,
         continue_: str | None = None,
         resource_version: str | None = None,
+        resource_version_match: str | None = None,
         timeout: float | None = None,
     ) -> JSON:
+        """One page of a LIST; ``resource_version_match`` ("Exact", "NotOlderThan") says how
+        ``resource_version`` is read (an ``Exact`` LIST reads etcd at that revision: 410 once it is
+        compacted)."""
         params = {
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
             "limit": limit,
             "continue": continue_,
             "resourceVersion": resource_version,
+            "resourceVersionMatch": resource_version_match,
         }
         return await self.request(
             "GET", res.path(namespace), params=params, timeout=timeout, **self._meta(res, namespace, None)

@@ -36,8 +36,12 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         max_body: int | None = None,
         content_types: Collection[str] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.routes = routes
+        #: SO_REUSEPORT: other processes may listen on the same port; the kernel spreads new
+        #: connections over them (replicas on one host share one address)
+        self.reuse_port = reuse_port
         self.host, self.port = host, port
         self.ssl_context = ssl_context
         self.max_body = max_body  # None: MAX_BODY
@@ -46,7 +50,9 @@ class HttpServer:
         self._writers: set[asyncio.StreamWriter] = set()  # open connections, closed by stop()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl_context)
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, ssl=self.ssl_context, reuse_port=self.reuse_port or None
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

@@ -124,6 +124,7 @@ class WebhookServer:
         port: int = 0,
         registry: CollectorRegistry | None = None,
         max_body: int = MAX_BODY,
+        reuse_port: bool = False,
     ) -> None:
         self.handlers = dict(handlers)
         self.metrics = webhook_metrics(registry if registry is not None else REGISTRY)
@@ -139,6 +140,7 @@ class WebhookServer:
             ssl_context=listening,
             max_body=max_body,
             content_types=(JSON_CONTENT_TYPE,),
+            reuse_port=reuse_port,
         )
         #: the serving pair set last (None: none yet, requests are answered 503)
         self.certificate: certs.KeyPair | None = None

@@ -1,0 +1,191 @@
+"""Webhook failover: two operator replicas serve the conversion webhook behind one address and the one
+the API server is talking to is SIGKILLed during a loop of conversions; the API server's conversions
+keep succeeding through the other, with zero failed client requests.
+
+Both are ``mlops-platform run`` processes (one leads, one stands by: both serve the webhook), with
+self-managed certificates in one Secret (they agree on one CA), listening on one loopback port with
+``--webhook-reuse-port`` (SO_REUSEPORT: the kernel spreads the API server's connections over them, as
+the webhook Service spreads them over two pods). The victim is whichever has answered more
+conversions when the load is running: it holds the API server's connections. After the kill the
+load goes on until the survivor has answered more conversions and every worker has finished cycles
+begun after the kill. The session's webhook is paused meanwhile and the CRD restored afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from mlops_platform.api import crd
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.testing import conversionload, plugin, wait, webhook
+
+SECRET = ("mlops-system", "mlops-platform-webhook-tls-failover")
+ELECTION_ID = "webhook-failover-test"
+WORKERS = 4
+#: a request that fails because the replica answering its conversion died is asked again this often
+#: (documented bound: docs/webhook-tls.md); each worker has one request in flight, so at most WORKERS
+#: requests are retried
+RETRIES = 1
+#: conversions the survivor must answer after the kill, and cycles each worker runs after it
+AFTER_KILL = 20
+CYCLES_AFTER = 2
+SERVED = re.compile(
+    r'^controller_runtime_webhook_requests_total\{code="200",webhook="/convert"\} (\S+)$', re.M
+)
+
+
+class Replica:
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], metrics: str, health: str, log: Path):
+        self.name, self.proc, self.metrics, self.health, self.log = name, proc, metrics, health, log
+
+    def served(self) -> float:
+        """Conversions this replica answered 200 (its controller-runtime webhook counter)."""
+        try:
+            with urllib.request.urlopen(self.metrics, timeout=2) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0.0
+        m = SERVED.search(text)
+        return float(m.group(1)) if m else 0.0
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.health, timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def _replicas(
+    kube_cluster: Path, c: rclient.Client, namespace: str, tmp_path: Path
+) -> AsyncIterator[list[Replica]]:
+    """Two replicas reconciling ``namespace`` (not the load's: their status writes would make the
+    load's updates conflict), serving the webhook on one port."""
+    port = webhook.free_port()
+    address = f"https://127.0.0.1:{port}/convert"
+    await webhook.ensure_namespace(c, SECRET[0])
+    await crd.install(c, webhook_url=address)
+    replicas: list[Replica] = []
+    try:
+        for name in ("a", "b"):
+            health, metrics = webhook.free_port(), webhook.free_port()
+            cmd = [
+                sys.executable, "-m", "mlops_platform.cli", "run",
+                "--kubeconfig", str(kube_cluster),
+                "--namespace", namespace,
+                "--leader-elect", "--leader-election-namespace", namespace,
+                "--leader-election-id", ELECTION_ID,
+                "--no-readiness-requires-leadership",
+                "--no-monitoring",
+                "--health-probe-bind-address", f"127.0.0.1:{health}",
+                "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                "--webhook-bind-address", f"127.0.0.1:{port}",
+                "--webhook-reuse-port",
+                "--webhook-secret", "/".join(SECRET),
+            ]  # fmt: skip
+            log = tmp_path / f"operator-{name}.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)  # noqa: ASYNC220
+            replicas.append(
+                Replica(
+                    name,
+                    proc,
+                    f"http://127.0.0.1:{metrics}/metrics",
+                    f"http://127.0.0.1:{health}/readyz",
+                    log,
+                )
+            )
+        await wait.until(
+            lambda: all(r.ready() for r in replicas), timeout=90, interval=0.2, what="both replicas ready"
+        )
+
+        async def converting() -> bool:
+            return await webhook.ca_bundle(c) == await webhook.stored_bundle(
+                c, SECRET
+            ) and await crd.converts(c, namespace)
+
+        await wait.until(converting, timeout=60, what="the API server converts through the replicas")
+        yield replicas
+    finally:
+        for r in replicas:
+            await asyncio.to_thread(r.stop)
+
+
+@pytest.mark.timeout(300)
+async def test_sigkill_of_the_serving_replica_fails_no_conversion(
+    admin_client: rclient.Client, namespace: str, kube_cluster: Path, tmp_path: Path
+) -> None:
+    c = admin_client
+    async with webhook.paused(c):
+        await webhook.delete_secret(c, SECRET)
+        try:
+            async with (
+                plugin.temporary_namespace(c, "failover-operators") as operators,
+                _replicas(kube_cluster, c, operators, tmp_path) as replicas,
+                rclient.Client.from_kubeconfig(kube_cluster, max_retries=3) as lc,
+            ):
+                load = conversionload.ConversionLoad(
+                    lc, namespace, cycles_after=CYCLES_AFTER, retries=RETRIES
+                )
+                workers = [asyncio.create_task(load.worker(k)) for k in range(WORKERS)]
+                try:
+                    # both serve once the load runs; the victim holds the API server's connections
+                    await wait.until(
+                        lambda: sum(r.served() for r in replicas) >= 50, timeout=60, what="50 conversions"
+                    )
+                    victim, survivor = sorted(replicas, key=lambda r: r.served(), reverse=True)
+                    victim_served = victim.served()
+                    before, cycles = survivor.served(), load.cycles
+                    victim.proc.send_signal(signal.SIGKILL)
+                    killed = time.monotonic()
+                    await asyncio.to_thread(victim.proc.wait)
+                    await wait.until(
+                        lambda: survivor.served() >= before + AFTER_KILL,
+                        timeout=60,
+                        what=f"{AFTER_KILL} conversions by the survivor after the kill",
+                    )
+                    load.stopping = True
+                    await asyncio.wait_for(asyncio.gather(*workers), 60)
+                    ran_after = time.monotonic() - killed
+                finally:
+                    for task in workers:
+                        task.cancel()
+                    await asyncio.gather(*workers, return_exceptions=True)
+                summary = (
+                    f"victim {victim.name} had answered {victim_served:.0f} conversions, the survivor "
+                    f"{before:.0f} before the kill and {survivor.served() - before:.0f} in the "
+                    f"{ran_after:.1f}s after it; {load.requests} client requests, {load.cycles} cycles "
+                    f"({load.cycles - cycles} after the kill); answers {dict(load.answers)}"
+                )
+                print(f"\n{summary}")
+                assert victim_served > 0, summary  # the kill hit a replica that was serving
+                summary += f"; retried {len(load.retried)}: {load.retried[:WORKERS]}"
+                assert not load.failures, f"{len(load.failures)} failed: {load.failures[:10]}; {summary}"
+                # only the requests in flight at the kill failed once, each within the kill's second
+                assert len(load.retried) <= WORKERS, summary
+                lost = ("connection reset", "EOF", "refused", "broken pipe")
+                assert all(any(w in r for w in lost) for r in load.retried), summary
+                assert load.cycles - cycles >= WORKERS * CYCLES_AFTER, summary
+        finally:
+            await webhook.delete_secret(c, SECRET)
