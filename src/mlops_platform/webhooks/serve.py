@@ -67,6 +67,11 @@ def service_dns_names(namespace: str, name: str) -> tuple[str, ...]:
     return (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")
 
 
+#: how long a stopping webhook lets the reviews in flight finish (a review takes milliseconds; the
+#: API server's own timeout for one is 30 s at most)
+DRAIN_SECONDS = 10.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     host: str = "127.0.0.1"
@@ -140,7 +145,8 @@ class ConversionWebhook:
         try:
             await self.source.run()
         finally:
-            await self.server.stop()
+            # reviews in flight are answered (a shutdown fails none); new connections go elsewhere
+            await self.server.stop(grace=DRAIN_SECONDS)
 
 
 def policy_for_tests(validity_seconds: float) -> certs.RotationPolicy:

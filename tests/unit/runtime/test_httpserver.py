@@ -52,3 +52,48 @@ async def test_a_per_server_body_limit_and_accepted_content_types() -> None:
             assert (await http.post(f"{base}/x", content=b"[1, 2]", headers=json)).status_code == 413
     finally:
         await server.stop()
+
+
+async def test_stop_with_grace_answers_the_requests_in_flight_and_closes_idle_connections_at_once() -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(method: str, path: str, body: bytes) -> httpserver.Response:
+        started.set()
+        await release.wait()
+        return 200, "text/plain", b"answered\n"
+
+    server = httpserver.HttpServer({"/slow": slow, "/x": _ok}, reuse_port=True)
+    await server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx.AsyncClient() as busy, httpx.AsyncClient() as idle:
+        assert (await idle.get(f"{base}/x")).status_code == 200  # a keep-alive connection, idle now
+        in_flight = asyncio.create_task(busy.get(f"{base}/slow"))
+        await asyncio.wait_for(started.wait(), 5)
+        stopping = asyncio.create_task(server.stop(grace=5))
+        await asyncio.sleep(0)  # let stop() close the listener and the idle connection
+        assert not stopping.done()  # it waits for the request in flight
+        release.set()
+        answer = await asyncio.wait_for(in_flight, 5)
+        assert (answer.status_code, answer.text) == (200, "answered\n")
+        assert answer.headers["connection"] == "close"  # no further request on it
+        await asyncio.wait_for(stopping, 5)
+        with pytest.raises(httpx.TransportError):  # the listener is gone
+            await idle.get(f"{base}/x")
+
+
+async def test_stop_with_grace_gives_up_on_a_request_that_outlasts_it() -> None:
+    started = asyncio.Event()
+
+    async def stuck(method: str, path: str, body: bytes) -> httpserver.Response:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    server = httpserver.HttpServer({"/stuck": stuck})
+    await server.start()
+    async with httpx.AsyncClient() as http:
+        in_flight = asyncio.create_task(http.get(f"http://127.0.0.1:{server.port}/stuck"))
+        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.wait_for(server.stop(grace=0.2), 5)  # returns after the grace, not never
+        with pytest.raises(httpx.TransportError):
+            await asyncio.wait_for(in_flight, 5)

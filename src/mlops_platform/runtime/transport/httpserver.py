@@ -48,6 +48,10 @@ class HttpServer:
         self.content_types = frozenset(content_types) if content_types is not None else None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()  # open connections, closed by stop()
+        self._busy: set[asyncio.StreamWriter] = set()  # connections with a request being answered
+        self._idle = asyncio.Event()  # set whenever no request is being answered
+        self._idle.set()
+        self._draining = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -55,14 +59,25 @@ class HttpServer:
         )
         self.port = self._server.sockets[0].getsockname()[1]
 
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for writer in list(self._writers):  # keep-alive clients (Prometheus) would hold stop()
-                writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
-            self._server = None
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop listening and close every connection. ``grace``: first let the requests being
+        answered finish (each answer then says ``Connection: close``), for up to that many seconds;
+        idle keep-alive connections are closed at once (a client opens a new one, to another replica
+        of the address)."""
+        if self._server is None:
+            return
+        self._server.close()
+        self._draining = True
+        for writer in list(self._writers - self._busy):  # keep-alive clients (Prometheus) would hold stop()
+            writer.close()
+        if grace > 0 and self._busy:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
+        for writer in list(self._writers):
+            writer.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 5)
+        self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -78,6 +93,8 @@ class HttpServer:
                     return
                 if request is None:
                     return
+                self._busy.add(writer)
+                self._idle.clear()
                 path = request.target.decode("latin-1").split("?", 1)[0]
                 handler = self.routes.get(path)
                 if handler is None:
@@ -90,17 +107,32 @@ class HttpServer:
                     except Exception:
                         log.exception("http handler failed", extra={"path": path})
                         status, ctype, payload = 500, "text/plain", b"internal error\n"
-                await self._respond(conn, writer, status, ctype, payload, head=request.method == b"HEAD")
-                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                await self._respond(
+                    conn,
+                    writer,
+                    status,
+                    ctype,
+                    payload,
+                    head=request.method == b"HEAD",
+                    close=self._draining,
+                )
+                self._done(writer)
+                if self._draining or conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             return
         finally:
+            self._done(writer)
             self._writers.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _done(self, writer: asyncio.StreamWriter) -> None:
+        self._busy.discard(writer)
+        if not self._busy:
+            self._idle.set()
 
     def _acceptable(self, request: h11.Request) -> bool:
         if self.content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
@@ -117,8 +149,11 @@ class HttpServer:
         payload: bytes,
         *,
         head: bool,
+        close: bool = False,
     ) -> None:
         headers = [("content-type", ctype), ("content-length", str(len(payload)))]
+        if close:  # draining: the client must not send another request on this connection
+            headers.append(("connection", "close"))
         writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
         if not head:  # a HEAD answer has the headers of a GET and no body
             writer.write(conn.send(h11.Data(data=payload)) or b"")

@@ -159,8 +159,10 @@ class WebhookServer:
     async def start(self) -> None:
         await self._http.start()
 
-    async def stop(self) -> None:
-        await self._http.stop()
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop listening; ``grace``: let the reviews being answered finish first (up to that many
+        seconds), so a replica that is shut down fails none (:meth:`.HttpServer.stop`)."""
+        await self._http.stop(grace)
 
     def set_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
         """Serve this pair on new connections from now on (raises, changing nothing, if it is invalid)."""
