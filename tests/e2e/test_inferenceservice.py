@@ -71,6 +71,9 @@ async def operator_env(
     controller.setup(mgr, workers=4)
     task = asyncio.create_task(mgr.run())
     await wait.until(lambda: mgr.is_ready(), timeout=60, what="operator ready (synced and leading)")
+    # and it has listed the optional kinds the cluster serves (on a fresh cluster a just-established
+    # CRD is served a moment later): the first test's one Event lists every child
+    await wait.until(mgr.optional_kinds.all_synced, timeout=60, what="optional kinds listed")
     yield Operator(mgr, watch)
     try:
         mgr.stop()

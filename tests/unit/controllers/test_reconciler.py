@@ -10,6 +10,7 @@ reconcile makes no call at all.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -919,6 +920,36 @@ async def test_monitoring_crds_appearing_later_creates_the_monitoring_children()
     assert w.writes == [R, M]
     assert w.recorder.reasons == ["Created"]
     assert w.recorder.events[0].note == f"created PrometheusRule/{NAME}, ServiceMonitor/{NAME}"
+    assert brief(w.status, "MonitoringReady") == ("True", "MonitoringConfigured")
+
+
+async def test_a_kind_whose_informer_lists_during_a_reconcile_is_decided_again_after_it() -> None:
+    # the ServiceMonitor informer's first LIST lands while a reconcile writes the PrometheusRule: that
+    # reconcile decided "still listing"; the next one (the sync's enqueue) must create the monitor,
+    # not find its inputs settled (the e2e flake of test_optional_crds: no ServiceMonitor in 30 s)
+    w = await world_with(mon="syncing")
+    await w.converge()
+    rules, monitors = w.cache.informer_for(RULE), w.cache.informer_for(MONITOR)
+    rules._synced.set()  # the PrometheusRule informer has listed, the ServiceMonitor's not yet
+    apply = w.client.apply
+
+    async def apply_then_sync(res: rclient.Resource, obj: Obj, **kw: Any) -> Obj:
+        if res.plural == RULE.plural:
+            # its LIST is stored while this write is in flight: after every slot was decided
+            asyncio.get_running_loop().call_soon(monitors._synced.set)
+        return await apply(res, obj, **kw)
+
+    w.client.apply = apply_then_sync  # type: ignore[method-assign]
+    await w.reconcile()
+    assert w.writes == [R]
+    assert brief(w.status, "MonitoringReady") == ("Unknown", "WaitingForCache")
+    # the watches deliver exactly what the writes answered (the CR's status, the rule): no new input
+    for res, name in ((ISVC, NAME), (RULE, NAME)):
+        stored = w.client.stored(res, NS, name)
+        assert stored is not None
+        w.cache.informer_for(res).store.upsert(copy.deepcopy(stored))
+    await w.reconcile()
+    assert w.writes == [M]
     assert brief(w.status, "MonitoringReady") == ("True", "MonitoringConfigured")
 
 

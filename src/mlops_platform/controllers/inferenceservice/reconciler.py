@@ -31,7 +31,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
 from mlops_platform import api
@@ -437,6 +437,7 @@ class InferenceServiceReconciler:
                 answered,
                 (pod_failure, canary_failure, after),
                 problems,
+                {o.slot.key: o.kind_state for o in run.observed},
             ),
             isvc,
         )
@@ -449,17 +450,24 @@ class InferenceServiceReconciler:
         live: Callable[[base.Slot, rclient.Resource], Obj | None],
         observed: tuple[object, ...],
         problems: list[tuple[str, rclient.ApiError]],
+        decided: Mapping[str, str] | None = None,
     ) -> tuple[object, ...]:
         """Everything a reconcile decides from: the CR's resourceVersion (spec, labels, status), for
         each slot the kind's served version and the live child's resourceVersion, what else was
         observed (the pods' failures, the rollout decided from the canary's endpoints), and what
         cannot be read or recorded. The builders are pure and the settings fixed, so equal inputs
-        give equal decisions."""
+        give equal decisions. ``decided``: per slot key, the kind's state the run decided from
+        ("served", "missing", "syncing"), for the inputs it settles: an informer that finished
+        listing during the run, or a CRD gone meanwhile, is a new input for the next one."""
         parts: list[object] = [cr_version, observed]
         for slot in slots:
             resource = self.kinds.resolve(slot.child.kind)
-            if resource is None or not self._readable(slot.child, resource):
-                parts.append(None if resource is None else "syncing")
+            state = (decided or {}).get(slot.key)
+            if state is None:
+                readable = resource is not None and self._readable(slot.child, resource)
+                state = "served" if readable else "missing" if resource is None else "syncing"
+            if state != "served" or resource is None:
+                parts.append({"missing": None, "syncing": "syncing"}.get(state, "gone"))
                 continue
             obj = live(slot, resource)
             parts.append((resource.version, None if obj is None else obj["metadata"].get("resourceVersion")))
