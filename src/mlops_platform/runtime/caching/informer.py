@@ -32,7 +32,7 @@ import contextlib
 import logging
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from mlops_platform.runtime.caching import store as rstore
@@ -131,7 +131,6 @@ class Informer:
         self._listed: list[asyncio.Future[None]] = []  # reselect() callers waiting for a LIST
         self._listed_selector: str | None = None  # the label selector of the last stored LIST
         self._resume = False  # the next run starts watching at last_resource_version (widen)
-        self._page_rv: str | None = None  # the resourceVersion of the last LIST (_list_all)
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -205,7 +204,7 @@ class Informer:
             return
         await self.stop()
         try:
-            items = await self._list_all(added, resource_version=rv)
+            items, _ = await self._list_all(added, resource_version=rv)
         except (rclient.ApiError, OSError) as e:
             log.info(
                 "could not list the added selection at the watched version, re-listing everything",
@@ -214,12 +213,7 @@ class Informer:
             self.label_selector = label_selector
             await self._until_listed(restart=True)
             return
-        for obj in items:
-            old = self.store.upsert(obj)
-            if old is None:
-                self._notify_add(obj)
-            elif _rv(old) != _rv(obj):
-                self._notify_update(old, obj)
+        self._merge(items)
         self.label_selector = self._listed_selector = label_selector
         self.last_resource_version = rv
         self._resume = True
@@ -288,9 +282,11 @@ class Informer:
                 )
                 await self.clock.sleep(delay)
 
-    async def _list_all(self, selector: str | None, *, resource_version: str | None = None) -> list[Obj]:
-        """Every page of a LIST with ``selector`` (at exactly ``resource_version`` if given),
-        each object prepared; the LIST's resourceVersion is ``self._page_rv`` afterwards."""
+    async def _list_all(
+        self, selector: str | None, *, resource_version: str | None = None
+    ) -> tuple[list[Obj], str | None]:
+        """Every page of a LIST with ``selector`` (at exactly ``resource_version`` if given), each
+        object prepared, and the LIST's resourceVersion."""
         items: list[Obj] = []
         cont: str | None = None
         while True:
@@ -310,13 +306,11 @@ class Informer:
             meta = page.get("metadata") or {}
             cont = meta.get("continue") or None
             if not cont:
-                self._page_rv = meta.get("resourceVersion")
-                return items
+                return items, meta.get("resourceVersion")
 
     async def _list_and_replace(self) -> None:
         selector = self.label_selector
-        items = await self._list_all(selector)
-        rv = self._page_rv
+        items, rv = await self._list_all(selector)
         self.relists += 1
         self.last_error = None
         self._replace(items)
@@ -335,7 +329,11 @@ class Informer:
                 gone = self.store.delete_key(k)
                 if gone is not None:
                     self._notify_delete(gone)
-        for obj in fresh.values():
+        self._merge(fresh.values())
+
+    def _merge(self, items: Iterable[Obj]) -> None:
+        """Store ``items``: an add for each new one, an update for each changed one."""
+        for obj in items:
             old = self.store.upsert(obj)
             if old is None:
                 self._notify_add(obj)
