@@ -210,10 +210,10 @@ async def _cached(replica: Replica, resource: str) -> float | None:
 
 
 async def _caches_hold(replica: Replica, partitions: set[int], partition: dict[str, int]) -> bool:
-    """The replica caches every InferenceService, and the Deployments of ``partitions`` only."""
+    """The replica caches the InferenceServices and the Deployments of ``partitions`` only."""
     mine = sum(1 for k in partition.values() if k in partitions)
     return (
-        await _cached(replica, "inferenceservices.mlops.platform") == OBJECTS
+        await _cached(replica, "inferenceservices.mlops.platform") == mine
         and await _cached(replica, "deployments.apps") == mine
     )
 
@@ -263,6 +263,12 @@ async def _all_ready(c: rclient.Client, ns: str) -> bool:
     return len(items) == OBJECTS and all(probes.condition(o, "Ready").get("status") == "True" for o in items)
 
 
+async def _model_uri(c: rclient.Client, ns: str, name: str, uri: str) -> bool:
+    dep = await c.get(resources.DEPLOYMENT, f"{name}-predictor", ns)
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    return env.get("MODEL_URI") == uri
+
+
 async def test_three_shards_split_the_work_fail_over_and_rebalance(
     admin_client: rclient.Client, group: Group
 ) -> None:
@@ -280,7 +286,11 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     assert len(set(partition.values())) == SHARDS  # every replica has work
     for k, r in owners.items():
         assert _reconciled(r) == {Request(ns, n) for n in names if partition[n] == k}, r.identity
-    # each replica lists, watches and caches its own partition's children only (scoped informers)
+    # created without the bucket label, each got it from the replica owning its partition, and
+    # each replica lists, watches and caches its own partition's objects and children only
+    for o in (await c.list(ISVC, ns))["items"]:
+        got = o["metadata"].get("labels", {}).get(sharding.BUCKET_LABEL)
+        assert got == str(sharding.bucket_of(Request(ns, o["metadata"]["name"]))), o["metadata"]
     for k, r in owners.items():
         await wait.until(
             functools.partial(_caches_hold, r, {k}, partition), timeout=30, what=f"{r.identity}: cache of {k}"
@@ -304,12 +314,11 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     orphan = names[0]
     await c.patch(ISVC, orphan, {"spec": {"modelUri": "s3://models/m/2"}}, namespace=ns)
 
-    async def model_uri() -> bool:
-        dep = await c.get(resources.DEPLOYMENT, f"{orphan}-predictor", ns)
-        env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-        return env.get("MODEL_URI") == "s3://models/m/2"
-
-    await wait.until(model_uri, timeout=60, what="the orphaned object's change reaches its Deployment")
+    await wait.until(
+        functools.partial(_model_uri, c, ns, orphan, "s3://models/m/2"),
+        timeout=60,
+        what="the orphaned object's change reaches its Deployment",
+    )
     heir_replica = next(r for r in survivors if r.identity == heir)
     assert Request(ns, orphan) in _reconciled(heir_replica)
     heir_k = next(k for k, r in owners.items() if r is heir_replica)
@@ -326,6 +335,27 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
         await wait.until(
             functools.partial(_caches_hold, r, {k}, partition), timeout=30, what=f"{r.identity}: cache of {k}"
         )
+
+    # a wrong bucket label (another partition's) sends the object to that partition's replica,
+    # which corrects it; its owner then reconciles a change to it as always
+    moved = names[1]
+    wrong = next(b for b in range(sharding.BUCKETS) if b % SHARDS != partition[moved])
+    labels = {sharding.BUCKET_LABEL: str(wrong)}
+    await c.patch(
+        ISVC, moved, {"metadata": {"labels": labels}, "spec": {"modelUri": "s3://models/m/3"}}, namespace=ns
+    )
+
+    async def corrected() -> bool:
+        got = (await c.get(ISVC, moved, ns))["metadata"].get("labels", {}).get(sharding.BUCKET_LABEL)
+        return got == str(sharding.bucket_of(Request(ns, moved)))
+
+    await wait.until(corrected, timeout=30, what="a wrong bucket label corrected")
+    await wait.until(
+        functools.partial(_model_uri, c, ns, moved, "s3://models/m/3"),
+        timeout=60,
+        what="the change of a relabelled object reaches its Deployment",
+    )
+    assert Request(ns, moved) in _reconciled(final[partition[moved]])
 
     # at no moment did two replicas hold one partition: (1) their own account, from the logs
     for k, spans in _intervals(group.replicas).items():

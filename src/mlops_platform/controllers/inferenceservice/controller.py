@@ -18,6 +18,12 @@ NAME = "inferenceservice"
 RBAC = (
     rbac.requires("mlops.platform", "inferenceservices", ["list", "watch"], why="the primary kind (for_)"),
     rbac.requires("mlops.platform", "inferenceservices/status", ["patch"], why="status written by apply"),
+    rbac.requires(
+        "mlops.platform",
+        "inferenceservices",
+        ["patch"],
+        why="sharding: the shard-bucket label a sharded replica's watch selects (runtime.control.labeler)",
+    ),
     rbac.requires("", "pods", ["list", "watch"], why="pod failures (CrashLoopBackOff) shown on the status"),
     rbac.requires(
         "discovery.k8s.io",

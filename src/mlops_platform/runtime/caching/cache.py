@@ -12,7 +12,8 @@ Contract:
 - **Scope.** Resources restricted with ``scoped=True`` are also narrowed by the cache's scope
   selector (:meth:`set_scope`, None: no narrowing), ANDed with their own selector, in informers
   created before and after the change. A sharded replica sets it to the partitions it holds, so it
-  lists, watches, decodes and stores only their children; the primary kind stays unscoped.
+  lists, watches, decodes and stores only their children, and (:meth:`scope_also`, the manager
+  does it for the controllers' primary kinds when sharding) only its partitions' primary objects.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ class Cache:
         self._selectors[resource] = label_selector
         if scoped:
             self._scoped.add(resource)
+
+    def scope_also(self, resource: rclient.Resource) -> None:
+        """Narrow ``resource`` by the scope selector too, its own selector (if any) kept; call before
+        :meth:`set_scope` and :meth:`start` (an informer created already takes the scope then)."""
+        if self._started:
+            raise RuntimeError(f"scope_also({resource.kind}) after the cache started")
+        self._scoped.add(resource)
+
+    def own_selector(self, resource: rclient.Resource) -> str | None:
+        """The label selector :meth:`restrict` gave ``resource`` (None: every object), without the scope."""
+        return self._selectors.get(resource)
 
     def _selector(self, resource: rclient.Resource) -> str | None:
         own = self._selectors.get(resource)

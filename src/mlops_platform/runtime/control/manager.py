@@ -12,7 +12,9 @@ Contract (controller-runtime ``manager``):
   controllers run at once, each reconciling only the partitions this replica holds (their
   ``ownership`` filter); losing a partition is not fatal, it is given up and may be taken again.
   The cache's scoped resources (``Cache.restrict(..., scoped=True)``) hold only the children of
-  the partitions held: a replica holding none has the primary objects cached, not their children.
+  the partitions held, and the controllers' primary kinds only the partitions' primary objects
+  (their bucket label kept by a :class:`~.labeler.BucketLabeler` per kind): a replica holding
+  none caches neither.
 - ``/healthz`` answers 200 while the manager runs; ``/readyz`` 200 only when the caches have synced
   (informers of optional kinds never count: a missing CRD never makes the operator unready)
   and, with leader election on, this replica leads; a shard replica holding no partition is ready
@@ -38,7 +40,7 @@ from typing import Any
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import controller as rcontroller
-from mlops_platform.runtime.control import leaderelection, sharding
+from mlops_platform.runtime.control import labeler, leaderelection, sharding
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
@@ -119,6 +121,8 @@ class Manager:
         self.elector: leaderelection.LeaderElector | None = None
         #: with ``shards > 1``, once running: the partitions this replica holds and why
         self.shards: sharding.ShardCoordinator | None = None
+        #: with ``shards > 1``: the bucket labelers of the primary kinds
+        self.labelers: list[labeler.BucketLabeler] = []
         self._stop = asyncio.Event()
         self._health_server: httpserver.HttpServer | None = None
         self._metrics_server: httpserver.HttpServer | None = None
@@ -316,8 +320,29 @@ class Manager:
             retry_period=o.retry_period,
             sync_timeout=o.cache_sync_timeout,
         )
+        # the primary objects are narrowed server-side like the children: each replica watches
+        # only its partitions' ones, which a labeler per primary kind keeps labelled (labeler.py)
+        self.labelers = []
+        for c in self.controllers:
+            if any(lab.resource == c.primary for lab in self.labelers):
+                continue
+            self.cache.scope_also(c.primary)
+            self.labelers.append(
+                labeler.BucketLabeler(
+                    self.client,
+                    c.primary,
+                    owns=lambda req: coordinator.owns(req),
+                    primary=self.cache.informer_for(c.primary),
+                    label_selector=self.cache.own_selector(c.primary),
+                    registry=self.metrics.registry,
+                )
+            )
         coordinator = sharding.ShardCoordinator(
-            self.client, config, self.controllers, scope=self.cache, registry=self.metrics.registry
+            self.client,
+            config,
+            [*self.controllers, *self.labelers],
+            scope=self.cache,
+            registry=self.metrics.registry,
         )
         self.shards = coordinator
         for c in self.controllers:
@@ -327,6 +352,8 @@ class Manager:
     async def _run_sharded(self, coordinator: sharding.ShardCoordinator) -> None:
         o = self.options
         lead = asyncio.create_task(self._lead())  # workers run always; the filter gates them
+        for lab in self.labelers:
+            lab.start()
         shards = asyncio.create_task(coordinator.run(), name="shards")
         watcher = asyncio.create_task(self._stop.wait())
         try:
@@ -341,6 +368,8 @@ class Manager:
                 await shards
             self._stop.set()  # the coordinator failing ends the manager too
             await lead
+            for lab in self.labelers:
+                await lab.stop()
         if not shards.cancelled():
             shards.result()  # re-raise the coordinator's error
 

@@ -19,8 +19,10 @@ Lease namespace and the partition count ``P``, and have distinct identities):
   decodes and stores only its own partitions' children, not every replica all of them. Acquiring
   ``k`` first lists ``k``'s children (only theirs: :meth:`~.cache.Cache.set_scope` with
   ``adding``, within ``sync_timeout``), then starts reconciling it;
-  giving ``k`` up narrows again after the drain. The primary objects stay unscoped (every replica
-  sees every one: they are what partitions are computed from). A partition whose holder has not
+  giving ``k`` up narrows again after the drain. The primary objects are narrowed the same way
+  (the manager scopes the controllers' primary kinds): they carry the label too, put there by a
+  :class:`~.labeler.BucketLabeler`, and the hash of their name stays the truth (a missing or wrong
+  label delays an object until it is labelled, never moves it). A partition whose holder has not
   renewed for 2.5 retry periods (likely dead: live holders renew every period) is listed ahead by
   the replica the matching would give it to without that holder, so the takeover after expiry
   does not wait for the LIST; it is dropped again if the holder renews.
