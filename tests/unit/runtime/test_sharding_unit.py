@@ -525,6 +525,8 @@ class WorldClient(fakes.FakeClient):
     def __init__(self, world: LeaseWorld) -> None:
         super().__init__()
         self.world, self.alive = world, True
+        self.gets: list[str] = []  # names read with a GET
+        self.replaced: list[str] = []  # names updated
 
     def _check(self) -> None:
         if not self.alive:
@@ -532,6 +534,7 @@ class WorldClient(fakes.FakeClient):
 
     async def get(self, res: Any, name: str, namespace: str | None = None) -> JSON:
         self._check()
+        self.gets.append(name)
         if name not in self.world.objects:
             raise fakes.api_error(404)
         return copy.deepcopy(self.world.objects[name])
@@ -549,6 +552,7 @@ class WorldClient(fakes.FakeClient):
 
     async def replace(self, res: Any, obj: JSON, *, subresource: str | None = None) -> JSON:
         self._check()
+        self.replaced.append(obj["metadata"]["name"])
         stored = self.world.objects.get(obj["metadata"]["name"])
         if stored is None:
             raise fakes.api_error(404)
@@ -623,6 +627,20 @@ async def test_a_dynamic_group_splits_fails_over_and_rebalances_never_with_two_h
         start(identity)
     try:
         await step_until(lambda: one_each("pod-a", "pod-b", "pod-c"), 30)
+        # at steady state the Leases others hold are observed from the group's watch, not read
+        # with a GET per acquire interval, and member Leases are renewed every member retry period
+        # (2 s here: a third of the lease, within half the renew deadline), partitions every 1 s
+        for m in members.values():
+            m.client.gets.clear()
+            m.client.replaced.clear()
+        began = clock.now()
+        await step_until(lambda: clock.now() - began >= 10, 11)
+        for identity, m in members.items():
+            assert m.client.gets == [], (identity, m.client.gets)
+            renewals = collections.Counter(m.client.replaced)
+            assert renewals[f"grp-member-{identity}"] <= 10 / 2 + 1, renewals
+            (k,) = m.coordinator.held
+            assert renewals[f"grp-shard-{k}"] >= 10 / 1.1 - 1, renewals
         victim = members["pod-c"]
         (lost,) = victim.coordinator.held
         victim.client.alive = False

@@ -26,7 +26,9 @@ Lease namespace and the partition count ``P``, and have distinct identities):
   renewed for 2.5 retry periods (likely dead: live holders renew every period) is listed ahead by
   the replica the matching would give it to without that holder, so the takeover after expiry
   does not wait for the LIST; it is dropped again if the holder renews.
-- **Partition Leases.** Partition ``k`` is guarded by Lease ``<group>-shard-<k>``. A replica
+- **Partition Leases.** Partition ``k`` is guarded by Lease ``<group>-shard-<k>``. Its elector
+  reads a Lease another replica holds from the group's watch (dynamic mode), not with a GET per
+  acquire interval; a write that fails (a conflict: the watch was behind) makes the next read a GET. A replica
   reconciles ``k`` only while its elector for that Lease leads. To give ``k`` up (rebalance, stop) it
   first stops admitting ``k``'s requests (queued ones are skipped when dequeued), waits until the
   in-flight reconciles of ``k`` have ended, and only then releases the Lease. When no renewal
@@ -35,7 +37,9 @@ Lease namespace and the partition count ``P``, and have distinct identities):
   a holder stops within ``renew_deadline``, before its Lease expires for the others
   (``renew_deadline < lease_duration``), and its in-flight reconciles end in the time left.
 - **Membership** (dynamic mode, ``shard_id=None``). Each replica also holds the member Lease
-  ``<group>-member-<identity>``, renewed like the others. Every Lease of the group carries the label
+  ``<group>-member-<identity>``, renewed every :attr:`~ShardConfig.member_retry_period` (a third
+  of the lease duration, at most half the renew deadline: membership only sizes the fair share,
+  the partition Leases guard the writes). Every Lease of the group carries the label
   ``mlops.platform/shard-group=<group>``; one informer (LIST + WATCH with that selector) is this
   replica's :class:`LeaseView`. A member is live while its record is unexpired by the local clock
   (when this replica last saw the record change, plus ``leaseDurationSeconds``: the electors' rule)
@@ -55,8 +59,8 @@ Lease namespace and the partition count ``P``, and have distinct identities):
 - **Static mode** (``shard_id=i``): only partition ``i``, always campaigned for, no member Lease; two
   replicas with the same ``i`` are active/standby for it.
 - **Join and leave.** A replica campaigns once its member Lease is held and it has watched the group
-  for two ``retry_period`` (it has seen every live member renew; replicas started together see each
-  other first). :meth:`~ShardCoordinator.stop` gives every partition up as above (stops reconciling,
+  for two member retry periods (it has seen every live member renew; replicas started together see
+  each other first). :meth:`~ShardCoordinator.stop` gives every partition up as above (stops reconciling,
   drains), releases and deletes the member Lease, then releases the partitions' Leases.
 - **Targets** (the controllers, :class:`Target`): on acquiring ``k`` (after the scope re-list) the
   coordinator calls
@@ -73,6 +77,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -268,16 +273,24 @@ class ShardConfig:
             clean = f"{clean[:170].strip('-')}-{hashlib.sha256(self.identity.encode()).hexdigest()[:8]}"
         return f"{self.group}-member-{clean.strip('-')}"
 
-    def election(self, name: str) -> leaderelection.LeaderElectionConfig:
+    def election(self, name: str, *, member: bool = False) -> leaderelection.LeaderElectionConfig:
         return leaderelection.LeaderElectionConfig(
             namespace=self.namespace,
             name=name,
             identity=self.identity,
             lease_duration=self.lease_duration,
             renew_deadline=self.renew_deadline,
-            retry_period=self.retry_period,
+            retry_period=self.member_retry_period if member else self.retry_period,
             release_on_cancel=True,
         )
+
+    @property
+    def member_retry_period(self) -> float:
+        """How often a member Lease is renewed: membership only sizes the fair share (the partition
+        Leases guard the writes), so a third of the lease duration is enough (within half the renew
+        deadline, so client-go's ``renew deadline > 1.2 x retry period`` holds), never more often
+        than the partitions' retry period."""
+        return max(self.retry_period, min(self.lease_duration / 3, self.renew_deadline / 2))
 
 
 class Target(Protocol):
@@ -409,21 +422,37 @@ class _Gate:
         self.elector: leaderelection.LeaderElector | None = None
         self.previous: dict[str, Any] = {}  # the record before our last acquisition
         self._last: dict[str, Any] = {}
+        self._fresh = False  # the next get() reads the server, not the watch
 
     async def get(self, res: rclient.Resource, name: str, namespace: str | None = None) -> rclient.JSON:
+        # observing a Lease someone else holds: the group's watch has it already, a GET per acquire
+        # interval would only repeat it (most of a standby's requests). A stale copy is safe: the
+        # write that follows carries its resourceVersion and fails with a conflict, after which
+        # the next read goes to the server.
+        cached = None if self._fresh else self._coordinator.watched_lease(name)
+        if cached is not None:
+            return self._seen(copy.deepcopy(cached))
+        self._fresh = False
         return self._seen(await self._client.get(res, name, namespace))
 
     async def create(
         self, res: rclient.Resource, obj: rclient.JSON, namespace: str | None = None
     ) -> rclient.JSON:
         self._check(obj)
-        return self._seen(await self._client.create(res, obj, namespace))
+        return self._seen(await self._written(self._client.create(res, obj, namespace)))
 
     async def replace(
         self, res: rclient.Resource, obj: rclient.JSON, *, subresource: str | None = None
     ) -> rclient.JSON:
         self._check(obj)
-        return self._seen(await self._client.replace(res, obj, subresource=subresource))
+        return self._seen(await self._written(self._client.replace(res, obj, subresource=subresource)))
+
+    async def _written(self, write: Coroutine[Any, Any, rclient.JSON]) -> rclient.JSON:
+        try:
+            return await write
+        except rclient.ApiError:
+            self._fresh = True  # a conflict (or worse): read the server's copy next time
+            raise
 
     def _seen(self, lease: rclient.JSON) -> rclient.JSON:
         self._last = dict(lease.get("spec") or {})
@@ -495,6 +524,8 @@ class ShardCoordinator:
         self._clock: Clock = clock if clock is not None else RealClock()
         self._rand = rand
         self.view = LeaseView(config, self._clock)
+        #: the group's Leases as watched (dynamic mode): the partition electors read them from here
+        self._leases: rinformer.Informer | None = None
         self._active: set[int] = set()  # partitions being reconciled (a subset of those led)
         self._electors: dict[int, leaderelection.LeaderElector] = {}
         self._gates: dict[int, _Gate] = {}
@@ -519,6 +550,13 @@ class ShardCoordinator:
     def owns(self, request: Request) -> bool:
         """Whether this replica reconciles ``request`` now (its partition is held and not being given up)."""
         return partition_of(request, self.config.partitions) in self._active
+
+    def watched_lease(self, name: str) -> Obj | None:
+        """The group's Lease ``name`` as its watch last delivered it (None: not watched or not seen)."""
+        leases = self._leases
+        if leases is None or not leases.has_synced() or leases.last_error is not None:
+            return None
+        return leases.store.get(self.config.namespace, name)
 
     def scope_selector(self) -> str:
         """The scope's selector for the partitions selected now (none before the first acquisition)."""
@@ -577,6 +615,7 @@ class ShardCoordinator:
                 )
                 informer.add_event_handler(self.view)
                 informer.start()
+                self._leases = informer
                 if not await self._synced(informer):
                     return
                 tasks.append(asyncio.create_task(self._membership(), name=_MEMBERSHIP))
@@ -646,6 +685,7 @@ class ShardCoordinator:
                 task.cancel()
         await asyncio.gather(*tasks, *self._background, return_exceptions=True)
         if informer is not None:
+            self._leases = None
             await informer.stop()
 
     async def _wait(self, seconds: float) -> None:
@@ -694,9 +734,15 @@ class ShardCoordinator:
             return False
         return True
 
-    def _elector(self, client: rclient.Client, name: str) -> leaderelection.LeaderElector:
+    def _elector(
+        self, client: rclient.Client, name: str, *, member: bool = False
+    ) -> leaderelection.LeaderElector:
         return leaderelection.LeaderElector(
-            client, self.config.election(name), registry=self._registry, clock=self._clock, rand=self._rand
+            client,
+            self.config.election(name, member=member),
+            registry=self._registry,
+            clock=self._clock,
+            rand=self._rand,
         )
 
     # -- membership and rebalancing ---------------------------------------------------------------------
@@ -708,14 +754,14 @@ class ShardCoordinator:
             if not await self._ensure(name, "member") or self._stopping.is_set():
                 await self._wait(self.config.retry_period)
                 continue
-            self._member = self._elector(self._client, name)
+            self._member = self._elector(self._client, name, member=True)
             await self._member.run(self._member_work)
 
     async def _member_work(self) -> None:
         if not self._joined.is_set():
-            # every live member renews once per retry period: after two, this replica has seen
-            # them all renewing (and replicas started together see each other)
-            await self._wait(2 * self.config.retry_period)
+            # every live member renews once per member retry period: after two, this replica has
+            # seen them all renewing (and replicas started together see each other)
+            await self._wait(2 * self.config.member_retry_period)
             self._joined.set()
             p = self.plan()
             log.info(
