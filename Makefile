@@ -49,7 +49,7 @@ unit: venv ## unit tests only (no cluster)
 test: venv binaries lint ## everything CI runs: lint, unit + integration + e2e on a fresh local cluster, bench-smoke
 	@$(CLI) dev down --name $(TEST_CLUSTER)  # a fresh cluster: no state left by an earlier run
 	@$(CLI) dev up --name $(TEST_CLUSTER)
-	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v -m 'unit or integration or e2e' || rc=$$?; \
+	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v --durations=25 -m 'unit or integration or e2e' || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
 	@$(MAKE) --no-print-directory bench-smoke

@@ -18,7 +18,7 @@ Contract (controller-runtime ``manager``):
 - ``/healthz`` answers 200 while the manager runs; ``/readyz`` 200 only when the caches have synced
   (informers of optional kinds never count: a missing CRD never makes the operator unready)
   and, with leader election on, this replica leads; a shard replica holding no partition is ready
-  (a warm standby); ``/metrics`` serves the Prometheus registry.
+  (a standby); ``/metrics`` serves the Prometheus registry.
 - ``stop()`` (or SIGTERM via :meth:`run_until_signal`): stop taking work, let in-flight reconciles
   finish within ``graceful_shutdown_timeout``, release the Lease(s), stop informers and servers.
 """
@@ -168,7 +168,7 @@ class Manager:
         if not all(check() for check in self._ready_checks.values()):
             return False
         if self.options.shards > 1:
-            return True  # with no partition held, a warm standby
+            return True  # with no partition held, a standby
         if self.options.leader_election and self.options.readiness_requires_leadership:
             return self.elector is not None and self.elector.is_leader()
         return True
