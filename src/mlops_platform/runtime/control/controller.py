@@ -41,7 +41,7 @@ from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.control import predicates as rpredicates
-from mlops_platform.runtime.control.reconcile import Reconciler, Request, Result, TerminalError
+from mlops_platform.runtime.control.reconcile import InFlight, Reconciler, Request, Result, TerminalError
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.observability import logs
 from mlops_platform.runtime.observability import metrics as rmetrics
@@ -290,8 +290,7 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
         #: which requests this replica reconciles (None: all); see the module contract
         self.ownership: Ownership | None = None
-        self._in_flight: set[Request] = set()  # being reconciled by a worker now
-        self._idle_waiters: list[asyncio.Future[None]] = []
+        self._in_flight = InFlight()  # being reconciled by a worker now
         self.metrics.max_concurrent.labels(name).set(max_concurrent_reconciles)
         self.metrics.active_workers.labels(name).set(0)
         for result in ("success", "error", "requeue", "requeue_after"):
@@ -349,14 +348,7 @@ class Controller:
 
     async def wait_idle(self, where: Ownership) -> None:
         """Wait until no request that ``where`` accepts is being reconciled."""
-        while any(where(r) for r in self._in_flight):
-            waiter = asyncio.get_running_loop().create_future()
-            self._idle_waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._idle_waiters:
-                    self._idle_waiters.remove(waiter)
+        await self._in_flight.wait_none(where)
 
     @property
     def primary(self) -> rclient.Resource:
@@ -415,10 +407,6 @@ class Controller:
                 self.queue.add_rate_limited(req)
             finally:
                 self._in_flight.discard(req)
-                waiters, self._idle_waiters = self._idle_waiters, []
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
                 self.queue.done(req)
 
     async def _process(self, req: Request) -> None:

@@ -46,7 +46,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import informer as rinformer
-from mlops_platform.runtime.control.reconcile import Request
+from mlops_platform.runtime.control.reconcile import InFlight, Request
 from mlops_platform.runtime.control.sharding import BUCKET_LABEL, bucket_of
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import workqueue
@@ -143,8 +143,7 @@ class BucketLabeler:
             transform=_names_only,
         )
         self.queue: RateLimitingQueue[Request] = RateLimitingQueue(name=f"{resource.plural}-labels")
-        self._in_flight: set[Request] = set()
-        self._idle_waiters: list[asyncio.Future[None]] = []
+        self._in_flight = InFlight()
         self._tasks: list[asyncio.Task[None]] = []
         self._patched = _counter(registry if registry is not None else REGISTRY).labels(
             resource=resource.group_resource
@@ -179,14 +178,7 @@ class BucketLabeler:
 
     async def wait_idle(self, where: Where) -> None:
         """Wait until no label patch that ``where`` accepts is in flight."""
-        while any(where(r) for r in self._in_flight):
-            waiter = asyncio.get_running_loop().create_future()
-            self._idle_waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._idle_waiters:
-                    self._idle_waiters.remove(waiter)
+        await self._in_flight.wait_none(where)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -226,9 +218,6 @@ class BucketLabeler:
             finally:
                 self._in_flight.discard(req)
                 self.queue.done(req)
-                for waiter in self._idle_waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
 
     def _retry(self, req: Request, error: Exception) -> None:
         log.warning(

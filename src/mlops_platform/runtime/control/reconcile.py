@@ -17,7 +17,9 @@ requests run concurrently up to ``max_concurrent_reconciles``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 
@@ -44,3 +46,36 @@ class TerminalError(Exception):
 
 class Reconciler(Protocol):
     async def reconcile(self, request: Request) -> Result: ...
+
+
+class InFlight:
+    """The requests a worker is processing now, and waiting until none that ``where`` accepts is
+    (a shard's drain before it gives a partition up)."""
+
+    def __init__(self) -> None:
+        self._requests: set[Request] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._requests)
+
+    def add(self, req: Request) -> None:
+        self._requests.add(req)
+
+    def discard(self, req: Request) -> None:
+        self._requests.discard(req)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_none(self, where: Callable[[Request], bool]) -> None:
+        """Wait until no request that ``where`` accepts is in flight."""
+        while any(where(r) for r in self._requests):
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
