@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import informer as rinformer
+from mlops_platform.runtime.control.controller import request_for
 from mlops_platform.runtime.control.reconcile import InFlight, Request
 from mlops_platform.runtime.control.sharding import BUCKET_LABEL, bucket_of
 from mlops_platform.runtime.objects import Obj
@@ -63,15 +65,10 @@ UNLABELLED = f"!{BUCKET_LABEL}"
 Where = Callable[[Request], bool]
 
 
-def _request(obj: Obj) -> Request:
-    meta = obj["metadata"]
-    return Request(meta.get("namespace"), meta["name"])
-
-
 def mislabelled(obj: Obj) -> bool:
     """Whether ``obj`` lacks its bucket label or carries another bucket than its name's."""
     labels = objects.meta(obj).get("labels") or {}
-    return labels.get(BUCKET_LABEL) != str(bucket_of(_request(obj)))
+    return labels.get(BUCKET_LABEL) != str(bucket_of(request_for(obj)))
 
 
 def _names_only(obj: Obj) -> Obj:
@@ -95,18 +92,19 @@ class _Handler:
         pass
 
 
-_PATCHED: dict[int, Counter] = {}
+_PATCHED: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 
 
 def _counter(registry: CollectorRegistry) -> Counter:
-    if id(registry) not in _PATCHED:
-        _PATCHED[id(registry)] = Counter(
+    counter = _PATCHED.get(registry)
+    if counter is None:
+        counter = _PATCHED[registry] = Counter(
             "mlops_platform_shard_labels_patched",
             "Bucket labels this replica wrote on primary objects (missing or wrong ones)",
             ["resource"],
             registry=registry,
         )
-    return _PATCHED[id(registry)]
+    return counter
 
 
 class BucketLabeler:
@@ -154,7 +152,7 @@ class BucketLabeler:
     # -- events ---------------------------------------------------------------------------------------
 
     def _on_unlabelled(self, obj: Obj) -> None:
-        req = _request(obj)
+        req = request_for(obj)
         if self._owns(req):
             self.queue.add(req)
 
@@ -162,19 +160,19 @@ class BucketLabeler:
         # in this replica's narrowed cache with another bucket than its name's: only the holder of
         # the label's bucket sees it, so that one corrects it, owner or not
         if mislabelled(obj):
-            self.queue.add(_request(obj))
+            self.queue.add(request_for(obj))
 
     # -- the coordinator's Target ---------------------------------------------------------------------
 
     def enqueue_all(self, where: Where | None = None) -> None:
         """Queue the unlabelled objects this replica owns (``where`` accepts) and the mislabelled ones."""
         for obj in self.unlabelled.store.list():
-            req = _request(obj)
+            req = request_for(obj)
             if (where is None or where(req)) and self._owns(req):
                 self.queue.add(req)
         for obj in self._primary.store.list():
             if mislabelled(obj):
-                self.queue.add(_request(obj))
+                self.queue.add(request_for(obj))
 
     async def wait_idle(self, where: Where) -> None:
         """Wait until no label patch that ``where`` accepts is in flight."""
