@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-conversion test-conversion
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-conversion test-conversion test-reliability
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -49,10 +49,19 @@ unit: venv ## unit tests only (no cluster)
 test: venv binaries lint ## everything CI runs: lint, unit + integration + e2e on a fresh local cluster, bench-smoke
 	@$(CLI) dev down --name $(TEST_CLUSTER)  # a fresh cluster: no state left by an earlier run
 	@$(CLI) dev up --name $(TEST_CLUSTER)
-	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v --durations=25 -m 'unit or integration or e2e' || rc=$$?; \
+	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v --durations=25 -m 'unit or integration or e2e or reliability' || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
 	@$(MAKE) --no-print-directory bench-smoke
+
+RELIABILITY_CLUSTER ?= mlops-reliability
+test-reliability: venv binaries ## the full reliability suite on its own fresh cluster; writes its table into docs/reliability.md
+	@$(CLI) dev down --name $(RELIABILITY_CLUSTER)
+	@$(CLI) dev up --name $(RELIABILITY_CLUSTER)
+	@rc=0; MLOPS_TEST_CLUSTER=$(RELIABILITY_CLUSTER) MLOPS_RELIABILITY=full MLOPS_RELIABILITY_REPORT=docs/reliability.md \
+	  $(BIN)/pytest -v --durations=0 -m reliability $(PYTEST_ARGS) || rc=$$?; \
+	  $(CLI) dev down --name $(RELIABILITY_CLUSTER) || rc=$${rc:-1}; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
 
 test-conversion: venv ## the full conversion property run: 3 x 3,400 generated objects, every version pair
 	MLOPS_CONVERSION_EXAMPLES=3400 $(BIN)/pytest -q tests/unit/api/test_conversion.py

@@ -1,13 +1,14 @@
-"""Test tiers by directory (tests/unit -> unit, tests/integration -> integration, tests/e2e -> e2e:
-the one place markers are set) and the project's pytest plugin, loaded here (opt-in, never
-injected into other pytest sessions of an environment where the package is installed)."""
+"""Test tiers by directory (tests/unit -> unit, tests/integration -> integration, tests/e2e -> e2e,
+tests/reliability -> reliability: the one place markers are set) and the project's pytest plugin,
+loaded here (opt-in, never injected into other pytest sessions of an environment where the package
+is installed)."""
 
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ("mlops_platform.testing.plugin",)
-_TIERS = ("unit", "integration", "e2e")
+_TIERS = ("unit", "integration", "e2e", "reliability")
 _HERE = Path(__file__).parent
 
 

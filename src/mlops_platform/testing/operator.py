@@ -1,17 +1,32 @@
-"""The operator in the test's own process, with admin (or any given) credentials: the manager and
-the InferenceService controller, started, ready, and stopped on exit."""
+"""The operator for tests: in the test's own process (:func:`running`: the manager and the
+InferenceService controller with the test's client), or as processes of its own
+(:func:`start`: ``mlops-platform run``, to kill, restart and read the logs of)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
 
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import wait
+
+_SRC = Path(__file__).resolve().parents[2]  # the directory holding this package (``src``)
 
 
 @contextlib.asynccontextmanager
@@ -39,3 +54,87 @@ async def running(
     finally:
         mgr.stop()
         await asyncio.wait_for(task, 60)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 at the time of the call."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclasses.dataclass
+class Process:
+    """One ``mlops-platform run`` process: its JSON log (stderr) in ``log``, probes and metrics on
+    loopback ports of its own."""
+
+    proc: subprocess.Popen[bytes]
+    identity: str  # its leader-election identity (hostname_pid)
+    health_port: int
+    metrics_port: int
+    log: Path
+    killed_at: float | None = None  # wall clock (time.time), to compare with log timestamps
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Its JSON log lines so far."""
+        out = []
+        for line in self.log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    async def ready(self) -> bool:
+        """Whether ``/readyz`` answers 200."""
+        try:
+            async with httpx.AsyncClient(timeout=2) as http:
+                return (await http.get(f"http://127.0.0.1:{self.health_port}/readyz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def metrics(self) -> str:
+        """Its ``/metrics`` text."""
+        async with httpx.AsyncClient(timeout=5) as http:
+            return (await http.get(f"http://127.0.0.1:{self.metrics_port}/metrics")).text
+
+    async def metric(self, sample: str) -> float | None:
+        """The value of ``sample`` (name and labels as exposed) on its /metrics, or None."""
+        for line in (await self.metrics()).splitlines():
+            if line.startswith(sample + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) and note the time."""
+        self.killed_at = time.time()
+        self.proc.send_signal(sig)
+
+    async def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds; its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.to_thread(self.proc.wait, timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return await asyncio.to_thread(self.proc.wait, 10)
+
+
+def start(kubeconfig: Path, log: Path, *args: str, env: Mapping[str, str] | None = None) -> Process:
+    """Start ``mlops-platform run --kubeconfig KUBECONFIG ARGS...`` from this checkout's sources,
+    its probes and metrics on free loopback ports (``args`` must not set them), stderr appended
+    to ``log``. The caller stops it (:meth:`Process.stop`)."""
+    health, metrics = free_port(), free_port()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "mlops_platform.cli", "run",
+                "--kubeconfig", str(kubeconfig),
+                "--health-probe-bind-address", f"127.0.0.1:{health}",
+                "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            env={**os.environ, "PYTHONPATH": str(_SRC), **(env or {})},
+        )  # fmt: skip
+    return Process(proc, f"{socket.gethostname()}_{proc.pid}", health, metrics, log)

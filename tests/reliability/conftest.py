@@ -1,0 +1,67 @@
+"""The reliability suite's table: each scenario adds its :class:`reliability.Row` through the
+``reliability_report`` fixture; at the end of the run the table is printed and, with
+``MLOPS_RELIABILITY_REPORT=<file>`` (``make test-reliability`` sets ``docs/reliability.md``), written
+into that file between its two marker lines, with the command and the date of the run."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlops_platform.testing import reliability
+
+REPORT_ENV = "MLOPS_RELIABILITY_REPORT"
+BEGIN, END = "<!-- reliability-table:begin -->", "<!-- reliability-table:end -->"
+_ROWS: list[reliability.Row] = []
+
+
+class Report:
+    def add(self, row: reliability.Row) -> None:
+        _ROWS.append(row)
+
+
+@pytest.fixture(scope="session")
+def reliability_report() -> Report:
+    return Report()
+
+
+def _order(row: reliability.Row) -> tuple[int, str]:
+    match = re.match(r"(\d+)", row.scenario)
+    return (int(match.group(1)) if match else 99, row.scenario)
+
+
+def _section(rows: list[reliability.Row]) -> str:
+    mode = "full" if reliability.full() else "reduced (make test)"
+    command = "make test-reliability" if reliability.full() else shlex.join(["pytest", *sys.argv[1:]])
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{BEGIN}\n"
+        f"Run of {when}, {mode}, printed by `{command}` on {os.cpu_count()} cores "
+        f"({platform.system()} {platform.machine()}, Python {platform.python_version()}):\n\n"
+        f"{reliability.table(sorted(rows, key=_order))}"
+        f"{END}"
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _ROWS:
+        return
+    section = _section(_ROWS)
+    terminalreporter.write_sep("=", "reliability suite")
+    terminalreporter.write_line(section)
+    target = os.environ.get(REPORT_ENV)
+    if target:
+        path = Path(target)
+        text = path.read_text()
+        if BEGIN not in text or END not in text:
+            raise pytest.UsageError(f"{path}: needs the lines {BEGIN} and {END} to write the table between")
+        head, rest = text.split(BEGIN, 1)
+        path.write_text(head + section + rest.split(END, 1)[1])
+        terminalreporter.write_line(f"table written to {path}")
