@@ -6,6 +6,9 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
+import re
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -124,6 +127,21 @@ async def test_no_http_answer_is_a_transport_error_and_counted_as_code_0() -> No
         await c.close()
     assert isinstance(e.value, OSError)  # what the informer's reconnect loop catches
     assert c.requests[("get", "configmaps", 0)] == 1
+
+
+async def test_requests_carry_a_client_go_shaped_user_agent_naming_this_process() -> None:
+    seen: list[Seen] = []
+
+    def handler(req: Seen) -> Answer:
+        seen.append(req)
+        return answer(200, {"kind": "DeploymentList", "metadata": {"resourceVersion": "1"}, "items": []})
+
+    async with served(handler) as c:
+        await c.list(resources.DEPLOYMENT, "ns")
+    agent = seen[0].headers["user-agent"]
+    # binary/version (os/arch) identity: the API server's audit log tells replicas apart by it
+    assert re.fullmatch(r"mlops-platform/[^ /]+ \([a-z0-9]+/[a-z0-9_]+\) \S+", agent), agent
+    assert agent.endswith(f" {socket.gethostname()}_{os.getpid()}")
 
 
 async def test_apply_is_server_side_apply_with_field_manager_and_force() -> None:

@@ -21,7 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
+import platform
+import socket
 import ssl
+import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -30,7 +34,20 @@ import httpx2 as httpx
 
 from mlops_platform import __version__
 
-USER_AGENT = f"mlops-platform/{__version__}"
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}  # Go's GOARCH names, as client-go writes them
+
+
+def user_agent() -> str:
+    """client-go's shape, ``binary/version (os/arch) ...``, ending in this process's identity
+    (``hostname_pid``, the manager's default leader-election identity): the API server records it
+    (audit log) and replicas of one ServiceAccount and field manager are told apart by it. The field
+    manager the server derives for writes without one stays ``mlops-platform`` (the part before
+    the first ``/``)."""
+    arch = platform.machine().lower()
+    return (
+        f"mlops-platform/{__version__} ({sys.platform}/{_ARCH.get(arch, arch)}) "
+        f"{socket.gethostname()}_{os.getpid()}"
+    )
 
 
 class TransportError(ConnectionError):
@@ -106,7 +123,7 @@ class Transport:
                 ssl=self._ssl if self._ssl is not None else False, limit=self._max_connections
             )
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, headers={"User-Agent": USER_AGENT}
+                connector=connector, timeout=self._timeout, headers={"User-Agent": user_agent()}
             )
         return self._session
 
