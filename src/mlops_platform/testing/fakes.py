@@ -84,6 +84,7 @@ class FakeClient(rclient.Client):
         self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
         self.observers: list[rclient.RequestObserver] = []
         self.forbidden: collections.deque[str] = collections.deque(maxlen=200)
+        self.watches_open = 0
         self.calls: list[Call] = []
         self.objects: dict[tuple[str, str | None, str], JSON] = {}
         self._failures: list[_Failure] = []

@@ -115,6 +115,8 @@ class Manager:
             client, namespace=self.options.namespace, resync_period=self.options.resync_period
         )
         self.metrics.observe_cache(self._cache_sizes)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop run() runs in
+        self.metrics.observe_runtime(self._tasks, lambda: client.watches_open)
         #: optional kinds (CRDs that may come and go), shared by every controller of this manager
         self.optional_kinds = crdwatch.OptionalKinds(self.cache)
         self.controllers: list[rcontroller.Controller] = []
@@ -135,6 +137,9 @@ class Manager:
         for inf in self.cache.informers:
             sizes[inf.resource.group_resource] = sizes.get(inf.resource.group_resource, 0) + len(inf.store)
         return sizes
+
+    def _tasks(self) -> int | None:
+        return None if self._loop is None else len(asyncio.all_tasks(self._loop))
 
     # -- registration -------------------------------------------------------------------------------
 
@@ -217,6 +222,7 @@ class Manager:
         self.cache.resync()
 
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self._start_servers()
         for rec in self._recorders:
             rec.start()

@@ -12,7 +12,11 @@
   and the webhook server (:mod:`mlops_platform.runtime.webhook.server`) its ``controller_runtime_webhook_*``;
 - ``mlops_platform_cache_objects{resource}`` (no controller-runtime name exists): objects held in
   the informer cache per resource, counted when scraped (:meth:`Metrics.observe_cache`): what a
-  sharded replica's scope narrows, and where the operator's memory goes.
+  sharded replica's scope narrows, and where the operator's memory goes;
+- ``mlops_platform_asyncio_tasks`` (Go's ``go_goroutines``, for the event loop) and
+  ``mlops_platform_watches_open`` (watch streams open): read when scraped
+  (:meth:`Metrics.observe_runtime`), what a soak test compares before and after churn to find leaked
+  tasks and watches.
 """
 
 from __future__ import annotations
@@ -114,6 +118,11 @@ class Metrics:
         cached) at every scrape: nothing is counted on the informers' hot path."""
         self.registry.register(_CacheSizes(sizes))
 
+    def observe_runtime(self, tasks: Callable[[], int | None], watches: Callable[[], int]) -> None:
+        """Serve ``mlops_platform_asyncio_tasks`` from ``tasks()`` (None: no loop yet, not served)
+        and ``mlops_platform_watches_open`` from ``watches()`` at every scrape."""
+        self.registry.register(_Runtime(tasks, watches))
+
     def observe_client(self, c: rclient.Client) -> None:
         """Count every request ``c`` makes from now on."""
         host = urlsplit(c.base_url).netloc
@@ -140,6 +149,22 @@ class _CacheSizes(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # collected at scrape time only (the resources change at run time)
+
+
+class _Runtime(Collector):
+    def __init__(self, tasks: Callable[[], int | None], watches: Callable[[], int]) -> None:
+        self._tasks, self._watches = tasks, watches
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        tasks = self._tasks()
+        if tasks is not None:
+            yield GaugeMetricFamily(
+                "mlops_platform_asyncio_tasks", "asyncio tasks of the event loop not done", value=tasks
+            )
+        yield GaugeMetricFamily("mlops_platform_watches_open", "Watch streams open", value=self._watches())
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # collected at scrape time only
 
 
 def metrics_server(registry: CollectorRegistry, host: str, port: int) -> httpserver.HttpServer:

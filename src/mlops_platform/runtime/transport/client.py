@@ -67,6 +67,9 @@ class Client:
         #: messages of the last 403 answers; RBAC denials read 'User "..." cannot VERB resource ...'
         #: (a 403 can also mean "namespace is being terminated", which is not an authorization matter)
         self.forbidden: collections.deque[str] = collections.deque(maxlen=200)
+        #: watch streams open now (started and not yet ended or closed): a watch an informer
+        #: abandons without closing stays counted (``mlops_platform_watches_open``)
+        self.watches_open = 0
 
     @classmethod
     def from_kubeconfig(
@@ -324,30 +327,34 @@ class Client:
         loop = asyncio.get_running_loop()
         started = loop.time()
         read_timeout = (timeout_seconds + 30.0) if timeout_seconds else None
-        async with self._http.stream(
-            "GET",
-            path,
-            params=_clean(params),
-            headers={"Accept": "application/json"},
-            read_timeout=read_timeout,
-        ) as response:
-            self._record("watch", res.group_resource, namespace, response.status, loop.time() - started)
-            if response.status >= 300:
-                body = await response.read()
-                _decode(rhttp.Response(response.status, response.reason, response.headers, body))
-            async for line in response.lines():
-                if not line:
-                    continue
-                event: JSON = _decoder.decode(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    raise ApiError(
-                        int(status.get("code") or 500),
-                        str(status.get("reason") or "Error"),
-                        str(status.get("message") or ""),
-                        status,
-                    )
-                yield event
+        self.watches_open += 1
+        try:
+            async with self._http.stream(
+                "GET",
+                path,
+                params=_clean(params),
+                headers={"Accept": "application/json"},
+                read_timeout=read_timeout,
+            ) as response:
+                self._record("watch", res.group_resource, namespace, response.status, loop.time() - started)
+                if response.status >= 300:
+                    body = await response.read()
+                    _decode(rhttp.Response(response.status, response.reason, response.headers, body))
+                async for line in response.lines():
+                    if not line:
+                        continue
+                    event: JSON = _decoder.decode(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise ApiError(
+                            int(status.get("code") or 500),
+                            str(status.get("reason") or "Error"),
+                            str(status.get("message") or ""),
+                            status,
+                        )
+                    yield event
+        finally:
+            self.watches_open -= 1
 
     # -- discovery ------------------------------------------------------------------------------
 
