@@ -57,6 +57,43 @@ METRICS_SERVER_MANIFESTS = "manifests/overlays/release"
 # `mlops-platform migrate-storage` (docs/storage-migration.md).
 FEATURE_GATES = "StorageVersionMigrator=true"
 RUNTIME_CONFIG = "storagemigration.k8s.io/v1beta1=true"
+# kube-apiserver's audit log (``audit_log(name)``): the writes of the operator's kinds, at Metadata
+# level (who, user agent, verb, object, received and completed times; no bodies), one entry per
+# request (``ResponseComplete``), so a test can prove from the server's side who wrote what when
+# (tests/reliability/test_leader_failover.py: two leaders never write at once). The status writes of
+# the built-in controllers (deployments/status, ...), pods, nodes, Events and the node and
+# control-plane Leases are not logged. Rotated at 100 MB (lumberjack's default size), one old file kept.
+_WRITES = ["create", "update", "patch", "delete", "deletecollection"]
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "None",
+            "namespaces": ["kube-node-lease", "kube-system"],
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+        },
+        {
+            "level": "Metadata",
+            "verbs": _WRITES,
+            "resources": [
+                {"group": "mlops.platform"},  # every resource and subresource (status)
+                {"group": "coordination.k8s.io", "resources": ["leases"]},
+                {"group": "apps", "resources": ["deployments"]},  # not deployments/status, /scale
+                {"group": "", "resources": ["services"]},
+                {"group": "autoscaling", "resources": ["horizontalpodautoscalers"]},
+                {"group": "networking.k8s.io", "resources": ["networkpolicies"]},
+                {"group": "monitoring.coreos.com", "resources": ["prometheusrules", "servicemonitors"]},
+                {"group": "gateway.networking.k8s.io", "resources": ["httproutes"]},
+                {"group": "networking.istio.io", "resources": ["virtualservices"]},
+                {"group": "keda.sh", "resources": ["scaledobjects"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+AUDIT_LOG_MAX_BACKUPS = "1"
 
 
 def _log(msg: str, started: float | None = None) -> None:
@@ -74,6 +111,13 @@ def cluster_dir(name: str) -> Path:
 
 def kubeconfig_path(name: str) -> Path:
     return cluster_dir(name) / "kubeconfig.yaml"
+
+
+def audit_logs(name: str) -> list[Path]:
+    """kube-apiserver's audit log files of the cluster (:data:`AUDIT_POLICY`), the rotated one first;
+    JSON lines, one ``audit.k8s.io/v1`` Event each. Empty for a cluster created without it."""
+    logs = cluster_dir(name) / "logs"
+    return sorted(logs.glob("audit-*.log")) + [p for p in [logs / "audit.log"] if p.exists()]
 
 
 def _env(bins: binaries.Binaries | None = None) -> dict[str, str]:
@@ -96,6 +140,7 @@ def kwokctl_config(
     unthrottled: bool = False,
     metrics_server: bool = True,
     metrics_server_manifests: str | None = None,
+    audit_policy: str | None = None,
 ) -> str:
     """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML).
 
@@ -109,6 +154,9 @@ def kwokctl_config(
     kustomize directory, by default the pinned module's ``manifests/overlays/release``), and the HPA
     controller runs with the short timing above; without it the HPA timing is upstream's (a cluster
     as before metrics-server came, e.g. for benchmarks compared with earlier figures).
+
+    ``audit_policy``: the file holding :data:`AUDIT_POLICY` (kwokctl copies it into the cluster and
+    points kube-apiserver's ``--audit-policy-file`` and ``--audit-log-path`` at it and its log).
 
     Always: the built-in storage version migration API and its controller (``FEATURE_GATES``,
     ``RUNTIME_CONFIG``)."""
@@ -144,6 +192,11 @@ def kwokctl_config(
             },
         ],
     }
+    if audit_policy is not None:
+        conf["options"]["kubeAuditPolicy"] = audit_policy
+        conf["componentsPatches"][0]["extraArgs"].append(
+            {"key": "audit-log-maxbackup", "value": AUDIT_LOG_MAX_BACKUPS}
+        )
     if metrics_server:
         if metrics_server_manifests is None:
             metrics_server_manifests = str(
@@ -231,7 +284,13 @@ def _create(
 ) -> None:
     workdir().mkdir(parents=True, exist_ok=True)
     config_file = workdir() / f"{name}.kwokctl.yaml"
-    config_file.write_text(kwokctl_config(bins, unthrottled=unthrottled, metrics_server=metrics_server))
+    policy_file = workdir() / f"{name}.audit-policy.yaml"
+    policy_file.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+    config_file.write_text(
+        kwokctl_config(
+            bins, unthrottled=unthrottled, metrics_server=metrics_server, audit_policy=str(policy_file)
+        )
+    )
     parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
     _log(f"creating cluster {name!r} ({parts}{', metrics-server' if metrics_server else ''})", started)
     proc = subprocess.Popen(
@@ -351,6 +410,7 @@ def down(name: str = DEFAULT_NAME) -> None:
         raise RuntimeError(f"processes of cluster {name!r} still running: {left}")
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     (workdir() / f"{name}.kwokctl.yaml").unlink(missing_ok=True)
+    (workdir() / f"{name}.audit-policy.yaml").unlink(missing_ok=True)
     _log(f"cluster {name!r} is down; no process left")
 
 
