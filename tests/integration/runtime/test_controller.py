@@ -19,6 +19,7 @@ import httpx2 as httpx
 import pytest
 
 from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import requests, wait
@@ -286,3 +287,76 @@ async def test_sigterm_releases_the_lease_and_exits_zero(
     started = time.monotonic()
     await wait.until(lambda: _eq(holder(), other), timeout=6, interval=0.1, what="standby takes over")
     assert time.monotonic() - started < 6
+
+
+class _Blocking:
+    """A reconciler whose reconcile of ``slow`` blocks until released, then reads the Lease: what a
+    write at that moment would race with."""
+
+    def __init__(self, c: rclient.Client, namespace: str) -> None:
+        self.c, self.namespace = c, namespace
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+        self.holder_at_end: str | None = None
+
+    async def reconcile(self, req: Request) -> Result:
+        if req.name != "slow":
+            return Result()
+        self.entered.set()
+        await self.release.wait()
+        lease = await self.c.get(resources.LEASE, "drain-before-release", self.namespace)
+        self.holder_at_end = str(lease["spec"].get("holderIdentity") or "")
+        return Result()
+
+
+async def test_a_stopping_leader_keeps_its_lease_until_in_flight_reconciles_end(
+    kube_cluster: Path, admin_client: rclient.Client, namespace: str
+) -> None:
+    """controller-runtime's order on a graceful stop: controllers drain while the Lease is held, then
+    it is released; released first, a standby could take over and write while the last reconciles
+    still do (regression: the elector cancelled the drain and released at once)."""
+    async with rclient.Client.from_kubeconfig(kube_cluster) as c:
+        mgr = rmanager.Manager(
+            c,
+            rmanager.Options(
+                namespace=namespace,
+                health_probe_address=None,
+                metrics_address=None,
+                leader_election=True,
+                leader_election_id="drain-before-release",
+                leader_election_namespace=namespace,
+                lease_duration=4,
+                renew_deadline=3,
+                retry_period=0.5,
+            ),
+        )
+        reconciler = _Blocking(admin_client, namespace)
+        mgr.add(mgr.builder("blocking").for_(resources.CONFIG_MAP).build(reconciler))
+        task = asyncio.create_task(mgr.run())
+        try:
+            await admin_client.create(
+                resources.CONFIG_MAP, {"metadata": {"name": "slow"}, "data": {}}, namespace
+            )
+            await asyncio.wait_for(reconciler.entered.wait(), 30)
+            mgr.stop()
+
+            async def renewed_while_draining() -> bool:  # still held, and renewed, after the stop
+                lease = await admin_client.get(resources.LEASE, "drain-before-release", namespace)
+                return lease["spec"].get("holderIdentity") == mgr.options.identity and (
+                    lease["spec"].get("renewTime") != first["spec"].get("renewTime")
+                )
+
+            first = await admin_client.get(resources.LEASE, "drain-before-release", namespace)
+            assert first["spec"].get("holderIdentity") == mgr.options.identity, first["spec"]
+            await wait.until(renewed_while_draining, timeout=10, what="the Lease renewed while draining")
+            assert not task.done()
+            reconciler.release.set()
+            await asyncio.wait_for(task, 30)
+        finally:
+            reconciler.release.set()
+            mgr.stop()
+            await asyncio.wait_for(task, 30)
+        assert reconciler.holder_at_end == mgr.options.identity, (
+            f"the in-flight reconcile ended after the Lease went to {reconciler.holder_at_end!r}"
+        )
+        lease = await admin_client.get(resources.LEASE, "drain-before-release", namespace)
+        assert not lease["spec"].get("holderIdentity"), f"not released at the end: {lease['spec']}"

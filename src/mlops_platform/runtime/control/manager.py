@@ -126,6 +126,8 @@ class Manager:
         #: with ``shards > 1``: the bucket labelers of the primary kinds
         self.labelers: list[labeler.BucketLabeler] = []
         self._stop = asyncio.Event()
+        #: set when :meth:`_lead` has stopped the controllers (every in-flight reconcile ended)
+        self._drained = asyncio.Event()
         self._health_server: httpserver.HttpServer | None = None
         self._metrics_server: httpserver.HttpServer | None = None
         self._synced = False
@@ -301,10 +303,23 @@ class Manager:
         self.elector = leaderelection.LeaderElector(self.client, config, registry=self.metrics.registry)
         elector = self.elector
         watcher = asyncio.create_task(self._stop.wait())
+        self._drained.clear()
         election = asyncio.create_task(elector.run(self._lead))
         await asyncio.wait({watcher, election}, return_when=asyncio.FIRST_COMPLETED)
         if watcher.done():
-            elector.stop()  # graceful: cancels _lead (which drains controllers), releases the Lease
+            # controller-runtime's order: the controllers drain (the stop ends _lead's wait; in-flight
+            # reconciles finish) while the Lease is still held and renewed, and only then is it
+            # released. Stopping the elector first cancelled _lead mid-drain: the Lease was released
+            # while reconciles still wrote, so a standby could take over and write at the same time
+            # (seen in the API server's audit log: tests/reliability/test_leader_failover.py).
+            if elector.is_leader():
+                drained = asyncio.create_task(self._drained.wait())
+                await asyncio.wait(
+                    {drained, election}, timeout=o.graceful_shutdown_timeout + 5.0,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )  # fmt: skip
+                drained.cancel()
+            elector.stop()  # releases the Lease (cancels _lead if it has not ended)
             await election
             return
         watcher.cancel()
@@ -390,6 +405,7 @@ class Manager:
             timeout = self.options.graceful_shutdown_timeout
             await asyncio.shield(asyncio.gather(*(c.stop(timeout) for c in self.controllers)))
             log.info("controllers stopped")
+            self._drained.set()
 
     async def _start_servers(self) -> None:
         o = self.options
