@@ -18,19 +18,13 @@ import dataclasses
 import datetime
 import functools
 import itertools
-import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 import pytest
 
 from mlops_platform.deploy import rbac as deploy_rbac
@@ -38,7 +32,7 @@ from mlops_platform.runtime.control import sharding
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, probes, wait, webhook
+from mlops_platform.testing import identity, isvc, operator, probes, wait, webhook
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 GROUP = "shard-e2e"
@@ -47,28 +41,12 @@ OBJECTS = 30
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 6, 4, 1
 #: the acceptance bound of a takeover after SIGKILL (the wait's own timeout is longer)
 TAKEOVER_BOUND = LEASE_DURATION + 5
-ROOT = Path(__file__).resolve().parents[2]
+
+Replica = operator.Process
 
 _isvc = functools.partial(
     isvc.manifest, modelUri="s3://models/m/1", framework="torchserve", minReplicas=1, maxReplicas=1
 )
-
-
-@dataclasses.dataclass
-class Replica:
-    proc: subprocess.Popen[bytes]
-    identity: str
-    health_port: int
-    metrics_port: int
-    log: Path
-    killed_at: float | None = None  # wall clock (time.time), to compare with log timestamps
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-        return out
 
 
 @dataclasses.dataclass
@@ -77,12 +55,6 @@ class Group:
     replicas: list[Replica]
     start: Callable[[], Replica]
     history: list[tuple[float, str, str]]  # (monotonic time, Lease name, holder) for every change
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _record_leases(c: rclient.Client, ns: str, history: list[tuple[float, str, str]]) -> None:
@@ -123,32 +95,21 @@ async def group(
     replicas: list[Replica] = []
 
     def start() -> Replica:
-        health, metrics = _free_port(), _free_port()
-        log = tmp_path / f"replica-{len(replicas)}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "mlops_platform.cli", "run",
-                    "--kubeconfig", str(kubeconfig),
-                    "--namespace", namespace,
-                    "--shards", str(SHARDS),
-                    "--leader-election-id", GROUP,
-                    "--leader-election-namespace", namespace,
-                    "--lease-duration", str(LEASE_DURATION),
-                    "--renew-deadline", str(RENEW_DEADLINE),
-                    "--retry-period", str(RETRY_PERIOD),
-                    "--no-monitoring",
-                    "--webhook-bind-address", "off",  # the session's webhook process converts
-                    "--workers", "2",
-                    "--health-probe-bind-address", f"127.0.0.1:{health}",
-                    "--metrics-bind-address", f"127.0.0.1:{metrics}",
-                    "--log-level", "debug",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=out,
-                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-            )  # fmt: skip
-        replica = Replica(proc, f"{socket.gethostname()}_{proc.pid}", health, metrics, log)
+        replica = operator.start(
+            kubeconfig,
+            tmp_path / f"replica-{len(replicas)}.log",
+            "--namespace", namespace,
+            "--shards", str(SHARDS),
+            "--leader-election-id", GROUP,
+            "--leader-election-namespace", namespace,
+            "--lease-duration", str(LEASE_DURATION),
+            "--renew-deadline", str(RENEW_DEADLINE),
+            "--retry-period", str(RETRY_PERIOD),
+            "--no-monitoring",
+            "--webhook-bind-address", "off",  # the session's webhook process converts
+            "--workers", "2",
+            "--log-level", "debug",
+        )  # fmt: skip
         replicas.append(replica)
         return replica
 
@@ -157,15 +118,7 @@ async def group(
             start()
         yield Group(namespace, replicas, start, history)
     finally:
-        for r in replicas:
-            if r.proc.poll() is None:
-                r.proc.send_signal(signal.SIGTERM)
-        for r in replicas:
-            try:
-                await asyncio.to_thread(r.proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
-                r.proc.wait(10)
+        await asyncio.gather(*(r.stop() for r in replicas))
         recorder.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await recorder
@@ -183,30 +136,12 @@ async def _holders(c: rclient.Client, ns: str) -> dict[int, str]:
     return out
 
 
-async def _ready(replica: Replica) -> bool:
-    try:
-        async with httpx.AsyncClient(timeout=2) as http:
-            return (await http.get(f"http://127.0.0.1:{replica.health_port}/readyz")).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-async def _metric(replica: Replica, sample: str) -> float | None:
-    """The value of ``sample`` (name and labels as exposed) on the replica's /metrics."""
-    async with httpx.AsyncClient(timeout=2) as http:
-        text = (await http.get(f"http://127.0.0.1:{replica.metrics_port}/metrics")).text
-    for line in text.splitlines():
-        if line.startswith(sample + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 async def _held_gauge(replica: Replica) -> float | None:
-    return await _metric(replica, "mlops_platform_shard_partitions_held")
+    return await replica.metric("mlops_platform_shard_partitions_held")
 
 
 async def _cached(replica: Replica, resource: str) -> float | None:
-    return await _metric(replica, f'mlops_platform_cache_objects{{resource="{resource}"}}')
+    return await replica.metric(f'mlops_platform_cache_objects{{resource="{resource}"}}')
 
 
 async def _caches_hold(replica: Replica, partitions: set[int], partition: dict[str, int]) -> bool:
@@ -275,7 +210,7 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     c, ns = admin_client, group.namespace
     first = list(group.replicas)
     owners = await wait.until(lambda: _one_each(c, ns, first), timeout=90, what="one partition per replica")
-    assert all([await _ready(r) for r in first])
+    assert all([await r.ready() for r in first])
 
     # 30 InferenceServices, all Ready; each reconciled only by the replica owning its partition
     names = [f"svc-{i:02d}" for i in range(OBJECTS)]
@@ -300,8 +235,8 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     victim_k = partition[names[0]]
     victim = owners[victim_k]
     survivors = [r for r in first if r is not victim]
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.killed_at, killed = time.time(), time.monotonic()
+    victim.kill()
+    killed = time.monotonic()
 
     async def taken_over() -> str | None:
         holder = (await _holders(c, ns)).get(victim_k)

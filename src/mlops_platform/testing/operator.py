@@ -103,6 +103,14 @@ class Process:
                 return float(line.rsplit(" ", 1)[1])
         return None
 
+    async def reconciles(self) -> int:
+        """Reconciles it has finished so far (every controller and result), from its /metrics."""
+        return sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in (await self.metrics()).splitlines()
+            if line.startswith("controller_runtime_reconcile_total{")
+        )
+
     def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         """Send ``sig`` (default SIGKILL) and note the time."""
         self.killed_at = time.time()
@@ -138,3 +146,46 @@ def start(kubeconfig: Path, log: Path, *args: str, env: Mapping[str, str] | None
             env={**os.environ, "PYTHONPATH": str(_SRC), **(env or {})},
         )  # fmt: skip
     return Process(proc, f"{socket.gethostname()}_{proc.pid}", health, metrics, log)
+
+
+def elected(
+    namespace: str, lease: str, lease_duration: float, renew_deadline: float, retry_period: float
+) -> tuple[str, ...]:
+    """The ``run`` flags of a replica watching only ``namespace``, with leader election on the Lease
+    ``namespace/lease`` at that timing, serving no webhook (the test session's webhook converts)."""
+    return (
+        "--namespace", namespace,
+        "--leader-elect",
+        "--leader-election-id", lease,
+        "--leader-election-namespace", namespace,
+        "--lease-duration", str(lease_duration),
+        "--renew-deadline", str(renew_deadline),
+        "--retry-period", str(retry_period),
+        "--webhook-bind-address", "off",
+    )  # fmt: skip
+
+
+@dataclasses.dataclass
+class Replicas:
+    """``mlops-platform run`` processes with the same flags, started one at a time (:meth:`add`),
+    each logging to ``replica-<n>.log`` in ``logs``; :func:`replicas` stops every one at the end."""
+
+    kubeconfig: Path
+    logs: Path
+    args: tuple[str, ...]
+    started: list[Process] = dataclasses.field(default_factory=list)
+
+    def add(self) -> Process:
+        proc = start(self.kubeconfig, self.logs / f"replica-{len(self.started)}.log", *self.args)
+        self.started.append(proc)
+        return proc
+
+
+@contextlib.asynccontextmanager
+async def replicas(kubeconfig: Path, logs: Path, *args: str) -> AsyncIterator[Replicas]:
+    """:class:`Replicas` (none started yet); every one started is stopped when the block exits."""
+    group = Replicas(kubeconfig, logs, args)
+    try:
+        yield group
+    finally:
+        await asyncio.gather(*(p.stop() for p in group.started))
