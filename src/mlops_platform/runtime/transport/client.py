@@ -11,7 +11,12 @@ the operator made.
 Contract:
 - Non-2xx answers raise :class:`ApiError` carrying the HTTP status, the ``Status.reason`` and message.
 - ``429 Too Many Requests`` (and 5xx answers with ``Retry-After``) are retried after the server's
-  ``Retry-After`` (capped), up to ``max_retries`` times, like client-go.
+  ``Retry-After`` (capped), up to ``max_retries`` times, like client-go. An :class:`ApiError` of an
+  answer with ``Retry-After`` (a 429 past the retries, or a watch's: never retried here) carries
+  it as ``body["details"]["retryAfterSeconds"]`` even when the body is no Status (priority and
+  fairness answers in plain text), so the reflector waits what the server asked for too. Without a
+  Status body the error's reason is the API's name for the code (``TooManyRequests``), as
+  client-go's, never the HTTP reason phrase: reasons end up in conditions, which take no spaces.
 - ``apply`` is server-side apply (``application/apply-patch+yaml``) with a field manager and ``force``.
 - ``watch`` yields decoded watch events until the server closes the stream; it never reconnects
   (reconnecting with backoff is the reflector's job).
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -412,10 +418,48 @@ def _decode(response: rhttp.Response) -> JSON:
             body = None
     if response.status >= 300:
         status = body if isinstance(body, dict) else {}
+        retry_after = _retry_after(response)
+        if retry_after is not None and "Retry-After" in response.headers:
+            # priority and fairness answers 429 with a plain-text body and the Retry-After header
+            # only: carry the header where a Status says it, so that the caller that retries (the
+            # informer, for a watch the client does not retry) waits what the server asked for
+            details = status.setdefault("details", {})
+            if isinstance(details, dict) and not details.get("retryAfterSeconds"):
+                details["retryAfterSeconds"] = retry_after
         raise ApiError(
             response.status,
-            str(status.get("reason") or response.reason),
+            str(status.get("reason") or _reason(response.status, response.reason)),
             str(status.get("message") or response.body[:500].decode(errors="replace")),
             status,
         )
     return body if isinstance(body, dict) else {}
+
+
+#: the Status reason of an answer whose body is no Status (client-go's ``NewGenericServerResponse``)
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Gone",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def _reason(code: int, phrase: str) -> str:
+    """A reason in the API's form (``TooManyRequests``), never the HTTP reason phrase ("Too Many
+    Requests"): callers put reasons where the API only takes ``[A-Za-z][A-Za-z0-9_,:]*`` (a condition's
+    reason) and compare them with the API's. Other codes: the phrase in CamelCase ("BadGateway")."""
+    if code in _REASONS:
+        return _REASONS[code]
+    words = "".join(w[:1].upper() + w[1:] for w in re.split(r"[^A-Za-z0-9]+", phrase))
+    return words if words[:1].isalpha() else "Unknown"
