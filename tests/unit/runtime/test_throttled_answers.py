@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 import msgspec
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from mlops_platform import api
 from mlops_platform.api import v1alpha1
@@ -25,6 +26,7 @@ from mlops_platform.controllers.inferenceservice import status
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.caching import informer
 from mlops_platform.runtime.clock import FakeClock
+from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import resources
@@ -170,3 +172,30 @@ async def test_the_informer_waits_the_servers_retry_after_before_watching_again(
     assert waits == pytest.approx([7.0, 7.0])
     assert watches[:3] == ["10", "10", "10"]  # resumed where the LIST left off: nothing re-listed
     assert inf.relists == 1
+
+
+async def test_retries_after_retry_after_are_counted_as_client_gos_retries_metric() -> None:
+    """``rest_client_request_retries_total{code,method,host}`` counts every answer the client sends
+    again after its Retry-After (what shows a squeeze even when no reconcile fails), not the last."""
+    answers = [throttled("0"), throttled("0")]
+
+    def handler(request: web.Request) -> web.Response:
+        if answers:
+            return answers.pop(0)
+        return web.json_response({"kind": "ConfigMap", "metadata": {"name": "x"}})
+
+    async with served(handler) as c:
+        metrics = rmetrics.Metrics(CollectorRegistry())
+        metrics.observe_client(c)
+        await c.get(resources.CONFIG_MAP, "x", "ns")
+        host = c.base_url.split("://", 1)[1]
+        retries = metrics.registry.get_sample_value(
+            "rest_client_request_retries_total", {"code": "429", "method": "GET", "host": host}
+        )
+        requests = metrics.registry.get_sample_value(
+            "rest_client_requests_total", {"code": "429", "method": "GET", "host": host}
+        )
+        answered = metrics.registry.get_sample_value(
+            "rest_client_requests_total", {"code": "200", "method": "GET", "host": host}
+        )
+    assert (retries, requests, answered) == (2.0, 2.0, 1.0)

@@ -6,7 +6,8 @@
   ``controller_runtime_reconcile_time_seconds{controller}``,
   ``controller_runtime_active_workers{controller}``,
   ``controller_runtime_max_concurrent_reconciles{controller}``;
-- ``rest_client_requests_total{code,method,host}`` (client-go) and, finer,
+- ``rest_client_requests_total{code,method,host}`` and ``rest_client_request_retries_total{code,method,host}``
+  (client-go: answers the client sends again after their ``Retry-After``) and, finer,
   ``rest_client_requests_by_resource_total{verb,resource,code}`` for per-kind request accounting;
 - the workqueue families come from :mod:`workqueue_metrics`; leader election registers its own gauge,
   and the webhook server (:mod:`mlops_platform.runtime.webhook.server`) its ``controller_runtime_webhook_*``;
@@ -105,6 +106,12 @@ class Metrics:
             ["code", "method", "host"],
             registry=reg,
         )
+        self.rest_retries = Counter(
+            "rest_client_request_retries_total",
+            "Number of request retries, partitioned by status code, method, and host.",
+            ["code", "method", "host"],
+            registry=reg,
+        )
         self.rest_requests_by_resource = Counter(
             "rest_client_requests_by_resource_total",
             "Number of API requests, partitioned by verb, resource and status code.",
@@ -131,6 +138,8 @@ class Metrics:
             code = str(rec.code) if rec.code else "<error>"
             self.rest_requests.labels(code, _METHOD.get(rec.verb, rec.verb.upper()), host).inc()
             self.rest_requests_by_resource.labels(rec.verb, rec.resource, code).inc()
+            if rec.retried:
+                self.rest_retries.labels(code, _METHOD.get(rec.verb, rec.verb.upper()), host).inc()
 
         c.observers.append(observe)
 

@@ -132,10 +132,11 @@ class Client:
         code: int,
         seconds: float,
         name: str | None = None,
+        retried: bool = False,
     ) -> None:
         self.requests[(verb, resource, code)] += 1
         if self.observers:
-            record = RequestRecord(verb, resource, namespace, code, seconds, name)
+            record = RequestRecord(verb, resource, namespace, code, seconds, name, retried)
             for observe in self.observers:
                 observe(record)
 
@@ -170,9 +171,10 @@ class Client:
             except rhttp.TransportError:
                 self._record(verb, resource, namespace, 0, loop.time() - started, name)
                 raise
-            self._record(verb, resource, namespace, response.status, loop.time() - started, name)
             retry_after = _retry_after(response)
-            if retry_after is not None and attempt < self._max_retries:
+            retry = retry_after is not None and attempt < self._max_retries
+            self._record(verb, resource, namespace, response.status, loop.time() - started, name, retry)
+            if retry_after is not None and retry:
                 await asyncio.sleep(retry_after)
                 continue
             try:

@@ -77,6 +77,9 @@ class RequestRecord:
     seconds: float
     #: the object's name, for a request on one object (get, update, patch, delete, apply)
     name: str | None = None
+    #: the client sends it again after the answer's ``Retry-After`` (a 429, a 5xx with the header):
+    #: client-go's ``rest_client_request_retries_total``
+    retried: bool = False
 
 
 def verb_of(method: str, name: str | None, params: Mapping[str, Any] | None) -> str:
