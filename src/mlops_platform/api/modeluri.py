@@ -72,8 +72,12 @@ def parse(uri: str) -> ModelURI:
             raise ModelURIError(f"{uri!r}: '.' and '..' segments are not allowed")
         return ModelURI("file", "", rest)
     if scheme in ("http", "https"):
-        parts = urlsplit(uri)
-        if not parts.netloc or parts.hostname is None:
+        try:  # a malformed IPv6 host ("https://[x/m") is a ValueError of urllib, not ours
+            parts = urlsplit(uri)
+            host = parts.hostname
+        except ValueError as e:
+            raise ModelURIError(f"{uri!r}: {e}") from None
+        if not parts.netloc or host is None:
             raise ModelURIError(f"{uri!r}: no host")
         if not parts.path.strip("/"):
             raise ModelURIError(f"{uri!r}: no file path (http(s) serves one file or archive)")
@@ -97,3 +101,74 @@ def parse(uri: str) -> ModelURI:
 
 def _has_dot_segment(path: str) -> bool:
     return any(seg in (".", "..") for seg in path.split("/"))
+
+
+#: white space as :meth:`str.isspace` sees it, in RE2 (the API server's CEL ``matches``)
+_WHITE_SPACE_RE2 = r"[\t\n\v\f\r\x{1c}-\x{1f}\x{85}\p{Z}]"
+#: an http(s) URI :func:`parse` accepts: a host (after any user info, before any port) and a path
+#: with more than slashes, as :func:`urllib.parse.urlsplit` reads them
+_HTTP_RE2 = r"^https?://([^/?#\[\]]*@)?([^/?#@:\[\]]+|\[[0-9A-Za-z:.%]+\])(:[^/?#]*)?/[^?#]*[^/?#]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """One thing :func:`parse` checks, as RE2 regexes (CEL ``matches``: found anywhere): a URI that
+    matches ``when`` (None: every URI) must match each of ``must`` and must not match ``must_not``."""
+
+    message: str
+    when: str | None = None
+    must: tuple[str, ...] = ()
+    must_not: str | None = None
+
+    def cel(self, value: str) -> str:
+        """The CEL expression of this check on the string ``value``."""
+        parts = [f"{value}.matches(r'{regex}')" for regex in self.must]
+        if self.must_not is not None:
+            parts.append(f"!{value}.matches(r'{self.must_not}')")
+        check = " && ".join(parts)
+        return check if self.when is None else f"!{value}.matches(r'{self.when}') || ({check})"
+
+
+#: what :func:`parse` checks beyond the scheme (the schema's ``pattern``), for the API server
+CHECKS = (
+    Check("a model URI has no white space", must_not=_WHITE_SPACE_RE2),
+    Check(
+        "the bucket of an s3:// or gs:// model URI: lowercase letters, digits, '.', '_' and '-', up to 63 "
+        "(s3://<bucket>/<key or prefix>)",
+        when="^(s3|gs)://",
+        must=(r"^(s3|gs)://[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?(/|$)",),
+    ),
+    Check(
+        "the claim of a pvc:// model URI is a PersistentVolumeClaim name (pvc://<claim>/<path>)",
+        when="^pvc://",
+        must=(
+            "^pvc://[^/]{1,253}(/|$)",
+            r"^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(/|$)",
+        ),
+    ),
+    Check(
+        "'.' and '..' segments are not allowed in a model URI's path",
+        must_not=r"^(s3|gs|pvc|file)://[^/]*/(.*/)?\.\.?(/|$)",
+    ),
+    Check(
+        "file:// takes an absolute path in the image (file:///models/x)",
+        when="^file://",
+        must=("^file:///.*[^/]",),
+    ),
+    Check(
+        "an http(s):// model URI names a host and a file (https://<host>/<path>)",
+        when="^https?://",
+        must=(_HTTP_RE2,),
+    ),
+)
+
+
+def cel_rules() -> list[dict[str, str]]:
+    """The CEL rules (``x-kubernetes-validations``) of a string field holding a model URI: on the
+    API server, what :func:`parse` says (:data:`CHECKS`); the schema's ``pattern`` checks the scheme."""
+    return [{"rule": c.cel("self"), "message": c.message, "reason": "FieldValueInvalid"} for c in CHECKS]
+
+
+def cel_condition(value: str) -> str:
+    """One CEL condition: the string ``value`` passes every check of :data:`CHECKS`."""
+    return " && ".join(f"({c.cel(value)})" for c in CHECKS)

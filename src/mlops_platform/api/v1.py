@@ -59,13 +59,24 @@ REMOTE_URI_PATTERN = r"^(s3|gs|https?)://"
 Duration = Annotated[str, Meta(pattern=internal.DURATION_PATTERN, min_length=1, max_length=32)]
 _Runtime = Annotated[str, Meta(pattern=RUNTIME_PATTERN, max_length=63)]
 _Format = Annotated[str, Meta(pattern=FORMAT_PATTERN, max_length=63)]
+#: CEL: the resource name ``k`` is an extended resource (``nvidia.com/gpu``, ``example.com/fpga``: a
+#: domain other than kubernetes.io), which Kubernetes counts in whole units and never overcommits
+_EXTENDED_CEL = "(k.contains('/') && !k.contains('kubernetes.io/'))"
+#: CEL: Kubernetes overcommits the resource ``k`` (a native one but hugepages-*)
+_OVERCOMMITTED_CEL = "((!k.contains('/') || k.contains('kubernetes.io/')) && !k.startsWith('hugepages-'))"
 #: CEL rules of a resource list: its keys are resource names (the schema cannot say it of map keys)
 RESOURCE_LIST_RULES = [
     {
         "rule": f"self.all(k, k.size() <= 253 && k.matches('{RESOURCE_NAME_PATTERN}'))",
         "message": "resource names must be qualified names such as cpu, memory or nvidia.com/gpu",
         "reason": "FieldValueInvalid",
-    }
+    },
+    {
+        "rule": f"self.all(k, !{_EXTENDED_CEL} || !isQuantity(string(self[k])) || "
+        "quantity(string(self[k])).isInteger())",
+        "message": "extended resources such as nvidia.com/gpu are counted in whole units",
+        "reason": "FieldValueInvalid",
+    },
 ]
 _ResourceList = Annotated[
     dict[str, Quantity],
@@ -82,7 +93,30 @@ RESOURCES_RULES = [
         "fieldPath": ".requests",
         "reason": "FieldValueInvalid",
     },
+    {
+        "rule": f"!has(self.requests) || self.requests.all(k, {_OVERCOMMITTED_CEL} || (has(self.limits) && "
+        "k in self.limits && (!isQuantity(string(self.requests[k])) || "
+        "!isQuantity(string(self.limits[k])) || "
+        "quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) == 0)))",
+        "message": "a request of a resource Kubernetes does not overcommit (an extended resource such as "
+        "nvidia.com/gpu, hugepages-*) needs a limit in resources.limits equal to it",
+        "fieldPath": ".requests",
+        "reason": "FieldValueInvalid",
+    },
 ]
+
+
+def extended_resource(name: str) -> bool:
+    """An extended resource (``nvidia.com/gpu``): whole units, never overcommitted (Kubernetes'
+    ``IsExtendedResourceName``)."""
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def overcommitted(name: str) -> bool:
+    """Whether Kubernetes lets a request of ``name`` be below its limit (``IsOvercommitAllowed``)."""
+    return not extended_resource(name) and not name.startswith("hugepages-")
+
+
 #: CEL rules of ``autoscaling`` (mirrored by :func:`validate`)
 AUTOSCALING_RULES = [
     {
@@ -129,11 +163,21 @@ class ModelStorage(_Base):
     ] = None
 
 
+#: a downloaded model URI that names a directory (``modeluri.ModelURI.is_prefix``): a bucket's root,
+#: a path ending in '/' (for http(s): path and query, before any fragment)
+DIRECTORY_URI_RE2 = r"^(s3|gs)://([^/]*/?|.*/)$|^https?://([^#]*/|[^?#]*/\?)(#.*)?$"
 #: CEL rules of a ``model`` (mirrored by :func:`validate`): download settings need a download
 MODEL_RULES = [
     {
         "rule": f"!has(self.sha256) || self.uri.matches('{REMOTE_URI_PATTERN}')",
         "message": "model.sha256 is verified on download: only for s3://, gs:// and http(s):// models",
+        "fieldPath": ".sha256",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": f"!has(self.sha256) || !self.uri.matches(r'{DIRECTORY_URI_RE2}')",
+        "message": "model.sha256 verifies one file or archive, and the model URI names a directory (a "
+        "bucket, or a path ending in '/')",
         "fieldPath": ".sha256",
         "reason": "FieldValueInvalid",
     },
@@ -167,6 +211,7 @@ class Model(_Base):
             pattern=MODEL_URI_PATTERN,
             max_length=2048,
             description="Where the model is: s3://, gs://, pvc://, http(s):// or file:// URI.",
+            extra_json_schema={"x-kubernetes-validations": modeluri.cel_rules()},
         ),
     ]
     format: Annotated[
@@ -429,19 +474,34 @@ def validate(isvc: InferenceService) -> None:
                     f"spec.predictor.resources.{part}: {name!r} is not a resource name such as cpu, "
                     "memory or nvidia.com/gpu"
                 )
-    if r is not None and r.requests and r.limits:
+    for part in ("requests", "limits"):
+        for name, value in (getattr(r, part, None) or {}).items():
+            if extended_resource(name) and quantity.parse(str(value)) % 1:
+                raise ValidationError(
+                    f"spec.predictor.resources.{part}[{name}] ({value}): an extended resource is counted in "
+                    "whole units"
+                )
+    if r is not None and r.requests:
         for name, request in r.requests.items():
-            limit = r.limits.get(name)
+            limit = (r.limits or {}).get(name)
             if limit is not None and quantity.parse(str(request)) > quantity.parse(str(limit)):
                 raise ValidationError(
                     f"spec.predictor.resources.requests[{name}] ({request}) must be <= "
                     f"spec.predictor.resources.limits[{name}] ({limit})"
                 )
+            if not overcommitted(name) and (
+                limit is None or quantity.parse(str(request)) != quantity.parse(str(limit))
+            ):
+                raise ValidationError(
+                    f"spec.predictor.resources.requests[{name}] ({request}): Kubernetes does not overcommit "
+                    f"{name}: spec.predictor.resources.limits[{name}] must be set and equal to it "
+                    f"(it is {limit})"
+                )
 
 
 def _validate_model(m: Model, where: str) -> None:
     """The URI parses (:func:`modeluri.parse`) and the download settings fit its scheme (the CEL
-    rules :data:`MODEL_RULES` say the same but for a checksum of a directory)."""
+    rules :data:`MODEL_RULES` say the same)."""
     try:
         uri = modeluri.parse(m.uri)
     except modeluri.ModelURIError as e:

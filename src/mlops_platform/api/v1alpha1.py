@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
+from mlops_platform.api import modeluri
 from mlops_platform.runtime import quantity
 
 GROUP = "mlops.platform"
@@ -104,10 +105,12 @@ SPEC_RULES = [
 TRAFFIC_RULES = [
     {
         "rule": "!has(self.canaryVersion) || "
-        f"(self.canaryVersion.contains('://') ? self.canaryVersion.matches('{MODEL_URI_PATTERN}') : "
+        f"(self.canaryVersion.contains('://') ? self.canaryVersion.matches('{MODEL_URI_PATTERN}') && "
+        f"{modeluri.cel_condition('self.canaryVersion')} : "
         f"self.canaryVersion.size() <= 63 && self.canaryVersion.matches('{CANARY_TOKEN_PATTERN}'))",
         "message": "spec.traffic.canaryVersion must be a full model URI (s3://, gs://, pvc://, http(s)://, "
-        "file://) or a version token of up to 63 characters (letters, digits, '.', '_', '-')",
+        "file://, with the rules of spec.modelUri) or a version token of up to 63 characters (letters, "
+        "digits, '.', '_', '-')",
         "fieldPath": ".canaryVersion",
         "reason": "FieldValueInvalid",
     },
@@ -183,6 +186,7 @@ class InferenceServiceSpec(_Base):
             pattern=MODEL_URI_PATTERN,
             max_length=2048,
             description="Where the model is: s3://, gs://, pvc://, http(s):// or file:// URI.",
+            extra_json_schema={"x-kubernetes-validations": modeluri.cel_rules()},
         ),
     ]
     framework: Annotated[Framework, Meta(description="Model server runtime: triton, seldon or torchserve.")]

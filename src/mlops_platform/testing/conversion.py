@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from mlops_platform.api import crd, v1alpha1
+from mlops_platform.api import crd, modeluri, v1alpha1
 
 JSON = dict[str, Any]
 GROUP = v1alpha1.GROUP
@@ -206,7 +206,7 @@ def _model(draw: st.DrawFn) -> JSON:
     if draw(st.booleans()):
         model["format"] = draw(st.sampled_from(_FORMATS))
     if _REMOTE_URI.match(model["uri"]):
-        if draw(st.booleans()):
+        if not modeluri.parse(model["uri"]).is_prefix and draw(st.booleans()):  # a file: it has a digest
             model["sha256"] = draw(st.sampled_from(_SHA256))
         if draw(st.booleans()):
             model["storage"] = draw(_storage(model["uri"]))
@@ -222,6 +222,8 @@ def _resources(draw: st.DrawFn) -> JSON:
         request, limit = draw(
             _quantity_pair("" if "/" in name else draw(st.sampled_from(["", "m", "Mi", "Gi"])))
         )
+        if "/" in name and request is not None:  # an extended resource: never overcommitted
+            limit = request
         if request is not None:
             requests[name] = request
         if limit is not None:
