@@ -83,6 +83,18 @@ def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition |
     return dataclasses.replace(cond, type=o.slot.condition_type)
 
 
+def _replacing(cond: base.ChildCondition | None, o: Observed, previous: Obj) -> base.ChildCondition | None:
+    """The predictor Deployment's condition, a replacement of lost replicas not called a rollout
+    (:func:`deployment.replacing`; the rolled-out model is the previous status' ``activeVersion``)."""
+    if (
+        cond is None
+        or o.slot.child is not deployment.CHILD
+        or o.slot.target.component.key != labels.PREDICTOR
+    ):
+        return cond
+    return deployment.replacing(cond, o.live, previous.get("activeVersion"))
+
+
 def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.ChildCondition]:
     """One condition per type, in first-seen order; the worst status wins, True messages join."""
     by_type: dict[str, base.ChildCondition] = {}
@@ -219,7 +231,7 @@ def compute(
     canary: Canary | None = None,
 ) -> Obj:
     """The whole ``status`` object (without ``lastReconcileTime``)."""
-    slot_conds = merge_conditions(slot_condition(o, ctx) for o in observed)
+    slot_conds = merge_conditions(_replacing(slot_condition(o, ctx), o, previous) for o in observed)
     serving_types = {o.slot.condition_type for o in observed if _serving(o)}
     serving_conds = [c for c in slot_conds if c.type in serving_types]
     contrib = _predictor_contributions(observed, ctx)

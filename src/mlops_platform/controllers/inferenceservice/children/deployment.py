@@ -333,6 +333,34 @@ def condition(
     return base.ChildCondition(CONDITION, "True", reason, summary)
 
 
+def replacing(
+    cond: base.ChildCondition, live: base.Obj | None, active_version: str | None
+) -> base.ChildCondition:
+    """``cond`` (of :func:`condition`), unless it says ``RollingOut`` of a Deployment that rolls out
+    nothing: replicas lost (with their node, evicted, deleted) being replaced. Kubernetes reports a
+    replacement like a rollout (``updatedReplicas`` drops, then ``Progressing`` turns
+    ``ReplicaSetUpdated`` until the new pods are available), but the template is the one already
+    rolled out (the status' ``activeVersion``), its generation observed, and no replica of an older
+    template is left. Its availability then says what is wrong: ``NoReplicasAvailable`` (False) or
+    ``PartiallyAvailable`` (True, serving), with the count starting. (A scale-up looks the same
+    for a moment, before the ReplicaSet has created its pods: not a rollout either.)"""
+    if cond.reason != "RollingOut" or live is None or not active_version:
+        return cond
+    spec, st = live.get("spec") or {}, live.get("status") or {}
+    if int(st.get("observedGeneration") or 0) < objects.generation(live) or _model_of(spec) != active_version:
+        return cond
+    want, ready = int(spec.get("replicas", 1)), int(st.get("availableReplicas") or 0)
+    if int(st.get("replicas") or 0) > int(st.get("updatedReplicas") or 0) or ready >= want:
+        return cond  # old replicas left: a rollout; all available: its last step
+    summary = (
+        f"{ready}/{want} replicas available, {want - ready} starting; no rollout ({active_version} is "
+        "rolled out): replicas replaced or added"
+    )
+    if ready == 0:
+        return base.ChildCondition(cond.type, "False", "NoReplicasAvailable", summary)
+    return base.ChildCondition(cond.type, "True", "PartiallyAvailable", summary)
+
+
 RBAC = base.child_rbac(KIND, why="the predictor Deployment: watched (owns), applied, repaired, deleted")
 
 
