@@ -21,6 +21,7 @@ model come from the predictor component's contributions (:class:`base.Contributi
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from typing import Literal
 
@@ -93,6 +94,19 @@ def _replacing(cond: base.ChildCondition | None, o: Observed, previous: Obj) -> 
     ):
         return cond
     return deployment.replacing(cond, o.live, previous.get("activeVersion"))
+
+
+#: what the API takes as a condition's reason (``v1alpha1.Condition.reason``)
+_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+
+
+def _reason(reason: str) -> str:
+    """An API error's reason as a condition's: a Status from an admission webhook may carry any text
+    there ("denied by policy"), and a status with it would be refused (422), so the failure never
+    reported. Free text becomes ``ApiError`` (the text stays in the message)."""
+    if len(reason) <= 1024 and _REASON.fullmatch(reason):
+        return reason
+    return "ApiError"
 
 
 def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.ChildCondition]:
@@ -245,7 +259,7 @@ def compute(
         reconciled = base.ChildCondition(
             "Reconciled",
             "False",
-            f.error.reason or "ApiError",
+            _reason(f.error.reason),
             f"{f.what} failed: {f.error.status} {f.error.message}",
         )
     else:
