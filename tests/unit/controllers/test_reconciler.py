@@ -886,6 +886,34 @@ async def test_ready_and_reconciled_messages_name_the_cause(
     assert cond(w.status, "Reconciled")["message"].startswith(reconciled_message)
 
 
+@pytest.mark.parametrize(
+    ("res", "err"),
+    [
+        (
+            MONITOR,
+            fakes.api_error(503, "the request has been made before all known HTTP paths have been installed"),
+        ),
+        (resources.POD, fakes.api_error(429, "storage is (re)initializing")),
+        (DEP, fakes.api_error(500, "etcdserver: request timed out")),
+        (SVC, fakes.api_error(504, "the server was unable to return a response in the time allotted")),
+    ],
+    ids=["503-paths-not-installed", "429-cache-initializing", "500", "504"],
+)
+async def test_a_transient_list_watch_error_fails_no_reconcile(res: rclient.Resource, err: Exception) -> None:
+    """While the API server restarts, informers retry a 503, a 429 or a 5xx and serve their cache
+    meanwhile: the reconcile completes from it, with no PermissionDenied Event and nothing on the
+    status. (Each used to fail the reconcile, which grew the key's backoff to tens of seconds: the
+    API server restart scenario of the reliability suite converged 20 s after the API server was back.)"""
+    w = await world_with()
+    await w.converge()
+    w.cache.informer_for(res).last_error = err
+    w.edit_spec(modelUri="s3://models/bert/3")
+    await w.reconcile()
+    assert "PermissionDenied" not in w.recorder.reasons
+    assert ("apply", "deployments", f"{NAME}-predictor") in w.writes
+    assert brief(w.status, "Reconciled")[0] == "True"
+
+
 async def test_apply_forbidden_is_recorded_then_raised_and_the_other_children_still_sync() -> None:
     w = await world_with({"minReplicas": 1, "maxReplicas": 3})
     w.client.fail("apply", "deployments")

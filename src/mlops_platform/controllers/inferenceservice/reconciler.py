@@ -596,12 +596,16 @@ class InferenceServiceReconciler:
         return not child.kind.optional or self.cache.synced(resource)
 
     def _permission_problems(self, namespace: str) -> list[tuple[str, rclient.ApiError]]:
-        """What the operator cannot see or record (a 403 on list/watch, or on writing Events)."""
+        """What the operator cannot see or record (a 401/403 on list/watch, or on writing Events).
+
+        Any other list/watch error is transient (a restarting API server answers 503, then 429 while
+        its watch cache fills, then 410): the informer retries it and the cache is served meanwhile,
+        so it fails no reconcile (each failure would grow the key's backoff past the outage)."""
         problems: list[tuple[str, rclient.ApiError]] = []
         watched = [resources.POD, resources.ENDPOINT_SLICE, resources.CRD]
         watched += [r for c in children.CHILDREN if (r := self.kinds.resolve(c.kind)) is not None]
         for group_resource, err in sorted(self.cache.errors(watched).items()):
-            if isinstance(err, rclient.ApiError):
+            if isinstance(err, rclient.ApiError) and err.status in (401, 403):
                 problems.append((f"list/watch {group_resource}", err))
         denied = self.recorder.denied.get(namespace)
         if denied is not None:
