@@ -1,10 +1,11 @@
-"""Failure injection on the local control plane: stop/start a component, compact etcd.
+"""Failure injection on the local control plane: stop/start a component, compact, defragment etcd.
 
 Used by reliability tests. Works on the binary runtime only (real processes on this machine).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import os
@@ -39,20 +40,38 @@ def pid_of(name: str, component: str) -> int:
     return pid
 
 
-def stop_component(name: str, component: str, *, sig: signal.Signals = signal.SIGKILL) -> StoppedComponent:
-    """Kill one component process (default SIGKILL) and wait until it is gone."""
-    pid = pid_of(name, component)
-    proc = Path("/proc") / str(pid)
+def component_spec(name: str, component: str) -> StoppedComponent:
+    """How a running component was started (command line, directory, environment): what
+    :func:`start_component` needs to start it again should it exit (a kube-controller-manager or
+    kube-scheduler exits when it cannot renew its leader Lease while kube-apiserver is down)."""
+    proc = Path("/proc") / str(pid_of(name, component))
     argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
     env = dict(kv.decode().split("=", 1) for kv in (proc / "environ").read_bytes().split(b"\0") if b"=" in kv)
-    cwd = os.readlink(proc / "cwd")
+    return StoppedComponent(component, argv, os.readlink(proc / "cwd"), env)
+
+
+def running(name: str, component: str) -> bool:
+    """Whether the component's process (its pid file) is alive: not gone, not a zombie."""
+    try:
+        pid = pid_of(name, component)
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def stop_component(name: str, component: str, *, sig: signal.Signals = signal.SIGKILL) -> StoppedComponent:
+    """Kill one component process (default SIGKILL) and wait until it is gone."""
+    spec = component_spec(name, component)
+    pid = pid_of(name, component)
+    proc = Path("/proc") / str(pid)
     os.kill(pid, sig)
     deadline = time.monotonic() + 30
     while Path(proc).exists() and time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         time.sleep(0.05)
-    return StoppedComponent(component, argv, cwd, env)
+    return spec
 
 
 def start_component(name: str, stopped: StoppedComponent) -> int:
@@ -91,3 +110,38 @@ def compact_etcd(name: str, endpoint: str | None = None) -> int:
         rev = int(http.post("/v3/kv/range", json={"key": "AA=="}).json()["header"]["revision"])
         http.post("/v3/kv/compaction", json={"revision": rev, "physical": True}).raise_for_status()
     return rev
+
+
+#: the key :func:`bump_etcd_revision` writes: outside the API server's prefix (``/registry``)
+BUMP_KEY = "/mlops-platform-chaos/revision-bump"
+
+
+def bump_etcd_revision(name: str, endpoint: str | None = None) -> int:
+    """Write and delete a key no API server reads, so etcd's revision moves past every
+    resourceVersion any client has seen; return the new revision.
+
+    With kube-apiserver stopped, this makes sure that after a compaction no watch can resume at
+    exactly the compacted revision (the last write before the stop): every one gets ``410 Gone``.
+    """
+    url = endpoint or etcd_endpoint(name)
+    key = base64.b64encode(BUMP_KEY.encode()).decode()
+    with httpx.Client(base_url=url, timeout=10) as http:
+        put = http.post("/v3/kv/put", json={"key": key, "value": base64.b64encode(b"1").decode()})
+        put.raise_for_status()
+        deleted = http.post("/v3/kv/deleterange", json={"key": key})
+        deleted.raise_for_status()
+        return int(deleted.json()["header"]["revision"])
+
+
+def defrag_etcd(name: str, endpoint: str | None = None) -> tuple[int, int]:
+    """Defragment etcd (give the pages a compaction freed back: the database file shrinks); return
+    the database size in bytes before and after.
+
+    etcd answers no request while it defragments: the API server's requests wait meanwhile.
+    """
+    url = endpoint or etcd_endpoint(name)
+    with httpx.Client(base_url=url, timeout=60) as http:
+        before = int(http.post("/v3/maintenance/status", json={}).json()["dbSize"])
+        http.post("/v3/maintenance/defragment", json={}).raise_for_status()
+        after = int(http.post("/v3/maintenance/status", json={}).json()["dbSize"])
+    return before, after
