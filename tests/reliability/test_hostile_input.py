@@ -56,6 +56,9 @@ SETTLE_TIMEOUT = SETTLE_WITHIN + 120
 STABLE_SECONDS = 3.0
 #: Ready reasons that do not say why an object is not Ready
 VAGUE = frozenset({"", "Waiting", "ReconcileFailed", "Unknown"})
+#: Ready reasons of a state on its way to another (a rollout ends Serving, Unschedulable, ...): the
+#: queue can be idle meanwhile (nothing to do but wait for the pods), so this is not settled yet
+PASSING = frozenset({"RollingOut"})
 #: hypothesis runs (seed, seed + 1, ...) at most, to draw enough distinct examples
 ROUNDS = 4
 
@@ -152,6 +155,8 @@ def _explained(obj: dict[str, Any]) -> str | None:
         return f"Ready={ready.get('status')} without a reason or message: {ready}"
     if ready.get("status") != "True" and ready["reason"] in VAGUE:
         return f"Ready={ready.get('status')}/{ready['reason']}: {ready.get('message', '')[:300]}"
+    if ready["reason"] in PASSING:
+        return f"still {ready['reason']}: {ready.get('message', '')[:300]}"
     return None
 
 

@@ -7,9 +7,11 @@ test's namespace, with leader election in it (4 s / 3 s / 1 s: a SIGKILLed leade
 its Lease, so the new process takes over once it has seen the Lease unrenewed for 4 s). One
 repetition: a rollout (a new ``modelUri`` for every InferenceService, written in a random order
 while the operator works), a SIGKILL once the operator has finished a random number ``k`` of
-reconciles since the rollout began (0 <= k < objects, read from its /metrics), so reconciles are in
-flight (asserted: the namespace is not converged at the kill), a new process at once, then
-:func:`reliability.converge` from the kill.
+reconciles since the rollout began (0 <= k < objects / 2, read from its /metrics), a new process at
+once, then :func:`reliability.converge` from the kill (every kill, counted or not, must converge).
+Only a kill that found the namespace not converged counts as a fault during a rollout (the metrics
+lag behind the operator on a loaded machine: a late kill can find everything done); the test
+rolls out again until ``KILLS`` kills counted, at most ``ATTEMPTS`` rollouts.
 The random moments come from a seeded ``random.Random`` (seed printed; ``MLOPS_RELIABILITY_SEED``
 replays one). Run with ``-s`` for the figures of every kill.
 """
@@ -31,6 +33,8 @@ from mlops_platform.testing import isvc, operator, reliability, wait, webhook
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
 OBJECTS = reliability.scale(50, 10)
 KILLS = reliability.repetitions(20, 2)
+#: rollouts at most, to land KILLS kills with reconciles in flight
+ATTEMPTS = 2 * KILLS + 2
 LEASE_ID = "reliability-sigkill"
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4, 3, 1
 #: acceptance bound of one restart, from the SIGKILL to a converged namespace: the takeover (lease
@@ -90,7 +94,7 @@ async def _kill_during_rollout(
     for the new spec, its Deployment and status, then Ready), start the next process, converge.
     The next process and the figures."""
     expected = {n: reliability.Expected(model_uri=_uri(n, rollout)) for n in names}
-    k = rng.randrange(len(names))
+    k = rng.randrange(max(1, len(names) // 2))  # one reconcile per object can settle it: kill early
     before = await current.reconciles()
     done = 0
     writing = asyncio.create_task(_rollout(c, ns, names, rollout, rng))
@@ -120,7 +124,6 @@ async def _kill_during_rollout(
     unsettled = len(at_kill.unsettled) + len(at_kill.lost)
     kill = Kill(k, done, unsettled, await ready, converged.seconds)
     assert converged.audit.ok, f"after kill {rollout}: {converged.audit.summary()}"
-    assert not at_kill.ok, f"kill {rollout}: nothing was in flight ({kill})"
     return kill, successor, converged
 
 
@@ -139,7 +142,8 @@ async def test_operator_sigkill_during_rollouts(
     names = [f"sigkill-{i:02d}" for i in range(OBJECTS)]
     for name in names:
         await c.create(ISVC, _isvc(name, modelUri=_uri(name, 0)), ns)
-    kills: list[Kill] = []
+    kills: list[Kill] = []  # the kills that found reconciles in flight
+    missed = 0
     async with (
         operator.replicas(
             kube_cluster,
@@ -152,18 +156,29 @@ async def test_operator_sigkill_during_rollouts(
         initial = {n: reliability.Expected(model_uri=_uri(n, 0)) for n in names}
         converged = await reliability.converge(c, ns, initial, timeout=CONVERGE_TIMEOUT)
         assert converged.audit.ok, f"before the first kill: {converged.audit.summary()}"
-        for rollout in range(1, KILLS + 1):
+        rollout = 0
+        while len(kills) < KILLS:
+            # a kill that found nothing in flight (the reconciles read from /metrics lag behind the
+            # operator's on a loaded machine) is no fault during a rollout: it does not count, and
+            # another rollout is killed; at most ATTEMPTS rollouts in all
+            rollout += 1
+            assert rollout <= ATTEMPTS, (
+                f"seed {seed}: only {len(kills)} of {rollout - 1} kills found reconciles in flight"
+            )
             try:
                 kill, current, converged = await _kill_during_rollout(
                     c, ns, names, rollout, rng, current, group
                 )
             except AssertionError as e:
                 raise AssertionError(f"seed {seed}: {e}") from e
-            kills.append(kill)
             print(f"kill {rollout}: {kill}")
             assert kill.converge_s <= CONVERGE_WITHIN, (
                 f"kill {rollout}: converged {kill.converge_s:.1f} s after the SIGKILL (seed {seed})"
             )
+            if kill.unsettled:
+                kills.append(kill)
+            else:
+                missed += 1
         regressions = history.regressions()
         status_events = history.events
     assert not regressions, f"status went back (seed {seed}): {regressions}"
@@ -171,7 +186,8 @@ async def test_operator_sigkill_during_rollouts(
     takeover = max(x.takeover_s for x in kills)
     unsettled = [x.unsettled for x in kills]
     print(
-        f"operator SIGKILL: {KILLS} kills, {OBJECTS} objects, {status_events} status events watched; "
+        f"operator SIGKILL: {KILLS} kills in flight ({missed} more found nothing left), {OBJECTS} "
+        f"objects, {status_events} status events watched; "
         f"max converge {worst:.1f} s, max takeover {takeover:.1f} s; unsettled at the kills {unsettled}"
     )
     reliability_report.add(
@@ -182,7 +198,8 @@ async def test_operator_sigkill_during_rollouts(
             checked=converged.audit.checked + converged.audit.children,
             max_converge_s=worst,
             notes=(
-                f"seed {seed}; {min(unsettled)}-{max(unsettled)} of {OBJECTS} InferenceServices unsettled "
+                f"seed {seed}; {missed} more kills found the rollout done (not counted); "
+                f"{min(unsettled)}-{max(unsettled)} of {OBJECTS} InferenceServices unsettled "
                 f"at a kill; new leader ready within {takeover:.1f} s (lease {LEASE_DURATION} s); no status "
                 f"regression in {status_events} status events"
             ),
