@@ -46,10 +46,23 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
 
-test: venv binaries lint ## everything CI runs: lint, unit + integration + e2e on a fresh local cluster, bench-smoke
+# The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the
+# fresh test cluster starts, its output kept in $(TEST_LOGS)/ and printed when it ends.
+TEST_LOGS := .test-logs
+test: venv binaries ## everything CI runs: lint and unit tests while a fresh local cluster starts, then integration + e2e + reliability on it, bench-smoke
+	@mkdir -p $(TEST_LOGS)
 	@$(CLI) dev down --name $(TEST_CLUSTER)  # a fresh cluster: no state left by an earlier run
-	@$(CLI) dev up --name $(TEST_CLUSTER)
-	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v --durations=25 -m 'unit or integration or e2e or reliability' || rc=$$?; \
+	@echo "make test: starting cluster $(TEST_CLUSTER) and the unit tier (log: $(TEST_LOGS)/) while lint runs"
+	@$(CLI) dev up --name $(TEST_CLUSTER) > $(TEST_LOGS)/cluster-up.log 2>&1 & up=$$!; \
+	  $(BIN)/pytest -v --durations=10 -m unit > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
+	  lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	  urc=0; wait $$unit || urc=$$?; cat $(TEST_LOGS)/unit.log; \
+	  crc=0; wait $$up || crc=$$?; cat $(TEST_LOGS)/cluster-up.log; \
+	  if [ $$urc -eq 5 ]; then echo "pytest collected no unit tests: failing"; fi; \
+	  if [ $$lint -ne 0 ] || [ $$urc -ne 0 ] || [ $$crc -ne 0 ]; then \
+	    echo "make test: lint rc=$$lint, unit tests rc=$$urc, cluster start rc=$$crc"; \
+	    $(CLI) dev down --name $(TEST_CLUSTER); exit 1; fi
+	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v --durations=25 -m 'integration or e2e or reliability' || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
 	@$(MAKE) --no-print-directory bench-smoke
@@ -80,4 +93,4 @@ fmt: venv ## format the code
 	$(BIN)/ruff check --fix src tests examples
 
 clean: ## remove the venv and caches (the binary cache outside the repo is kept)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(TEST_LOGS)

@@ -6,6 +6,12 @@ is installed)."""
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No per-example deadline: `make test` runs the unit tier while lint runs and a cluster starts on
+# 2 cores, where an example's time says nothing about the code (properties are what is checked).
+settings.register_profile("mlops", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("mlops")
 
 pytest_plugins = ("mlops_platform.testing.plugin",)
 _TIERS = ("unit", "integration", "e2e", "reliability")
