@@ -341,6 +341,11 @@ async def test_steady_state_makes_no_writes(
     policy_on = {"networkPolicy": {"enabled": True}}
     await _create_ready(admin_client, namespace, "calm", minReplicas=2, maxReplicas=4, extensions=policy_on)
     await _wait_cond(admin_client, namespace, "calm", "MonitoringReady", "True", "MonitoringConfigured")
+    # the HPA's own conditions settle after Ready (Pending, then no metrics yet, then ScalingActive
+    # once metrics-server has the pods' usage): each a real status change, not a steady-state write
+    await wait.for_condition(
+        admin_client, ISVC, namespace, "calm", "AutoscalerReady", "True", "ScalingActive", timeout=120
+    )
     for res, name in (
         (resources.HPA, "calm-predictor"),
         (resources.NETWORK_POLICY, "calm"),
