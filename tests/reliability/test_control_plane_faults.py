@@ -50,7 +50,6 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-import os
 import random
 import re
 import time
@@ -68,7 +67,7 @@ RESTART_OBJECTS = reliability.scale(200, 40)
 RESTARTS = reliability.repetitions(3, 1)
 COMPACT_OBJECTS = reliability.scale(100, 20)
 COMPACTIONS = reliability.repetitions(3, 1)
-SEED_ENV = "MLOPS_RELIABILITY_SEED"
+SEED_ENV = reliability.SEED_ENV
 APISERVER = "kube-apiserver"
 LEASE_ID = "reliability-control-plane"
 #: scenario 1's operator: ``mlops-platform run``'s defaults, as deployed (it leads with them)
@@ -118,10 +117,6 @@ _isvc = functools.partial(
 
 def _uri(name: str, tag: str) -> str:
     return f"s3://models/{name}/{tag}"
-
-
-def _seed() -> int:
-    return int(os.environ.get(SEED_ENV) or time.time_ns() % 1_000_000)
 
 
 @dataclasses.dataclass
@@ -380,7 +375,7 @@ async def test_api_server_restart_while_creating_and_updating(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = _seed()
+    seed = reliability.seed()
     print(
         f"\nAPI server restart: seed {seed} ({SEED_ENV}={seed} replays it), "
         f"{RESTART_OBJECTS} objects, {RESTARTS} restarts"
@@ -544,7 +539,7 @@ async def test_etcd_compaction_and_defragmentation_make_every_watch_relist(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = _seed()
+    seed = reliability.seed()
     print(
         f"\netcd compaction: seed {seed} ({SEED_ENV}={seed} replays it), "
         f"{COMPACT_OBJECTS} objects, {COMPACTIONS} compactions"

@@ -29,7 +29,6 @@ import asyncio
 import collections
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,7 +41,7 @@ from mlops_platform.controllers.inferenceservice import reconciler
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import manifests, operator, probes, reliability, wait, webhook
 
-SEED_ENV = "MLOPS_RELIABILITY_SEED"
+SEED_ENV = reliability.SEED_ENV
 INVALID = reliability.scale(250, 60)
 VALID = reliability.scale(200, 24)
 #: invalid manifests also sent without the dry run (besides every one over 1 MiB)
@@ -169,7 +168,7 @@ async def test_hostile_and_random_input(
     kube_cluster: Path, admin_client: rclient.Client, namespace: str, reliability_report: Any
 ) -> None:
     c, ns = admin_client, namespace
-    run_seed = int(os.environ.get(SEED_ENV) or time.time_ns() % 1_000_000)
+    run_seed = reliability.seed()
     print(f"\nhostile input: seed {run_seed} ({SEED_ENV}={run_seed} replays it)")
     await webhook.install_crd(c)
     started = time.monotonic()

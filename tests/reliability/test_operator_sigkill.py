@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import os
 import random
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4, 3, 1
 #: expiry seen by the new process, about 4-7 s) and the rest of the rollout (the wait's timeout is longer)
 CONVERGE_WITHIN = 60.0
 CONVERGE_TIMEOUT = 180.0
-SEED_ENV = "MLOPS_RELIABILITY_SEED"
+SEED_ENV = reliability.SEED_ENV
 #: InferenceServices written at once by the rollout
 WRITERS = 5
 
@@ -135,7 +134,7 @@ async def test_operator_sigkill_during_rollouts(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = int(os.environ.get(SEED_ENV) or time.time_ns() % 1_000_000)
+    seed = reliability.seed()
     print(f"\noperator SIGKILL: seed {seed} ({SEED_ENV}={seed} replays it), {OBJECTS} objects, {KILLS} kills")
     rng = random.Random(seed)
     await webhook.install_crd(c)

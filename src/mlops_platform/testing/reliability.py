@@ -24,10 +24,12 @@ import dataclasses
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import CHILDREN, deployment
+from mlops_platform.devcluster import cluster
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import isvc
 
@@ -48,6 +50,27 @@ def repetitions(full_count: int, reduced: int) -> int:
 def scale(full_count: int, reduced: int) -> int:
     """A size (objects, seconds) that differs between the full suite and ``make test``."""
     return repetitions(full_count, reduced)
+
+
+#: replays a run's random choices: the seed a scenario printed
+SEED_ENV = "MLOPS_RELIABILITY_SEED"
+
+
+def seed() -> int:
+    """The seed of a scenario's random choices: ``MLOPS_RELIABILITY_SEED``, else a new one (each
+    scenario prints it, so a failure can be replayed)."""
+    return int(os.environ.get(SEED_ENV) or time.time_ns() % 1_000_000)
+
+
+def audit_logs(cluster_name: str) -> list[Path]:
+    """The API server's audit log files of the local cluster (``devcluster.cluster.audit_logs``), or
+    an AssertionError saying how to get them (a cluster created before it had one)."""
+    logs = cluster.audit_logs(cluster_name)
+    assert logs, (
+        f"cluster {cluster_name!r} has no API server audit log: it was created before the dev cluster "
+        "logged writes; re-create it (mlops-platform dev down, then dev up)"
+    )
+    return logs
 
 
 @dataclasses.dataclass(frozen=True)
