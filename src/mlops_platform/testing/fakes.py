@@ -15,15 +15,20 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Literal
+
+import httpx2 as httpx
+from aiohttp import web
 
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.caching import kinds, store
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import resources
 
 JSON = dict[str, Any]
@@ -420,3 +425,25 @@ def controller_status(res: rclient.Resource, obj: JSON, *, ready: int | None = N
             ],
         }
     return obj
+
+
+@contextlib.asynccontextmanager
+async def http_api(
+    route: Callable[[web.Request], Awaitable[web.StreamResponse]], *, auth: httpx.Auth | None = None
+) -> AsyncIterator[rclient.Client]:
+    """A real :class:`~.client.Client` talking HTTP to a server on 127.0.0.1 whose every answer comes
+    from ``route`` (an aiohttp handler): for tests of what the client makes of answers (statuses,
+    bodies, headers, streams) that no fake client can show."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", route)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = rclient.Client(rhttp.Transport(f"http://127.0.0.1:{port}", auth=auth))
+    try:
+        yield client
+    finally:
+        await client.close()
+        await runner.cleanup()

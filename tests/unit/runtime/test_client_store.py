@@ -61,19 +61,8 @@ async def served(handler: Handler, auth: httpx.Auth | None = None) -> AsyncItera
         status, headers, body = handler(seen)
         return web.Response(status=status, headers=headers, body=body, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", route)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = rclient.Client(rhttp.Transport(f"http://127.0.0.1:{port}", auth=auth))
-    try:
+    async with fakes.http_api(route, auth=auth) as client:
         yield client
-    finally:
-        await client.close()
-        await runner.cleanup()
 
 
 async def test_429_is_retried_after_retry_after_and_every_request_counted(

@@ -16,7 +16,6 @@ from prometheus_client import generate_latest
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes, wait
 
@@ -41,19 +40,8 @@ async def _server() -> AsyncIterator[rclient.Client]:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", route)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = rclient.Client(rhttp.Transport(f"http://127.0.0.1:{port}"))
-    try:
+    async with fakes.http_api(route) as client:
         yield client
-    finally:
-        await client.close()
-        await runner.cleanup()
 
 
 def _sample(registry_text: bytes, name: str) -> float | None:

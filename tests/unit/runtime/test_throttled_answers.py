@@ -28,9 +28,8 @@ from mlops_platform.runtime.caching import informer
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, wait
+from mlops_platform.testing import fakes, isvc, wait
 
 #: what kube-apiserver's priority and fairness filter writes for a rejected request
 APF_BODY = b"Too many requests, please try again later.\n"
@@ -46,19 +45,8 @@ async def served(handler: Handler) -> AsyncIterator[rclient.Client]:
     async def route(request: web.Request) -> web.Response:
         return handler(request)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", route)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = rclient.Client(rhttp.Transport(f"http://127.0.0.1:{port}"))
-    try:
+    async with fakes.http_api(route) as client:
         yield client
-    finally:
-        await client.close()
-        await runner.cleanup()
 
 
 def throttled(seconds: str) -> web.Response:
