@@ -73,7 +73,8 @@ def setup(
     )
     builder = (
         mgr.builder(NAME)
-        # status writes bump resourceVersion, not generation: they do not re-trigger reconciles.
+        # our status writes bump resourceVersion, not generation: they do not re-trigger reconciles
+        # (another writer's status edit does: it is written back).
         # A new InferenceService or a spec change (a user's intent) goes before the status changes
         # of children (observations): under a burst, children are created first, as fast as the
         # API server allows, and statuses follow (docs/design.md, "Queue priorities")
@@ -82,7 +83,11 @@ def setup(
             # first, so that it sees every event (it passes them all): it forgets our status
             # writes once the cache holds them
             rec.own_status,
-            predicates.any_of(predicates.generation_changed(), predicates.labels_changed()),
+            predicates.any_of(
+                predicates.generation_changed(),
+                predicates.labels_changed(),
+                rec.own_status.foreign_status(),  # another writer's status edit: written back
+            ),
             priority=workqueue.HIGH,
         )
         # a stable pod matters only through its failure (CrashLoopBackOff...): its other status

@@ -234,6 +234,10 @@ class OwnStatus(predicates.Predicate):
     def __init__(self) -> None:
         #: per CR, the resourceVersion the write went over and the CR it answered with
         self._answers: dict[tuple[str, str], tuple[str, Obj]] = {}
+        #: per CR, the resourceVersions our status writes produced whose events have not come yet
+        self._ours: dict[tuple[str, str], set[str]] = {}
+        #: whether the update event being filtered is the echo of one of our status writes
+        self._echo = False
 
     @staticmethod
     def _key(obj: Obj) -> tuple[str, str]:
@@ -243,6 +247,9 @@ class OwnStatus(predicates.Predicate):
         rv = objects.meta(over).get("resourceVersion")
         if rv:
             self._answers[self._key(over)] = (str(rv), answer)
+        produced = objects.meta(answer).get("resourceVersion")
+        if produced:
+            self._ours.setdefault(self._key(answer), set()).add(str(produced))
 
     def read(self, cached: Obj) -> Obj:
         """``cached``, or our answer if the cache still shows the version our write went over."""
@@ -263,10 +270,33 @@ class OwnStatus(predicates.Predicate):
         return self._forget(obj)
 
     def update(self, old: Obj, new: Obj) -> bool:
-        return old is new or self._forget(new)
+        self._echo = False
+        if old is new:
+            return True
+        key = self._key(new)
+        ours = self._ours.get(key)
+        rv = str(objects.meta(new).get("resourceVersion") or "")
+        if ours is not None:
+            self._echo = rv in ours
+            ours.discard(rv)
+            if not self._echo or not ours:  # another writer's event: our older ones are past
+                del self._ours[key]
+        return self._forget(new)
 
     def delete(self, obj: Obj) -> bool:
+        self._ours.pop(self._key(obj), None)
         return self._forget(obj)
+
+    def foreign_status(self) -> predicates.Predicate:
+        """Updates whose status another writer changed (a user, a tool, a stale controller): the
+        operator's status is the truth, so it must reconcile and write it back. The primary kind's
+        other predicates pass only generation and label changes, so a status-only edit made nothing
+        happen until the 10 h resync (the full conflicts scenario: a Ready condition stomped through
+        the status subresource stayed). Our own writes' echoes (:meth:`wrote`) are not passed; this
+        must come after this object as a predicate of the same kind (it reads the echo it noted)."""
+        return predicates.from_update(
+            lambda old, new: old is not new and not self._echo and old.get("status") != new.get("status")
+        )
 
 
 class ReconcileError(Exception):
