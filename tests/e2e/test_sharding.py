@@ -57,26 +57,6 @@ class Group:
     history: list[tuple[float, str, str]]  # (monotonic time, Lease name, holder) for every change
 
 
-async def _record_leases(c: rclient.Client, ns: str, history: list[tuple[float, str, str]]) -> None:
-    """Append (time, name, holder) for every change of a shard Lease, from before the first one."""
-    selector = f"{sharding.GROUP_LABEL}={GROUP}"
-    rv = (await c.list(resources.LEASE, ns, label_selector=selector))["metadata"]["resourceVersion"]
-    last: dict[str, str] = {}
-    while True:
-        async for event in c.watch(
-            resources.LEASE, ns, resource_version=rv, timeout_seconds=600, label_selector=selector
-        ):
-            obj = event["object"]
-            rv = obj["metadata"]["resourceVersion"]
-            if event["type"] == "BOOKMARK":
-                continue
-            name = obj["metadata"]["name"]
-            holder = "" if event["type"] == "DELETED" else str(obj["spec"].get("holderIdentity") or "")
-            if last.get(name) != holder:
-                last[name] = holder
-                history.append((time.monotonic(), name, holder))
-
-
 @pytest.fixture
 async def group(
     kube_cluster: Path, admin_client: rclient.Client, namespace: str, tmp_path: Path
@@ -91,7 +71,14 @@ async def group(
     token = await identity.token_for(admin_client, namespace, deploy_rbac.NAME)
     kubeconfig = identity.token_kubeconfig(kube_cluster, token, tmp_path / "kubeconfig")
     history: list[tuple[float, str, str]] = []
-    recorder = asyncio.create_task(_record_leases(admin_client, namespace, history))
+    recorder = asyncio.create_task(
+        operator.record_lease_holders(
+            admin_client,
+            namespace,
+            lambda name, holder: history.append((time.monotonic(), name, holder)),
+            label_selector=f"{sharding.GROUP_LABEL}={GROUP}",
+        )
+    )
     replicas: list[Replica] = []
 
     def start() -> Replica:

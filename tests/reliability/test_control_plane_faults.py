@@ -67,7 +67,6 @@ RESTART_OBJECTS = reliability.scale(200, 40)
 RESTARTS = reliability.repetitions(3, 1)
 COMPACT_OBJECTS = reliability.scale(100, 20)
 COMPACTIONS = reliability.repetitions(3, 1)
-SEED_ENV = reliability.SEED_ENV
 APISERVER = "kube-apiserver"
 LEASE_ID = "reliability-control-plane"
 #: scenario 1's operator: ``mlops-platform run``'s defaults, as deployed (it leads with them)
@@ -375,11 +374,7 @@ async def test_api_server_restart_while_creating_and_updating(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = reliability.seed()
-    print(
-        f"\nAPI server restart: seed {seed} ({SEED_ENV}={seed} replays it), "
-        f"{RESTART_OBJECTS} objects, {RESTARTS} restarts"
-    )
+    seed = reliability.seed("API server restart", f"{RESTART_OBJECTS} objects, {RESTARTS} restarts")
     rng = random.Random(seed)
     await webhook.install_crd(c)
     names = [f"restart-{i:03d}" for i in range(RESTART_OBJECTS)]
@@ -539,11 +534,7 @@ async def test_etcd_compaction_and_defragmentation_make_every_watch_relist(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = reliability.seed()
-    print(
-        f"\netcd compaction: seed {seed} ({SEED_ENV}={seed} replays it), "
-        f"{COMPACT_OBJECTS} objects, {COMPACTIONS} compactions"
-    )
+    seed = reliability.seed("etcd compaction", f"{COMPACT_OBJECTS} objects, {COMPACTIONS} compactions")
     rng = random.Random(seed)
     await webhook.install_crd(c)
     names = [f"compact-{i:03d}" for i in range(COMPACT_OBJECTS)]

@@ -41,7 +41,6 @@ from mlops_platform.controllers.inferenceservice import reconciler
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import manifests, operator, probes, reliability, wait, webhook
 
-SEED_ENV = reliability.SEED_ENV
 INVALID = reliability.scale(250, 60)
 VALID = reliability.scale(200, 24)
 #: invalid manifests also sent without the dry run (besides every one over 1 MiB)
@@ -168,8 +167,7 @@ async def test_hostile_and_random_input(
     kube_cluster: Path, admin_client: rclient.Client, namespace: str, reliability_report: Any
 ) -> None:
     c, ns = admin_client, namespace
-    run_seed = reliability.seed()
-    print(f"\nhostile input: seed {run_seed} ({SEED_ENV}={run_seed} replays it)")
+    run_seed = reliability.seed("hostile input")
     await webhook.install_crd(c)
     started = time.monotonic()
     invalid = _draw(manifests.invalid(), INVALID, run_seed)

@@ -37,7 +37,6 @@ from typing import Any
 
 from mlops_platform.devcluster import cluster
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import isvc, operator, reliability, wait, webhook
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
@@ -77,30 +76,18 @@ class Group:
         return self.holders[-1][1] if self.holders else ""
 
 
-async def _record_lease(c: rclient.Client, ns: str, holders: list[tuple[float, str]]) -> None:
-    """Append (time, holder) for every change of the holder of the Lease ``LEASE_ID``."""
-    selector = f"metadata.name={LEASE_ID}"
-    rv = (await c.list(resources.LEASE, ns, field_selector=selector))["metadata"]["resourceVersion"]
-    last = ""
-    while True:
-        async for event in c.watch(
-            resources.LEASE, ns, resource_version=rv, timeout_seconds=600, field_selector=selector
-        ):
-            obj = event["object"]
-            rv = obj["metadata"]["resourceVersion"]
-            if event["type"] == "BOOKMARK":
-                continue
-            holder = "" if event["type"] == "DELETED" else str(obj["spec"].get("holderIdentity") or "")
-            if holder != last:
-                last = holder
-                holders.append((time.monotonic(), holder))
-
-
 @contextlib.asynccontextmanager
 async def _group(c: rclient.Client, kubeconfig: Path, ns: str, logs: Path) -> AsyncIterator[Group]:
     """No replica yet (``group.replicas.add()``), the Lease watched from now on; all stopped after."""
     holders: list[tuple[float, str]] = []
-    recorder = asyncio.create_task(_record_lease(c, ns, holders))
+    recorder = asyncio.create_task(
+        operator.record_lease_holders(
+            c,
+            ns,
+            lambda _, holder: holders.append((time.monotonic(), holder)),
+            field_selector=f"metadata.name={LEASE_ID}",
+        )
+    )
     flags = operator.elected(ns, LEASE_ID, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
     try:
         async with operator.replicas(kubeconfig, logs, *flags) as replicas:
@@ -205,13 +192,18 @@ class Block:
 
 
 def _blocks(cluster_name: str, ns: str, identities: set[str]) -> list[Block]:
-    """The operator processes' writes in ``ns`` from the audit log, in the order received."""
+    """The operator processes' writes in ``ns`` that the API server did not refuse (4xx), from the
+    audit log, in the order received. A refused write changed nothing: two replicas racing to
+    create the Lease at start both send a create, and the loser's (409) may be received first."""
     entries = []
     for path in cluster.audit_logs(cluster_name):
         for line in path.read_text().splitlines():
             entry = json.loads(line)
             agent = str(entry.get("userAgent", ""))
-            if entry.get("objectRef", {}).get("namespace") == ns and agent.rsplit(" ", 1)[-1] in identities:
+            # a 4xx refused the write; a 5xx (a timeout) may still have applied it: kept
+            applied = not 400 <= int((entry.get("responseStatus") or {}).get("code") or 0) < 500
+            ours = agent.rsplit(" ", 1)[-1] in identities
+            if entry.get("objectRef", {}).get("namespace") == ns and ours and applied:
                 entries.append(entry)
     entries.sort(key=lambda e: _time(e["requestReceivedTimestamp"]))
     blocks: list[Block] = []

@@ -40,7 +40,6 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 4, 3, 1
 #: expiry seen by the new process, about 4-7 s) and the rest of the rollout (the wait's timeout is longer)
 CONVERGE_WITHIN = 60.0
 CONVERGE_TIMEOUT = 180.0
-SEED_ENV = reliability.SEED_ENV
 #: InferenceServices written at once by the rollout
 WRITERS = 5
 
@@ -134,8 +133,7 @@ async def test_operator_sigkill_during_rollouts(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = reliability.seed()
-    print(f"\noperator SIGKILL: seed {seed} ({SEED_ENV}={seed} replays it), {OBJECTS} objects, {KILLS} kills")
+    seed = reliability.seed("operator SIGKILL", f"{OBJECTS} objects, {KILLS} kills")
     rng = random.Random(seed)
     await webhook.install_crd(c)
     names = [f"sigkill-{i:02d}" for i in range(OBJECTS)]

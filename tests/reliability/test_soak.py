@@ -46,7 +46,6 @@ WARMUP_SECONDS = reliability.scale(45, 3)
 OPS_PER_SECOND = 10.0
 WRITERS = 4
 LIVE = reliability.scale(30, 10)
-SEED_ENV = reliability.SEED_ENV
 #: a leak worth finding keeps something per operation: an InferenceService as cached (~5 KiB with its
 #: managedFields), its Deployment (~8 KiB), a queue or backoff entry, an Event series, a metric label
 #: set: 5-20 MiB per 1,000 operations. An operator whose live set is bounded keeps its RSS flat; the
@@ -244,10 +243,7 @@ async def test_bounded_soak(
     reliability_report: Any,
 ) -> None:
     c, ns = admin_client, namespace
-    seed = reliability.seed()
-    print(
-        f"\nsoak: seed {seed} ({SEED_ENV}={seed} replays it), {SECONDS} s at {OPS_PER_SECOND}/s, {LIVE} live"
-    )
+    seed = reliability.seed("soak", f"{SECONDS} s at {OPS_PER_SECOND}/s, {LIVE} live")
     churn = Churn(random.Random(seed))
     await webhook.install_crd(c)
     proc = operator.start(

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
 
 _SRC = Path(__file__).resolve().parents[2]  # the directory holding this package (``src``)
@@ -189,3 +190,39 @@ async def replicas(kubeconfig: Path, logs: Path, *args: str) -> AsyncIterator[Re
         yield group
     finally:
         await asyncio.gather(*(p.stop() for p in group.started))
+
+
+async def record_lease_holders(
+    client: rclient.Client,
+    namespace: str,
+    changed: Callable[[str, str], None],
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+) -> None:
+    """Call ``changed(lease name, holder)`` for every change of the holder of the selected Leases
+    ("" when released or deleted), from a watch started at a LIST made first: what replicas'
+    takeovers are timed and ordered by. Runs until cancelled."""
+    listed = await client.list(
+        resources.LEASE, namespace, label_selector=label_selector, field_selector=field_selector
+    )
+    rv = listed["metadata"]["resourceVersion"]
+    last: dict[str, str] = {}
+    while True:
+        async for event in client.watch(
+            resources.LEASE,
+            namespace,
+            resource_version=rv,
+            timeout_seconds=600,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        ):
+            obj = event["object"]
+            rv = obj["metadata"]["resourceVersion"]
+            if event["type"] == "BOOKMARK":
+                continue
+            name = obj["metadata"]["name"]
+            holder = "" if event["type"] == "DELETED" else str(obj["spec"].get("holderIdentity") or "")
+            if last.get(name, "") != holder:
+                last[name] = holder
+                changed(name, holder)

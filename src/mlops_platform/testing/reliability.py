@@ -56,10 +56,12 @@ def scale(full_count: int, reduced: int) -> int:
 SEED_ENV = "MLOPS_RELIABILITY_SEED"
 
 
-def seed() -> int:
-    """The seed of a scenario's random choices: ``MLOPS_RELIABILITY_SEED``, else a new one (each
-    scenario prints it, so a failure can be replayed)."""
-    return int(os.environ.get(SEED_ENV) or time.time_ns() % 1_000_000)
+def seed(scenario: str, sizes: str = "") -> int:
+    """The seed of a scenario's random choices: ``MLOPS_RELIABILITY_SEED``, else a new one; printed
+    with how to replay it (and ``sizes``, the scenario's counts), so a failure can be replayed."""
+    value = int(os.environ.get(SEED_ENV) or time.time_ns() % 1_000_000)
+    print(f"\n{scenario}: seed {value} ({SEED_ENV}={value} replays it){', ' + sizes if sizes else ''}")
+    return value
 
 
 def audit_logs(cluster_name: str) -> list[Path]:
