@@ -105,8 +105,12 @@ def _short(value: Any) -> str:
 
 def _not(json_type: str) -> st.SearchStrategy[Any]:
     """A value of any JSON type but ``json_type``: an integer is a number too, and an integer field
-    also gets its digits in a string (an integral float is an integer in JSON: not drawn)."""
-    excluded = {json_type, "integer"} if json_type == "number" else {json_type}
+    also gets its digits in a string (an integral float is an integer in JSON: not drawn). A
+    ``quantity`` is int-or-string (``x-kubernetes-int-or-string``): neither is a wrong type."""
+    excluded = {
+        "number": {"number", "integer"},
+        "quantity": {"string", "integer"},
+    }.get(json_type, {json_type})
     others = [s for name, s in _WRONG_TYPES.items() if name not in excluded]
     if json_type == "integer":
         others.append(st.integers(-1000, 100000).map(str))
@@ -221,7 +225,7 @@ class _Field:
     """A field of a version's schema: where, its JSON type and how to make it invalid."""
 
     path: Path
-    json_type: str  # integer, number, string, boolean, object
+    json_type: str  # integer, number, string, boolean, object, quantity (int-or-string)
     bad: Callable[[], st.SearchStrategy[Any]] | None = None  # values of the right type, out of bounds
     category: str = "out-of-range"
     needs: JSON | None = None  # siblings it needs to be checked at all (a canary's model)
@@ -263,7 +267,7 @@ _ALPHA: tuple[_Field, ...] = (
         "bad-string",
     ),
     *(
-        _Field(("spec", "resources", q), "string", _bad_quantity, "bad-quantity")
+        _Field(("spec", "resources", q), "quantity", _bad_quantity, "bad-quantity")
         for q in ("cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit")
     ),
     _Field(("spec", "resources"), "object"),
