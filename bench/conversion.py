@@ -574,10 +574,10 @@ def handler_alone(stored: Sequence[JSON], repeat: int) -> list[JSON]:
 async def measure(a: argparse.Namespace, kubeconfig: str, log_path: Path, result: Result) -> None:
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
-    from mlops_platform.testing import webhook
+    from mlops_platform.testing import ports, webhook
 
-    metrics_port = webhook.free_port()
-    port = webhook.free_port()
+    metrics_port = ports.free_port()
+    port = ports.free_port()
     extra = ("--metrics-bind-address", f"127.0.0.1:{metrics_port}")
     async with (
         rclient.Client.from_kubeconfig(kubeconfig) as client,

@@ -58,7 +58,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -85,6 +84,7 @@ from bench._common import (
     wait_while_terminating,
     write_json,
 )
+from mlops_platform.testing.ports import free_port
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client
@@ -207,12 +207,6 @@ def requests_json(requests: Mapping[RequestKey, int]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------------
 # cluster, operator
 # ---------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -94,7 +94,8 @@ from bench._common import (
     stored_versions,
     write_json,
 )
-from bench.operator_footprint import free_port, inference_service, max_replicas
+from bench.operator_footprint import inference_service, max_replicas
+from mlops_platform.testing.ports import free_port
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.objects import Obj

@@ -29,7 +29,7 @@ import pytest
 
 from mlops_platform.api import crd
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import conversionload, plugin, wait, webhook
+from mlops_platform.testing import conversionload, plugin, ports, wait, webhook
 
 SECRET = ("mlops-system", "mlops-platform-webhook-tls-failover")
 ELECTION_ID = "webhook-failover-test"
@@ -83,14 +83,14 @@ async def _replicas(
 ) -> AsyncIterator[list[Replica]]:
     """Two replicas reconciling ``namespace`` (not the load's: their status writes would make the
     load's updates conflict), serving the webhook on one port."""
-    port = webhook.free_port()
+    port = ports.free_port()
     address = f"https://127.0.0.1:{port}/convert"
     await webhook.ensure_namespace(c, SECRET[0])
     await crd.install(c, webhook_url=address)
     replicas: list[Replica] = []
     try:
         for name in ("a", "b"):
-            health, metrics = webhook.free_port(), webhook.free_port()
+            health, metrics = ports.free_port(), ports.free_port()
             cmd = [
                 sys.executable, "-m", "mlops_platform.cli", "run",
                 "--kubeconfig", str(kube_cluster),

@@ -17,7 +17,7 @@ from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, wait, webhook
+from mlops_platform.testing import identity, isvc, ports, wait, webhook
 from mlops_platform.webhooks import serve
 
 
@@ -29,7 +29,7 @@ async def test_the_webhook_runs_under_its_generated_rbac(
     await identity.apply_objects(admin_client, objs)
     token = await identity.token_for(admin_client, namespace, deploy_rbac.NAME)
     c = identity.client_with_token(kube_cluster, token)
-    port = webhook.free_port()
+    port = ports.free_port()
     url = f"https://127.0.0.1:{port}/convert"
     hook = serve.ConversionWebhook(
         c,

@@ -23,7 +23,7 @@ from mlops_platform.runtime.clock import rfc3339
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.webhook import certs
-from mlops_platform.testing import isvc, wait, webhook
+from mlops_platform.testing import isvc, ports, wait, webhook
 
 ELECTION_ID = "standby-webhook-test"
 
@@ -63,7 +63,7 @@ async def standby(
     cert_dir.mkdir()
     (cert_dir / "tls.crt").write_bytes(pair.cert_pem)
     (cert_dir / "tls.key").write_bytes(pair.key_pem)
-    hook, health, metrics = webhook.free_port(), webhook.free_port(), webhook.free_port()
+    hook, health, metrics = ports.free_port(), ports.free_port(), ports.free_port()
     cmd = [
         sys.executable, "-m", "mlops_platform.cli", "run",
         "--kubeconfig", str(kube_cluster),

@@ -38,7 +38,6 @@ import hmac
 import json
 import os
 import shutil
-import socket
 import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ import obstore
 from obstore.store import GCSStore, S3Store
 
 from mlops_platform.devcluster import binaries
+from mlops_platform.testing.ports import free_port
 from mlops_platform.testing.wait import until
 
 __all__ = ["GCSServer", "S3Server", "ServerExited", "ServerProcess", "fake_gcs", "free_port", "minio"]
@@ -63,14 +63,6 @@ REGION = "us-east-1"
 MULTIPART_CHUNK = 5 * 1024 * 1024
 # the pieces of a GCS resumable upload (a multiple of 256 KiB, as GCS requires)
 RESUMABLE_CHUNK = 4 * 1024 * 1024
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the server binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclasses.dataclass

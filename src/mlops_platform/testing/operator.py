@@ -26,6 +26,7 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
+from mlops_platform.testing.ports import free_port
 
 _SRC = Path(__file__).resolve().parents[2]  # the directory holding this package (``src``)
 
@@ -55,13 +56,6 @@ async def running(
     finally:
         mgr.stop()
         await asyncio.wait_for(task, 60)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 at the time of the call."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass

@@ -17,7 +17,6 @@ import base64
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -29,16 +28,11 @@ from mlops_platform.runtime import wait
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.webhook import keeper
+from mlops_platform.testing.ports import free_port
 
 #: where the session's webhook listens (set by :func:`serving`, read by :func:`install_crd`)
 URL_ENV = "MLOPS_TEST_WEBHOOK_URL"
 SECRET = ("mlops-system", "mlops-platform-webhook-tls-test")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def url() -> str:

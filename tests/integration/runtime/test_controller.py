@@ -6,7 +6,6 @@ import asyncio
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import requests, wait
+from mlops_platform.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -186,19 +186,13 @@ async def _eq(aw: Any, want: Any) -> bool:
 # -- leader election across processes -----------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def two_managers(
     kube_cluster: Path, namespace: str
 ) -> Iterator[dict[str, tuple[subprocess.Popen[bytes], int]]]:
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     for ident in ("alpha", "beta"):
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen(
             [
                 sys.executable,
