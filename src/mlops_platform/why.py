@@ -539,10 +539,7 @@ def _container(cs: Obj, *, init: bool) -> ContainerReport:
 
 def _pod(pod: Obj) -> PodReport:
     st = pod.get("status") or {}
-    scheduled = objects.condition(pod, "PodScheduled")
-    unscheduled = None
-    if scheduled is not None and scheduled.get("status") == "False":
-        unscheduled = (str(scheduled.get("reason") or "Unschedulable"), str(scheduled.get("message") or ""))
+    unscheduled = status.unscheduled(pod)
     inits = [_container(cs, init=True) for cs in st.get("initContainerStatuses") or ()]
     # an init container that completed is no cause of anything
     inits = [c for c in inits if not (c.state == "terminated" and c.exit_code == 0)]

@@ -1,7 +1,8 @@
 """The reliability suite's table: each scenario adds its :class:`reliability.Row` through the
 ``reliability_report`` fixture; at the end of the run the table is printed and, with
 ``MLOPS_RELIABILITY_REPORT=<file>`` (``make test-reliability`` sets ``docs/reliability.md``), written
-into that file between its two marker lines, with the command and the date of the run."""
+into that file between its two marker lines, with the command and the date of the run, when every
+selected test passed (a failed scenario adds no row, so a partial table would pass for a whole one)."""
 
 from __future__ import annotations
 
@@ -50,14 +51,17 @@ def _section(rows: list[reliability.Row]) -> str:
     )
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
     if not _ROWS:
         return
     section = _section(_ROWS)
     terminalreporter.write_sep("=", "reliability suite")
     terminalreporter.write_line(section)
     target = os.environ.get(REPORT_ENV)
-    if target:
+    if target and exitstatus != pytest.ExitCode.OK:
+        # a failed scenario adds no row: the table would look like a whole run that passed
+        terminalreporter.write_line(f"table NOT written to {target}: the run failed (exit {exitstatus})")
+    elif target:
         path = Path(target)
         text = path.read_text()
         if BEGIN not in text or END not in text:

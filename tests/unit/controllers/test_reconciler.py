@@ -1708,6 +1708,30 @@ def test_a_pod_the_scheduler_cannot_place_is_named_with_the_schedulers_message()
     )
 
 
+def test_a_pod_bound_to_a_node_is_scheduled_whatever_a_stale_podscheduled_condition_says() -> None:
+    """Found by the full etcd-compaction scenario: the scheduler's bind went through while the API
+    server restarted, its retry got "already assigned", and it wrote PodScheduled=False /
+    SchedulerError on the bound pod; kwok ran the pod and never set the condition again, so the
+    InferenceService stayed Ready=False (SchedulerError) with its one replica serving."""
+    bound = _pod("Running")
+    bound["spec"]["nodeName"] = "kwok-gpu-1"
+    bound["status"]["conditions"].append(
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "SchedulerError",
+            "message": 'running Bind plugin "DefaultBinder": pod p is already assigned to node "kwok-gpu-1"',
+        }
+    )
+    slim = reconciler.slim_pod(copy.deepcopy(bound))
+    assert reconciler.pod_failure(bound) is None
+    assert reconciler.pod_failure(slim) is None
+    assert [c["type"] for c in slim["status"]["conditions"]] == ["Ready"]
+    del bound["spec"]["nodeName"]  # not bound: the scheduler's word stands
+    assert reconciler.pod_failure(bound) == reconciler.pod_failure(reconciler.slim_pod(bound))
+    assert (reconciler.pod_failure(bound) or ("",))[0] == "SchedulerError"
+
+
 def test_a_started_container_that_is_not_ready_says_its_readiness_probe_fails() -> None:
     failing = _pod("Running")
     failing["status"]["containerStatuses"][0] |= {"started": True, "ready": False}
@@ -1740,17 +1764,20 @@ def test_an_upstream_message_is_bounded_on_the_status() -> None:
     assert len(message) == reconciler.status.MAX_UPSTREAM_MESSAGE and message.endswith("…")
 
 
-async def test_unschedulable_pods_gate_ready_only_while_nothing_serves() -> None:
+@pytest.mark.parametrize("reason", ["Unschedulable", "SchedulerError", "SchedulingGated"])
+async def test_unschedulable_pods_gate_ready_only_while_nothing_serves(reason: str) -> None:
+    """Every reason the scheduler gives PodScheduled=False is a pod waiting to be placed, not a
+    failure of what serves (a SchedulerError once made a serving InferenceService Ready=False)."""
     w = await world_with({"minReplicas": 2, "maxReplicas": 2}, mon="absent")
     stuck = pod("Unused")
-    stuck["status"] = {"containerStatuses": [], "conditions": [UNSCHEDULABLE]}
+    stuck["status"] = {"containerStatuses": [], "conditions": [UNSCHEDULABLE | {"reason": reason}]}
     w.put(resources.POD, stuck)
     await w.converge()  # the fake Deployment controller reports 2 available replicas
     assert brief(w.status, "Ready") == ("True", "Serving")
     w.edit(DEP, PREDICTOR, lambda d: d["status"].update(availableReplicas=0, readyReplicas=0))
     await w.reconcile()
     ready = cond(w.status, "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "Unschedulable")
+    assert (ready["status"], ready["reason"]) == ("False", reason)
     assert "5 Insufficient nvidia.com/gpu" in ready["message"]
 
 

@@ -101,10 +101,12 @@ def slim_pod(pod: Obj) -> Obj:
     initializer = _slim_initializer(st)
     if initializer is not None:
         slim_status["initContainerStatuses"] = [initializer]
+    placed = status.unscheduled(pod) is None  # a bound pod's stale PodScheduled=False is not kept
     kept_conditions = [  # unscheduled, and readiness (a canary's entry into the route)
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in st.get("conditions") or ()
-        if (c.get("type") == "PodScheduled" and c.get("status") == "False") or c.get("type") == "Ready"
+        if (c.get("type") == "PodScheduled" and c.get("status") == "False" and not placed)
+        or c.get("type") == "Ready"
     ]
     kept = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
     slim_meta = {k: meta[k] for k in kept if k in meta}

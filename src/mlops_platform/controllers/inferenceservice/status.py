@@ -123,9 +123,11 @@ def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.C
     return list(by_type.values())
 
 
+#: the reasons the scheduler gives a pod's ``PodScheduled=False`` condition (kube-scheduler)
+SCHEDULING_REASONS = frozenset({"Unschedulable", "SchedulingGated", "SchedulerError"})
 #: pod causes that hold the pod back from running at all; they gate Ready only while no replica is
 #: ready (a scale-up beyond the cluster's capacity leaves a serving service serving)
-POD_PENDING_REASONS = frozenset({"Unschedulable", "ReadinessProbeFailing"})
+POD_PENDING_REASONS = SCHEDULING_REASONS | {"ReadinessProbeFailing"}
 #: an upstream message is cut to this many characters on the status (the status stays small)
 MAX_UPSTREAM_MESSAGE = 512
 #: the most bytes a status may take (JSON), whatever the children and upstream controllers say:
@@ -172,13 +174,24 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
                     )
                     pending = "ReadinessProbeFailing", msg
                     break
-        if pending is None:
-            for cond in st.get("conditions") or ():
-                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                    reason = str(cond.get("reason") or "Unschedulable")
-                    msg = f"pod {objects.name(pod)} cannot be scheduled: {cond.get('message') or reason}"
-                    pending = reason, bounded(msg)
+        if pending is None and (unplaced := unscheduled(pod)) is not None:
+            reason, message = unplaced
+            pending = reason, bounded(f"pod {objects.name(pod)} cannot be scheduled: {message or reason}")
     return pending
+
+
+def unscheduled(pod: Obj) -> tuple[str, str] | None:
+    """``(reason, message)`` of a pod the scheduler has not placed: ``PodScheduled=False`` on a pod
+    without ``spec.nodeName``. A pod bound to a node is scheduled whatever that condition still
+    says: when a bind's answer is lost (an API server restart), the scheduler's retry gets "already
+    assigned", it records ``PodScheduled=False``/``SchedulerError`` on the bound pod, and nothing
+    but a kubelet sets the condition again (kwok does not), so it may stay False on a running pod."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "Unschedulable"), str(cond.get("message") or "")
+    return None
 
 
 MODEL_DOWNLOAD_FAILED = "ModelDownloadFailed"
