@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,34 @@ def test_the_demo_shows_how_to_load_the_autoscaled_sample_above_its_target_and_b
     # above the target by more than the HPA's 10 % tolerance
     target = servers.default_table()["torchserve"].target_cpu_utilization
     assert target * 1.1 < demo.DEMO_LOAD_PERCENT
+
+
+def test_cluster_starts_on_one_machine_take_turns(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """kwokctl picks ports by counting down to the first free one: two clusters created at once
+    (make test starts two) picked the same ports and one never served. The second start waits."""
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def first() -> None:
+        with cluster._ports_lock("a", 0.0):
+            order.append("a in")
+            entered.set()
+            release.wait(10)
+            order.append("a out")
+
+    def second() -> None:
+        entered.wait(10)
+        with cluster._ports_lock("b", 0.0):
+            order.append("b in")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    entered.wait(10)
+    threads[1].join(0.5)  # b is blocked on the lock: it has not entered
+    assert order == ["a in"]
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert order == ["a in", "a out", "b in"]

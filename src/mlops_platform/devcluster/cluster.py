@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -265,18 +266,40 @@ def up(
     bins = binaries.find()
     if exists(name) and _api_ready(name):
         _log(f"cluster {name!r} is already running", started)
-    elif exists(name):
-        _log(f"starting the stopped cluster {name!r}", started)
-        result = _kwokctl(bins, "start", "cluster", "--name", name, "--wait", f"{int(wait)}s", check=False)
-        if result.returncode != 0:
-            _log(f"restart failed ({result.stderr.strip()[-300:]}); re-creating {name!r}", started)
-            down(name)
-            _create(bins, name, wait, started, unthrottled, metrics_server)
     else:
-        _create(bins, name, wait, started, unthrottled, metrics_server)
+        with _ports_lock(name, started):
+            if exists(name):
+                _log(f"starting the stopped cluster {name!r}", started)
+                result = _kwokctl(
+                    bins, "start", "cluster", "--name", name, "--wait", f"{int(wait)}s", check=False
+                )
+                if result.returncode != 0:
+                    _log(f"restart failed ({result.stderr.strip()[-300:]}); re-creating {name!r}", started)
+                    down(name)
+                    _create(bins, name, wait, started, unthrottled, metrics_server)
+            else:
+                _create(bins, name, wait, started, unthrottled, metrics_server)
     asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
+
+
+@contextlib.contextmanager
+def _ports_lock(name: str, started: float) -> Iterator[None]:
+    """One cluster start on this machine at a time, until its components have bound their ports.
+    kwokctl picks each port by counting down from 32767 to the first one nothing listens on, so two
+    clusters created at once (``make test`` starts two) pick the same ports, and one never serves."""
+    workdir().mkdir(parents=True, exist_ok=True)
+    with (workdir() / ".start.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log(f"waiting for another cluster's start before starting {name!r} (their ports)", started)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _create(
