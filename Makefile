@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-conversion test-conversion test-reliability
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-conversion test-conversion test-reliability test-durations
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,26 +46,48 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
 
-# The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the
-# fresh test cluster starts, its output kept in $(TEST_LOGS)/ and printed when it ends.
+# The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the fresh
+# test clusters start. The cluster tiers (integration, e2e, reliability) mostly wait on the control
+# plane's controllers (a fifth of a core on average), so they run in TEST_SHARDS groups side by side,
+# each on its own cluster, split by pytest-split from the measured durations in $(TEST_DURATIONS)
+# (refresh: `make test-durations`). Group 1 prints as it runs; the others' output is kept in
+# $(TEST_LOGS)/ and printed when they end.
 TEST_LOGS := .test-logs
-test: venv binaries ## everything CI runs: lint and unit tests while a fresh local cluster starts, then integration + e2e + reliability on it, bench-smoke
+TEST_SHARDS ?= 2
+TEST_DURATIONS := tests/cluster-durations.json
+CLUSTER_TIERS := integration or e2e or reliability
+SHARD_IDS = $(shell seq 1 $(TEST_SHARDS))
+test: venv binaries ## everything CI runs: lint and unit tests while fresh local clusters start, then integration + e2e + reliability split over them and bench-smoke, side by side
 	@mkdir -p $(TEST_LOGS)
-	@$(CLI) dev down --name $(TEST_CLUSTER)  # a fresh cluster: no state left by an earlier run
-	@echo "make test: starting cluster $(TEST_CLUSTER) and the unit tier (log: $(TEST_LOGS)/) while lint runs"
-	@$(CLI) dev up --name $(TEST_CLUSTER) > $(TEST_LOGS)/cluster-up.log 2>&1 & up=$$!; \
+	@for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i; done  # fresh: no state left by an earlier run
+	@echo "make test: starting clusters $(TEST_CLUSTER)-{$(SHARD_IDS)} and the unit tier (logs: $(TEST_LOGS)/) while lint runs"
+	@ups=(); for i in $(SHARD_IDS); do \
+	    $(CLI) dev up --name $(TEST_CLUSTER)-$$i > $(TEST_LOGS)/cluster-up-$$i.log 2>&1 & ups+=($$!); done; \
 	  $(BIN)/pytest -v --durations=10 -m unit > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
 	  lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
 	  urc=0; wait $$unit || urc=$$?; cat $(TEST_LOGS)/unit.log; \
-	  crc=0; wait $$up || crc=$$?; cat $(TEST_LOGS)/cluster-up.log; \
+	  crc=0; for i in $(SHARD_IDS); do wait $${ups[$$((i - 1))]} || crc=$$?; cat $(TEST_LOGS)/cluster-up-$$i.log; done; \
 	  if [ $$urc -eq 5 ]; then echo "pytest collected no unit tests: failing"; fi; \
 	  if [ $$lint -ne 0 ] || [ $$urc -ne 0 ] || [ $$crc -ne 0 ]; then \
 	    echo "make test: lint rc=$$lint, unit tests rc=$$urc, cluster start rc=$$crc"; \
-	    $(CLI) dev down --name $(TEST_CLUSTER); exit 1; fi
-	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER) $(BIN)/pytest -v --durations=25 -m 'integration or e2e or reliability' || rc=$$?; \
-	  $(CLI) dev down --name $(TEST_CLUSTER) || rc=$${rc:-1}; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; fi; exit $$rc
-	@$(MAKE) --no-print-directory bench-smoke
+	    for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i; done; exit 1; fi
+	@shard() { MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-$$1 $(BIN)/pytest -v --durations=15 -m '$(CLUSTER_TIERS)' \
+	    --splits $(TEST_SHARDS) --group $$1 --durations-path $(TEST_DURATIONS); }; \
+	  pids=(); for i in $(SHARD_IDS); do [ $$i -eq 1 ] || { shard $$i > $(TEST_LOGS)/cluster-tier-$$i.log 2>&1 & pids+=($$!); }; done; \
+	  $(MAKE) --no-print-directory bench-smoke > $(TEST_LOGS)/bench-smoke.log 2>&1 & bench=$$!; \
+	  rcs=(); r=0; shard 1 || r=$$?; rcs+=($$r); \
+	  for i in $(SHARD_IDS); do [ $$i -eq 1 ] && continue; r=0; wait $${pids[$$((i - 2))]} || r=$$?; rcs+=($$r); \
+	    echo "==== cluster tiers, group $$i of $(TEST_SHARDS) ($(TEST_LOGS)/cluster-tier-$$i.log) ===="; cat $(TEST_LOGS)/cluster-tier-$$i.log; done; \
+	  for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i || rcs+=(1); done; \
+	  brc=0; wait $$bench || brc=$$?; echo "==== bench-smoke ($(TEST_LOGS)/bench-smoke.log) ===="; cat $(TEST_LOGS)/bench-smoke.log; \
+	  rc=0; for r in "$${rcs[@]}"; do if [ $$r -eq 5 ]; then echo "a group collected no tests: failing"; fi; [ $$r -eq 0 ] || rc=1; done; \
+	  echo "make test: cluster tier groups rc=$${rcs[*]}, bench-smoke rc=$$brc"; [ $$brc -eq 0 ] || rc=1; exit $$rc
+
+test-durations: venv binaries ## measure the cluster tiers' test durations on one fresh cluster, for make test's split
+	@$(CLI) dev down --name $(TEST_CLUSTER)-durations
+	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-durations $(BIN)/pytest -q -m '$(CLUSTER_TIERS)' \
+	    --store-durations --clean-durations --durations-path $(TEST_DURATIONS) || rc=$$?; \
+	  $(CLI) dev down --name $(TEST_CLUSTER)-durations || rc=$${rc:-1}; exit $$rc
 
 RELIABILITY_CLUSTER ?= mlops-reliability
 test-reliability: venv binaries ## the full reliability suite on its own fresh cluster; writes its table into docs/reliability.md
