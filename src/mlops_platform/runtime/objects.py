@@ -38,6 +38,17 @@ def uid(obj: Mapping[str, Any]) -> str:
     return str(meta(obj).get("uid") or "")
 
 
+def older(obj: Mapping[str, Any], than: Mapping[str, Any]) -> bool | None:
+    """Whether ``obj`` is an older version of an object than ``than``, by resourceVersion: since
+    KEP-5504 (Comparable Resource Version, GA in Kubernetes 1.35) the resourceVersions of one
+    resource are decimal integers in the order of the writes. None when either is not one (another
+    storage): then only equality says anything."""
+    a, b = str(meta(obj).get("resourceVersion") or ""), str(meta(than).get("resourceVersion") or "")
+    if not (a.isdigit() and b.isdigit()):
+        return None
+    return int(a) < int(b)
+
+
 def generation(obj: Mapping[str, Any]) -> int:
     return int(meta(obj).get("generation") or 0)
 

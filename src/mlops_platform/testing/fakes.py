@@ -274,11 +274,18 @@ class FakeClient(rclient.Client):
                     self.forbidden.append(f.error.message)
                 raise f.error
 
+    def next_resource_version(self) -> str:
+        """The resourceVersion of the next write: one counter, as etcd's revision (a test that
+        changes objects behind the client's back takes its versions from here too, so that
+        resourceVersions compare as on a real API server)."""
+        self._rv += 1
+        return str(self._rv)
+
     def _store(self, res: rclient.Resource, obj: JSON, subresource: str | None = None) -> JSON:
         meta = obj["metadata"]
         key = (res.plural, meta.get("namespace") if res.namespaced else None, meta["name"])
         old = self.objects.get(key)
-        self._rv += 1
+        self.next_resource_version()
         if subresource is not None:  # a status write: only that part changes
             base = copy.deepcopy(old) if old is not None else copy.deepcopy(obj)
             base[subresource] = copy.deepcopy(obj.get(subresource))

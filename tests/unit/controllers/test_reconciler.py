@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -124,11 +123,11 @@ class World:
         self.rec = reconciler.InferenceServiceReconciler(
             self.cache, self.client, self.recorder, self.kinds, ctx or base.BuildContext()
         )
-        self._rv = itertools.count(1000)
 
     def _changed(self, obj: Obj) -> Obj:
-        """``obj`` as the API server returns a changed object: with a new resourceVersion."""
-        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+        """``obj`` as the API server returns a changed object: with a new resourceVersion (from the
+        client's counter: one order of writes, as etcd's revision)."""
+        obj["metadata"]["resourceVersion"] = self.client.next_resource_version()
         return obj
 
     # -- setting the scene -------------------------------------------------------------------------
@@ -1468,6 +1467,34 @@ async def test_an_answer_kept_for_an_older_cache_version_is_dropped_once_the_cac
     relisted["metadata"]["resourceVersion"] = "9"  # a relist folded our event into a later one
     assert own.read(relisted) is relisted
     assert own.read(over) is over  # forgotten
+
+
+def _version(obj: Obj, rv: str, generation: int) -> Obj:
+    out = copy.deepcopy(obj)
+    out["metadata"] |= {"resourceVersion": rv, "generation": generation}
+    return out
+
+
+async def test_our_answers_hold_while_the_cache_lags_behind_them_even_over_an_earlier_answer() -> None:
+    """Found by the full API-server-restart scenario: the resumed watch delivered nothing for 12 s
+    (until its 410). A write over the cached generation 1 answered generation 2 (the spec changed
+    meanwhile); the next write went over that answer; its answer was then dropped because the cache
+    did not show "the version the write went over", so the next reconcile read generation 1 again:
+    generations 1 and 2 were reconciled in turn, observedGeneration went back, about twenty times."""
+    own = reconciler.OwnStatus()
+    cached = _version(isvc(), "5", 1)
+    first = _version(cached, "8", 2)  # the spec changed on the server; the status write answered it
+    own.wrote(cached, first)
+    assert own.read(cached) is first
+    second = _version(cached, "9", 2)
+    own.wrote(first, second)  # the next reconcile read the answer and wrote over it
+    assert own.read(cached) is second  # not the cache's generation 1
+    catching_up = _version(cached, "6", 2)  # the watch resumes: an event older than our answer
+    assert own.update(cached, catching_up)
+    assert own.read(catching_up) is second
+    caught_up = _version(cached, "9", 2)
+    assert own.update(catching_up, caught_up)
+    assert own.read(caught_up) is caught_up  # the cache holds our write: read it again
 
 
 async def test_a_wanted_child_controlled_by_another_owner_is_not_taken_over() -> None:

@@ -254,18 +254,31 @@ class OwnStatus(predicates.Predicate):
             self._ours.setdefault(self._key(answer), set()).add(str(produced))
 
     def read(self, cached: Obj) -> Obj:
-        """``cached``, or our answer if the cache still shows the version our write went over."""
+        """``cached``, or our answer while the cache is older than it.
+
+        Older, not "still the version the write went over": a write may go over an earlier answer
+        while the cache lags further behind (a watch that delivers nothing until its 410 after an
+        API server restart). Reading the cache again then took the object back a generation, and
+        the next write's answer forward: the full API-server-restart scenario saw generation 4 and
+        5 reconciled in turn, the Deployment rewritten and ``observedGeneration`` 4 written after 5,
+        about twenty times until the re-list. Where resourceVersions do not compare, the answer
+        holds while the cache shows the version the write went over."""
         key = self._key(cached)
         pending = self._answers.get(key)
         if pending is None:
             return cached
-        if pending[0] == objects.meta(cached).get("resourceVersion"):
+        behind = objects.older(cached, pending[1])
+        if behind or (behind is None and pending[0] == objects.meta(cached).get("resourceVersion")):
             return pending[1]
-        del self._answers[key]  # the cache moved on (a relist folds events together)
+        del self._answers[key]  # the cache caught up (a relist folds events together)
         return cached
 
     def _forget(self, obj: Obj) -> bool:
-        self._answers.pop(self._key(obj), None)
+        """Forget the answer once the cache holds it or something newer."""
+        key = self._key(obj)
+        pending = self._answers.get(key)
+        if pending is not None and not objects.older(obj, pending[1]):
+            del self._answers[key]
         return True
 
     def create(self, obj: Obj) -> bool:

@@ -126,8 +126,6 @@ class Informer:
         self.last_error: Exception | None = None
         #: failed LIST/WATCH attempts so far (each one waits before the next)
         self.failures = 0
-        #: watch events dropped because the store held a newer version of the object
-        self.stale_events = 0
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._listed: list[asyncio.Future[None]] = []  # reselect() callers waiting for a LIST
@@ -360,15 +358,6 @@ class Informer:
             if kind == "BOOKMARK":
                 self.last_resource_version = rv or self.last_resource_version
                 continue
-            if kind in ("ADDED", "MODIFIED") and _older(obj, self._cached(obj)):
-                # an event older than what the store holds (resourceVersions of one resource compare
-                # as integers: KEP-5504, GA in 1.35): storing it would take the object back in time
-                self.stale_events += 1
-                log.info(
-                    "dropped a watch event older than the cached object",
-                    extra={"resource": self.resource.group_resource, "key": rstore.key_of(obj), "rv": rv},
-                )
-                continue
             obj = self._prepare(obj)
             if kind in ("ADDED", "MODIFIED"):
                 old = self.store.upsert(obj)
@@ -403,10 +392,6 @@ class Informer:
 
     # -- delivery -----------------------------------------------------------------------------------
 
-    def _cached(self, obj: Obj) -> Obj | None:
-        meta = obj.get("metadata") or {}
-        return self.store.get(meta.get("namespace"), str(meta.get("name")))
-
     def _prepare(self, obj: Obj) -> Obj:
         """Fill kind/apiVersion (LIST items lack them) and run the transform."""
         obj.setdefault("kind", self.resource.kind)
@@ -435,14 +420,6 @@ class Informer:
 def _rv(obj: Obj) -> str | None:
     rv = (obj.get("metadata") or {}).get("resourceVersion")
     return str(rv) if rv is not None else None
-
-
-def _older(obj: Obj, than: Obj | None) -> bool:
-    """``obj`` is an older version than ``than`` by resourceVersion. Since KEP-5504 (Comparable
-    Resource Version, GA in Kubernetes 1.35) the resourceVersions of one resource are decimal
-    integers that order writes; one that is not (another storage) orders nothing."""
-    a, b = _rv(obj), _rv(than) if than is not None else None
-    return bool(a and b and a.isdigit() and b.isdigit() and int(a) < int(b))
 
 
 def _retry_after_seconds(e: rclient.ApiError) -> float:
