@@ -162,6 +162,13 @@ class Impl:
     def tail(self, n: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
+    def gc_pauses(self) -> dict[str, dict[str, float]]:
+        """Ours only: per generation, the garbage collections so far, their seconds in all, and how
+        many paused 50 ms or more (``python_gc_duration_seconds``; empty for the others)."""
+        if self.metrics_url is None:
+            return {}
+        return gc_pauses(fetch(self.metrics_url))
+
 
 def fetch(url: str, timeout: float = 10.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -177,6 +184,31 @@ def samples(text: str, metric: str) -> Iterable[tuple[dict[str, str], float]]:
         m = _SAMPLE.match(line)
         if m and m.group(1) == metric:
             yield dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))
+
+
+def gc_pauses(text: str) -> dict[str, dict[str, float]]:
+    """Per generation from an operator's ``python_gc_duration_seconds``: count, seconds, and
+    ``slow``: the collections that paused 50 ms or more."""
+    count = {lab["generation"]: v for lab, v in samples(text, "python_gc_duration_seconds_count")}
+    total = {lab["generation"]: v for lab, v in samples(text, "python_gc_duration_seconds_sum")}
+    fast = {
+        lab["generation"]: v
+        for lab, v in samples(text, "python_gc_duration_seconds_bucket")
+        if lab.get("le") == "0.05"
+    }
+    return {
+        g: {"count": n, "seconds": total.get(g, 0.0), "slow": n - fast.get(g, n)} for g, n in count.items()
+    }
+
+
+def gc_diff(
+    after: Mapping[str, Mapping[str, float]], before: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, float]]:
+    """``after`` - ``before``, per generation and field."""
+    return {
+        g: {k: round(v - before.get(g, {}).get(k, 0.0), 4) for k, v in vals.items()}
+        for g, vals in after.items()
+    }
 
 
 def parse_requests(text: str) -> Counter[tuple[str, str]]:
@@ -315,6 +347,15 @@ class Group:
 
     def tail(self, n: int = 30) -> str:
         return "\n".join(m.tail(n // len(self.members)) for m in self.members)
+
+    def gc_pauses(self) -> dict[str, dict[str, float]]:
+        """The live members' garbage collections, summed per generation and field."""
+        out: dict[str, dict[str, float]] = {}
+        for m in self.alive():
+            for g, vals in m.gc_pauses().items():
+                for k, v in vals.items():
+                    out.setdefault(g, {})[k] = out.get(g, {}).get(k, 0.0) + v
+        return out
 
     def held(self) -> dict[int, list[int]]:
         """Per live member (its index): the partitions it holds, from its /metrics."""
@@ -476,6 +517,9 @@ class Run:
     #: CPU seconds from the first create until all Ready: "machine" (every process, both CPUs),
     #: "impl" (the implementation) and each control-plane process (control_plane_cpu)
     cpu_until_ready: dict[str, float] = field(default_factory=dict)
+    #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
+    #: slow = paused >= 50 ms); Impl.gc_pauses
+    gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def writes_per_isvc(self) -> float:
@@ -719,9 +763,12 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.rss_steady, run.rss_peak = impl.memory()
             if impl_name != "raw" and args.changes:
                 names = [f"bench-{i:04d}" for i in range(0, n, max(1, n // args.changes))][: args.changes]
+                gc0 = impl.gc_pauses()
                 run.change_idle = await spec_changes(client, observer, names, "idle", 60)
+                run.gc_during_changes = gc_diff(impl.gc_pauses(), gc0)
                 log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
-                    f"p99 {run.change_idle.p99:.0f} ms")  # fmt: skip
+                    f"p99 {run.change_idle.p99:.0f} ms; garbage collections meanwhile "
+                    f"{run.gc_during_changes or '(not measured)'}")  # fmt: skip
                 await wait_quiet(impl, args.quiet_seconds, args.timeout)
             if isinstance(impl, Group):
                 run.shards = await failover(args, client, observer, impl, cpu0)
@@ -1012,6 +1059,17 @@ def render(runs: Sequence[Run]) -> str:
                    "machine = every process; CPUs busy = machine / time):\n")  # fmt: skip
         header = ["impl", "N", "Ready s", "machine CPU s", "CPUs busy", "impl CPU s", *CONTROL_PLANE]
         out.append(markdown_table(header, cpu))
+    collections = [
+        [r.impl, str(r.count), *(
+            f"{fmt(g.get('count'), 0)} / {fmt(g.get('seconds', 0) * 1000, 0)} / {fmt(g.get('slow'), 0)}"
+            for g in (r.gc_during_changes.get(str(i), {}) for i in range(3))
+        )]
+        for r in runs if r.gc_during_changes
+    ]  # fmt: skip
+    if collections:
+        out.append("\nGarbage collections during the idle spec changes (`python_gc_duration_seconds`): "
+                   "collections / ms in all / paused >= 50 ms, per generation:\n")  # fmt: skip
+        out.append(markdown_table(["impl", "N", "generation 0", "generation 1", "generation 2"], collections))
     sharded = [
         [str(r.count), " / ".join(f"{c:.1f}" for c in r.shards["cpu_s_per_replica"]),
          fmt(r.converge_cpu_s), fmt(r.shards["takeover_s"]), fmt(r.shards["lease_duration_s"], 0),

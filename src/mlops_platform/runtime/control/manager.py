@@ -28,19 +28,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import logging
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import controller as rcontroller
-from mlops_platform.runtime.control import labeler, leaderelection, sharding
+from mlops_platform.runtime.control import heap, labeler, leaderelection, sharding
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
@@ -133,6 +131,8 @@ class Manager:
         self._synced = False
         self._recorders: list[events.EventRecorder] = []
         self._ready_checks: dict[str, Callable[[], bool]] = {}
+        #: times every garbage collection while running; freezes the heap (gc_freeze_after_sync)
+        self.heap = heap.HeapKeeper(self.metrics.registry, objects=lambda: sum(self._cache_sizes().values()))
 
     def _cache_sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -229,6 +229,7 @@ class Manager:
         for rec in self._recorders:
             rec.start()
         try:
+            self.heap.install()
             # before the first event: nothing is owned until a partition is acquired
             shards = self._setup_shards() if self.options.shards > 1 else None
             if shards is not None:  # scoped informers list no child until a partition is held
@@ -256,7 +257,7 @@ class Manager:
                 return
             self._synced = True
             if self.options.gc_freeze_after_sync:
-                _freeze_heap()
+                self.heap.freeze()
             if shards is not None:
                 await self._run_sharded(shards)
             elif self.options.leader_election:
@@ -264,6 +265,7 @@ class Manager:
             else:
                 await self._lead()
         finally:
+            self.heap.remove()
             for rec in self._recorders:
                 await rec.stop()
             await self.cache.stop()
@@ -418,16 +420,3 @@ class Manager:
             self._metrics_server = rmetrics.metrics_server(self.metrics.registry, host, port)
         for s in self._servers:
             await s.start()
-
-
-def _freeze_heap() -> None:
-    """Collect once, then freeze the survivors (the synced cache): they are long-lived, and a cached
-    object replaced later is still freed by its reference count (frozen objects are only exempt
-    from cycle collection). Logged with the objects frozen and the time it took."""
-    started = time.perf_counter()
-    gc.collect()
-    gc.freeze()
-    log.info(
-        "heap frozen after the cache sync",
-        extra={"objects": gc.get_freeze_count(), "ms": round((time.perf_counter() - started) * 1000, 1)},
-    )
