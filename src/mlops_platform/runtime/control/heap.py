@@ -9,7 +9,7 @@ objects alive at the freeze are never collected (a one-off, bounded amount).
 
 :class:`HeapKeeper` times every collection: ``python_gc_duration_seconds{generation}`` (a
 histogram; Go's ``go_gc_duration_seconds`` is the Go runtime's pause summary), so a latency tail can
-be checked against the collector, and counts freezes, ``mlops_platform_gc_freezes_total``.
+be checked against the collector.
 Freezing again as the cache grows was tried and measured: during 100 idle spec changes at N=1000
 and N=5000 (started on an empty cluster, so the cache was not frozen) no full collection ran at
 all, so it bought nothing there (docs/measurements.md).
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 
 log = logging.getLogger("mlops_platform.runtime.heap")
 
@@ -35,7 +35,6 @@ class HeapKeeper:
 
     def __init__(self, registry: CollectorRegistry, objects: Callable[[], int]) -> None:
         self._objects = objects
-        self.frozen_at: int | None = None  # objects() at the freeze; None: never frozen
         durations = Histogram(
             "python_gc_duration_seconds",
             "Pause of each garbage collection, by generation",
@@ -44,9 +43,6 @@ class HeapKeeper:
             registry=registry,
         )
         self._by_generation = [durations.labels(str(g)) for g in range(3)]
-        self.freezes = Counter(
-            "mlops_platform_gc_freezes", "Heap freezes (gc.freeze) of the cache", registry=registry
-        )
         self._started = 0.0
         self._installed = False
 
@@ -76,13 +72,11 @@ class HeapKeeper:
         started = time.perf_counter()
         gc.collect()
         gc.freeze()
-        self.frozen_at = self._objects()
-        self.freezes.inc()
         log.info(
             "heap frozen",
             extra={
                 "objects": gc.get_freeze_count(),
-                "cached": self.frozen_at,
+                "cached": self._objects(),
                 "ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )

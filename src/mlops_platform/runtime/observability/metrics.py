@@ -18,8 +18,8 @@
   ``mlops_platform_watches_open`` (watch streams open): read when scraped
   (:meth:`Metrics.observe_runtime`), what a soak test compares before and after churn to find leaked
   tasks and watches;
-- ``python_gc_duration_seconds{generation}`` and ``mlops_platform_gc_freezes_total`` come from
-  :mod:`mlops_platform.runtime.control.heap` (the manager's garbage collector keeper).
+- ``python_gc_duration_seconds{generation}`` comes from :mod:`mlops_platform.runtime.control.heap`
+  (the manager's garbage collector keeper).
 """
 
 from __future__ import annotations
