@@ -12,7 +12,15 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from mlops_platform import api
+from mlops_platform.runtime import quantity
 from mlops_platform.testing import manifests
+
+
+def test_every_bad_quantity_sample_is_refused_by_the_quantity_pattern() -> None:
+    """Each sample, not only those hypothesis happens to draw ("1." was listed and is valid)."""
+    accepted = [q for q in manifests.BAD_QUANTITY_SAMPLES if quantity.is_quantity(q)]
+    assert not accepted, f"listed as bad quantities but valid: {accepted}"
+    assert quantity.is_quantity("1.")  # as apimachinery's ParseQuantity: an empty fraction is 1
 
 
 @settings(
