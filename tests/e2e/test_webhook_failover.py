@@ -1,7 +1,8 @@
 """Webhook failover: two operator replicas serve the conversion webhook behind one address and the one
 the API server is talking to is SIGKILLed (or SIGTERMed) during a loop of conversions; the API
-server's conversions keep succeeding through the other: after a SIGTERM with zero failed client
-requests, after a SIGKILL with one retry of the requests that were in flight on the victim.
+server's conversions keep succeeding through the other: no client request fails twice (after a
+SIGKILL the requests in flight on the victim fail once; after a SIGTERM the victim keeps answering on
+its open connections while it drains, and normally none fails).
 
 Both are ``mlops-platform run`` processes (one leads, one stands by: both serve the webhook), with
 self-managed certificates in one Secret (they agree on one CA), listening on one loopback port with

@@ -48,9 +48,8 @@ class HttpServer:
         self.content_types = frozenset(content_types) if content_types is not None else None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()  # open connections, closed by stop()
-        self._busy: set[asyncio.StreamWriter] = set()  # connections with a request being answered
-        self._idle = asyncio.Event()  # set whenever no request is being answered
-        self._idle.set()
+        self._unconnected = asyncio.Event()  # set whenever no connection is open
+        self._unconnected.set()
         self._draining = False
 
     async def start(self) -> None:
@@ -60,19 +59,22 @@ class HttpServer:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self, grace: float = 0.0) -> None:
-        """Stop listening and close every connection. ``grace``: first let the requests being
-        answered finish (each answer then says ``Connection: close``), for up to that many seconds;
-        idle keep-alive connections are closed at once (a client opens a new one, to another replica
-        of the address)."""
+        """Stop listening, then close every connection.
+
+        ``grace``: for up to that many seconds first keep answering the requests that come on the
+        connections already open, each answer saying ``Connection: close`` so the client opens its
+        next connection elsewhere (another replica sharing the address); return as soon as every
+        connection has closed. Closing an idle keep-alive connection at once would race with a
+        request the client is writing on it: it reads EOF, and an HTTP client does not retry a
+        POST (Go's net/http, the API server's, retries one only if nothing was written). With no
+        grace (probes, metrics) every connection is closed at once."""
         if self._server is None:
             return
         self._server.close()
         self._draining = True
-        for writer in list(self._writers - self._busy):  # keep-alive clients (Prometheus) would hold stop()
-            writer.close()
-        if grace > 0 and self._busy:
+        if grace > 0 and self._writers:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), grace)
+                await asyncio.wait_for(self._unconnected.wait(), grace)
         for writer in list(self._writers):
             writer.close()
         with contextlib.suppress(Exception):
@@ -82,6 +84,7 @@ class HttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER)
         self._writers.add(writer)
+        self._unconnected.clear()
         try:
             while True:
                 try:
@@ -93,8 +96,6 @@ class HttpServer:
                     return
                 if request is None:
                     return
-                self._busy.add(writer)
-                self._idle.clear()
                 path = request.target.decode("latin-1").split("?", 1)[0]
                 handler = self.routes.get(path)
                 if handler is None:
@@ -116,23 +117,18 @@ class HttpServer:
                     head=request.method == b"HEAD",
                     close=self._draining,
                 )
-                self._done(writer)
                 if self._draining or conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             return
         finally:
-            self._done(writer)
             self._writers.discard(writer)
+            if not self._writers:
+                self._unconnected.set()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
-
-    def _done(self, writer: asyncio.StreamWriter) -> None:
-        self._busy.discard(writer)
-        if not self._busy:
-            self._idle.set()
 
     def _acceptable(self, request: h11.Request) -> bool:
         if self.content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
