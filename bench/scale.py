@@ -517,6 +517,9 @@ class Run:
     #: CPU seconds from the first create until all Ready: "machine" (every process, both CPUs),
     #: "impl" (the implementation) and each control-plane process (control_plane_cpu)
     cpu_until_ready: dict[str, float] = field(default_factory=dict)
+    #: watch events the API server sent (to every watcher: the control plane's and the implementation's)
+    #: from the first create until all Ready, per resource: [events, bytes]
+    watch_until_ready: dict[str, list[int]] = field(default_factory=dict)
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -541,6 +544,33 @@ def apiserver_applies(text: str) -> Counter[str]:
             sub = labels.get("subresource", "")
             out[labels.get("resource", "?") + (f"/{sub}" if sub else "")] += int(v)
     return out
+
+
+def watch_events(text: str) -> dict[str, tuple[int, int]]:
+    """The API server's watch events sent so far, per resource (``group/resource``, core: the
+    resource): (events, bytes); every watcher's, from ``apiserver_watch_events_total`` and
+    ``apiserver_watch_events_sizes``."""
+    counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+
+    def name(labels: dict[str, str]) -> str:
+        resource = labels.get("resource") or labels.get("kind") or "?"
+        return f"{labels['group']}/{resource}" if labels.get("group") else resource
+
+    for labels, v in samples(text, "apiserver_watch_events_total"):
+        counts[name(labels)] += int(v)
+    for labels, v in samples(text, "apiserver_watch_events_sizes_sum"):
+        sizes[name(labels)] += int(v)
+    return {k: (counts[k], sizes[k]) for k in counts}
+
+
+def watch_diff(after: dict[str, tuple[int, int]], before: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
+    out = {}
+    for k, (n, b) in after.items():
+        n0, b0 = before.get(k, (0, 0))
+        if n > n0:
+            out[k] = [n - n0, b - b0]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
 
 
 def etcd_sizes(cluster: str) -> tuple[int | None, int | None]:
@@ -731,7 +761,8 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             if isinstance(impl, Group):
                 impl.mark()
             before = impl.requests()
-            api0 = apiserver_applies(await apiserver_metrics(client))
+            text0 = await apiserver_metrics(client)
+            api0, watch0 = apiserver_applies(text0), watch_events(text0)
             cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
@@ -750,6 +781,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
 
                 run.ready_s = await observer.until(all_ready, args.timeout, "all Ready") - t0
             cpu_at_ready = cpu_snapshot(args.cluster_name, impl)
+            run.watch_until_ready = watch_diff(watch_events(await apiserver_metrics(client)), watch0)
             run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
@@ -1059,6 +1091,18 @@ def render(runs: Sequence[Run]) -> str:
                    "machine = every process; CPUs busy = machine / time):\n")  # fmt: skip
         header = ["impl", "N", "Ready s", "machine CPU s", "CPUs busy", "impl CPU s", *CONTROL_PLANE]
         out.append(markdown_table(header, cpu))
+    watched = sorted({k for r in runs for k in r.watch_until_ready})
+    watched = sorted(watched, key=lambda k: -max(r.watch_until_ready.get(k, [0, 0])[1] for r in runs))[:8]
+    if watched:
+        out.append("\nWatch events the API server sent from the first create until all Ready, to every "
+                   "watcher (control plane and implementation): thousands of events / MB, "
+                   "per resource:\n")  # fmt: skip
+        out.append(markdown_table(["impl", "N", *watched], [
+            [r.impl, str(r.count), *(
+                f"{r.watch_until_ready[k][0] / 1000:.1f} / {r.watch_until_ready[k][1] / 1e6:.1f}"
+                if k in r.watch_until_ready else "-" for k in watched)]
+            for r in runs if r.watch_until_ready
+        ]))  # fmt: skip
     collections = [
         [r.impl, str(r.count), *(
             f"{fmt(g.get('count'), 0)} / {fmt(g.get('seconds', 0) * 1000, 0)} / {fmt(g.get('slow'), 0)}"
