@@ -231,6 +231,7 @@ def test_store_indexes_follow_updates_and_deletes() -> None:
     assert [o["metadata"]["name"] for o in s.by_index(store.NAMESPACE_INDEX, "other")] == ["c"]
     s.add_indexers({"by-name-length": lambda o: (str(len(o["metadata"]["name"])),)})
     assert {o["metadata"]["name"] for o in s.by_index("by-name-length", "1")} == {"b", "c"}
+    assert s.writes == 5  # four inserts and a replacement; a delete puts nothing in
 
 
 def test_builder_reports_every_misconfiguration_at_once() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -272,6 +273,25 @@ async def test_idle_means_nothing_queued_processing_or_waiting_for_its_time() ->
     clock.step(1.0)
     q.done(await q.get())
     assert q.idle()
+
+
+async def test_idle_for_counts_from_the_last_item_done_and_is_zero_while_work_is_due() -> None:
+    clock = FakeClock()
+    q: DelayingQueue[str] = DelayingQueue(clock=clock)
+    q.add("a")
+    assert q.idle_for() == 0.0  # queued
+    item = await q.get()
+    assert q.idle_for() == 0.0  # being processed
+    q.done(item)
+    first = q.idle_for()
+    assert 0.0 < first < 5.0  # idle since that moment (the process clock)
+    q.add_after("b", 1.0)
+    assert q.idle_for() == 0.0  # a retry's backoff: work is due
+    clock.step(1.0)
+    item = await q.get()
+    before = time.monotonic()
+    q.done(item)
+    assert 0.0 < q.idle_for() <= time.monotonic() - before  # counted again from this done
 
 
 @pytest.mark.parametrize("delay", [0.0, -1.0])

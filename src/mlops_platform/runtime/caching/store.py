@@ -56,6 +56,8 @@ class Store:
         self._indexers: dict[str, IndexFunc] = dict(DEFAULT_INDEXERS if indexers is None else indexers)
         # index name -> index value -> keys
         self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        #: objects put in so far (inserted or replacing one): each is new to the garbage collector
+        self.writes = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -80,6 +82,7 @@ class Store:
         if old is not None:
             self._unindex_all(k, old)
         self._items[k] = obj
+        self.writes += 1
         for name, fn in self._indexers.items():
             self._index(name, fn, k, obj)
         return old

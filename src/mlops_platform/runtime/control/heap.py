@@ -10,9 +10,19 @@ objects alive at the freeze are never collected (a one-off, bounded amount).
 :class:`HeapKeeper` times every collection: ``python_gc_duration_seconds{generation}`` (a
 histogram; Go's ``go_gc_duration_seconds`` is the Go runtime's pause summary), so a latency tail can
 be checked against the collector.
-Freezing again as the cache grows was tried and measured: during 100 idle spec changes at N=1000
-and N=5000 (started on an empty cluster, so the cache was not frozen) no full collection ran at
-all, so it bought nothing there (docs/measurements.md).
+
+A freeze after the first sync keeps out only what was cached then: an operator started on an
+empty cluster whose InferenceServices come later, or whose cache is replaced object by object as
+watch events arrive, has all of its cache unfrozen again, and a full collection walks it (152 and
+277 ms at N=1000, during a benchmark's idle spec changes). :meth:`HeapKeeper.refreeze_due` says
+when the cache has taken in more objects since the last freeze than :data:`REFREEZE_MIN_WRITES`
+and half the objects it held then (each object written into the cache is new to the collector;
+counting them costs nothing, where counting generation 2 walks it: 30 ms of CPU every check at
+N=1000); :meth:`HeapKeeper.refreeze` then unfreezes, collects everything (cycles among objects
+frozen earlier that died meanwhile are reclaimed: nothing leaks across refreezes) and freezes the
+survivors. The manager does that only once its controllers have been quiet for a while, so the
+one long pause meets no work; with the geometric threshold it happens a logarithmic number of times
+as the cache grows.
 """
 
 from __future__ import annotations
@@ -27,14 +37,25 @@ from prometheus_client import CollectorRegistry, Histogram
 
 log = logging.getLogger("mlops_platform.runtime.heap")
 
+#: fewer objects written into the cache since the last freeze never warrant a refreeze (a decoded
+#: object is tens of containers for the collector: 500 are some 25,000)
+REFREEZE_MIN_WRITES = 500
+#: refreeze once the objects written since the last freeze reach this share of those cached then
+REFREEZE_GROWTH = 0.5
+
 GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class HeapKeeper:
-    """``objects()``: the cache's object count (logged with a freeze)."""
+    """``objects()``: the cache's object count; ``writes()``: the objects written into the cache so
+    far (both read at a freeze and by :meth:`refreeze_due`)."""
 
-    def __init__(self, registry: CollectorRegistry, objects: Callable[[], int]) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, objects: Callable[[], int], writes: Callable[[], int] = lambda: 0
+    ) -> None:
         self._objects = objects
+        self._writes = writes
+        self._frozen_at = (0, 0)  # (cached objects, cache writes) at the last freeze
         durations = Histogram(
             "python_gc_duration_seconds",
             "Pause of each garbage collection, by generation",
@@ -69,14 +90,33 @@ class HeapKeeper:
 
     def freeze(self) -> None:
         """Collect once, then freeze every survivor; logged with the objects frozen and the time."""
+        self._freeze("heap frozen")
+
+    def _freeze(self, msg: str) -> None:
         started = time.perf_counter()
         gc.collect()
         gc.freeze()
+        cached, writes = self._objects(), self._writes()
         log.info(
-            "heap frozen",
+            msg,
             extra={
                 "objects": gc.get_freeze_count(),
-                "cached": self._objects(),
+                "cached": cached,
+                "cache_writes_since": writes - self._frozen_at[1],
                 "ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )
+        self._frozen_at = (cached, writes)
+
+    def refreeze_due(self) -> bool:
+        """Whether the cache has taken in more objects since the last freeze than
+        :data:`REFREEZE_MIN_WRITES` and :data:`REFREEZE_GROWTH` of those it held then (reads two
+        counters: cheap enough for a check every few seconds)."""
+        cached, writes = self._frozen_at
+        return self._writes() - writes >= max(REFREEZE_MIN_WRITES, REFREEZE_GROWTH * cached)
+
+    def refreeze(self) -> None:
+        """Unfreeze, collect everything, freeze the survivors (one pause over the whole heap: call
+        it when idle)."""
+        gc.unfreeze()
+        self._freeze("heap frozen again")

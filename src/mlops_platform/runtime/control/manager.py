@@ -74,8 +74,13 @@ class Options:
     #: after the first cache sync, move every object alive then (the cache, mostly) out of the
     #: garbage collector's generations (``gc.freeze``): later full collections scan only what came
     #: after, instead of pausing for the whole cache (0.3 s at 5,000 InferenceServices). For a
-    #: process that runs one manager (the CLI turns it on); not for one hosting many (tests)
+    #: process that runs one manager (the CLI turns it on); not for one hosting many (tests).
+    #: Then every ``heap_check_period`` seconds, once no controller has had work for
+    #: ``heap_quiet_seconds``, the heap is frozen again if what came after has outgrown it
+    #: (``heap.HeapKeeper.refreeze_due``)
     gc_freeze_after_sync: bool = False
+    heap_check_period: float = 5.0
+    heap_quiet_seconds: float = 5.0
     #: partitions of the primary objects (1: no sharding); > 1: one Lease per partition instead of
     #: leader election, each replica reconciling its fair share (see ``sharding``)
     shards: int = 1
@@ -132,7 +137,11 @@ class Manager:
         self._recorders: list[events.EventRecorder] = []
         self._ready_checks: dict[str, Callable[[], bool]] = {}
         #: times every garbage collection while running; freezes the heap (gc_freeze_after_sync)
-        self.heap = heap.HeapKeeper(self.metrics.registry, objects=lambda: sum(self._cache_sizes().values()))
+        self.heap = heap.HeapKeeper(
+            self.metrics.registry,
+            objects=lambda: sum(self._cache_sizes().values()),
+            writes=lambda: sum(inf.store.writes for inf in self.cache.informers),
+        )
 
     def _cache_sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -228,6 +237,7 @@ class Manager:
         await self._start_servers()
         for rec in self._recorders:
             rec.start()
+        keeper: asyncio.Task[None] | None = None
         try:
             self.heap.install()
             # before the first event: nothing is owned until a partition is acquired
@@ -258,6 +268,7 @@ class Manager:
             self._synced = True
             if self.options.gc_freeze_after_sync:
                 self.heap.freeze()
+                keeper = asyncio.create_task(self._keep_heap(), name="heap")
             if shards is not None:
                 await self._run_sharded(shards)
             elif self.options.leader_election:
@@ -265,6 +276,10 @@ class Manager:
             else:
                 await self._lead()
         finally:
+            if keeper is not None:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
             self.heap.remove()
             for rec in self._recorders:
                 await rec.stop()
@@ -395,6 +410,17 @@ class Manager:
                 await lab.stop()
         if not shards.cancelled():
             shards.result()  # re-raise the coordinator's error
+
+    async def _keep_heap(self) -> None:
+        """Freeze the heap again when it has outgrown the last freeze, once no controller has had
+        work for a while (the refreeze is one full collection: its pause should meet no reconcile,
+        and a busy spell is likely to go on)."""
+        o = self.options
+        while True:
+            await asyncio.sleep(o.heap_check_period)  # a period, not a wait for a state
+            quiet = all(c.queue.idle_for() >= o.heap_quiet_seconds for c in self.controllers)
+            if quiet and self.heap.refreeze_due():
+                self.heap.refreeze()
 
     async def _lead(self) -> None:
         """Run the controllers until stopped (or cancelled because leadership ended)."""

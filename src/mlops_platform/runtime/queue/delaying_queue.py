@@ -84,6 +84,10 @@ class DelayingQueue(Queue[T]):
         """Nothing waits, not even for its ready time (a retry's backoff), and nothing is processed."""
         return super().idle() and not self._waiting_by_item
 
+    def idle_for(self) -> float:
+        """0 also while an item waits for its ready time (work is due)."""
+        return 0.0 if self._waiting_by_item else super().idle_for()
+
     def _peek_live(self) -> _WaitFor[T] | None:
         while self._waiting:
             head = self._waiting[0]

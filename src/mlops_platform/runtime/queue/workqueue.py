@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
@@ -106,6 +107,7 @@ class Queue(Generic[T]):
         self._drain = False
         self._getters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._drainers: list[asyncio.Future[None]] = []
+        self._last_done = time.monotonic()  # when the last item being processed was done
 
     # -- producers -------------------------------------------------------------------
 
@@ -183,6 +185,7 @@ class Queue(Generic[T]):
             self._push(item)
             self._wake_one_getter()
         if not self._processing:
+            self._last_done = time.monotonic()
             self._wake_drainers()
 
     # -- introspection ---------------------------------------------------------------
@@ -193,6 +196,13 @@ class Queue(Generic[T]):
 
     def __len__(self) -> int:
         return self._len
+
+    def idle_for(self) -> float:
+        """Seconds since the queue last had work (since the last item was done), 0 while it has:
+        for work that must not meet a reconcile (a refreeze of the heap)."""
+        if self._len or self._processing:
+            return 0.0
+        return time.monotonic() - self._last_done
 
     def idle(self) -> bool:
         """Nothing waits and nothing is being processed (``len() == 0`` alone is also true while a
