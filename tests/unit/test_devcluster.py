@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,34 @@ def test_cluster_starts_on_one_machine_take_turns(monkeypatch: pytest.MonkeyPatc
     for t in threads:
         t.join(10)
     assert order == ["a in", "a out", "b in"]
+
+
+async def test_a_start_holds_the_lock_until_every_component_listens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """kwokctl returns before metrics-server binds its port (seconds later): make test's second
+    cluster, let in at that moment, counted down to the same port and its metrics API never came.
+    The start waits for every port of its kwok.yaml."""
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+    with socket.socket() as listening, socket.socket() as silent:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        silent.bind(("127.0.0.1", 0))  # bound, not listening: what kwokctl would count as free
+        up, down = listening.getsockname()[1], silent.getsockname()[1]
+        config = {
+            "kind": "KwokctlConfiguration",
+            "components": [
+                {"name": "kube-apiserver", "ports": [{"name": "https", "port": up}]},
+                {"name": "metrics-server", "ports": [{"name": "https", "port": down}]},
+                {"name": "no-ports"},
+            ],
+        }
+        (tmp_path / "clusters" / "x").mkdir(parents=True)
+        (tmp_path / "clusters" / "x" / "kwok.yaml").write_text(
+            yaml.safe_dump_all([{"kind": "Other"}, config])
+        )
+        assert cluster.component_ports("x") == {"kube-apiserver": [up], "metrics-server": [down]}
+        with pytest.raises(TimeoutError, match=f"not listening: metrics-server:{down}'"):
+            await cluster._ports_bound("x", timeout=0.5)
+        silent.listen()
+        await cluster._ports_bound("x", timeout=5)  # both listen now: returns

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ import yaml
 
 from mlops_platform.devcluster import binaries, crds, gomod, nodes, usage
 from mlops_platform.runtime import objects
+from mlops_platform.runtime import wait as rwait
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 
@@ -279,6 +281,9 @@ def up(
                     _create(bins, name, wait, started, unthrottled, metrics_server)
             else:
                 _create(bins, name, wait, started, unthrottled, metrics_server)
+            # kwokctl returns before every component listens (metrics-server binds seconds later):
+            # a cluster started meanwhile would count down to the same free port
+            asyncio.run(_ports_bound(name, wait))
     asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
@@ -300,6 +305,39 @@ def _ports_lock(name: str, started: float) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def component_ports(name: str) -> dict[str, list[int]]:
+    """The loopback ports kwokctl gave each component of the cluster (from its ``kwok.yaml``)."""
+    ports: dict[str, list[int]] = {}
+    for doc in yaml.safe_load_all((cluster_dir(name) / "kwok.yaml").read_text()):
+        if isinstance(doc, dict) and doc.get("kind") == "KwokctlConfiguration":
+            for component in doc.get("components") or ():
+                found = [int(p["port"]) for p in component.get("ports") or () if p.get("port")]
+                if found:
+                    ports[component["name"]] = found
+    return ports
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+        return True
+    except OSError:
+        return False
+
+
+async def _ports_bound(name: str, timeout: float) -> None:
+    """Until every component of the cluster listens on its ports."""
+    ports = component_ports(name)
+
+    def bound() -> bool:
+        missing = [f"{c}:{p}" for c, ps in ports.items() for p in ps if not _listening(p)]
+        if missing:
+            raise ConnectionError(f"not listening: {', '.join(missing)}")
+        return True
+
+    await rwait.until(bound, timeout=timeout, interval=0.2, what=f"every component of {name!r} listening")
 
 
 def _create(
