@@ -12,7 +12,7 @@ from mlops_platform.runtime.control import heap
 
 def test_pauses_are_read_per_generation_and_the_slow_ones_counted() -> None:
     registry = CollectorRegistry()
-    k = heap.HeapKeeper(registry, lambda: 0)
+    k = heap.HeapKeeper(registry, lambda: 0, lambda: 0)
     before = scale.gc_pauses(generate_latest(registry).decode())
     k._by_generation[2].observe(0.2)  # one slow full collection
     k.install()

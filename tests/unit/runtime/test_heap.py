@@ -25,7 +25,7 @@ def unfrozen() -> Iterator[None]:
 
 def test_a_freeze_moves_the_cache_out_of_the_collected_generations(unfrozen: None) -> None:
     cache = [{"metadata": {"name": str(i)}} for i in range(5000)]
-    k = heap.HeapKeeper(CollectorRegistry(), lambda: len(cache))
+    k = heap.HeapKeeper(CollectorRegistry(), lambda: len(cache), lambda: 0)
     before = gc.get_freeze_count()
     k.freeze()
     assert gc.get_freeze_count() >= before + len(cache)
@@ -33,7 +33,7 @@ def test_a_freeze_moves_the_cache_out_of_the_collected_generations(unfrozen: Non
 
 def test_every_collection_is_timed_by_generation_and_the_callback_removed() -> None:
     registry = CollectorRegistry()
-    k = heap.HeapKeeper(registry, lambda: 0)
+    k = heap.HeapKeeper(registry, lambda: 0, lambda: 0)
     k.install()
     k.install()  # once only
     try:
@@ -91,7 +91,7 @@ def test_a_small_cache_is_not_refrozen_below_the_minimum(unfrozen: None) -> None
 def test_a_refreeze_reclaims_cycles_that_died_while_frozen(unfrozen: None) -> None:
     node = _Node()
     alive = weakref.ref(node)
-    k = heap.HeapKeeper(CollectorRegistry(), lambda: 0)
+    k = heap.HeapKeeper(CollectorRegistry(), lambda: 0, lambda: 0)
     k.freeze()  # the cycle is frozen: no collection would ever free it
     del node
     gc.collect()

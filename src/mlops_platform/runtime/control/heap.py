@@ -51,7 +51,7 @@ class HeapKeeper:
     far (both read at a freeze and by :meth:`refreeze_due`)."""
 
     def __init__(
-        self, registry: CollectorRegistry, objects: Callable[[], int], writes: Callable[[], int] = lambda: 0
+        self, registry: CollectorRegistry, objects: Callable[[], int], writes: Callable[[], int]
     ) -> None:
         self._objects = objects
         self._writes = writes
