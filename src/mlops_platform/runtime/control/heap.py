@@ -5,7 +5,7 @@ that is mostly the informer cache (one full collection over 5,000 InferenceServi
 0.3 s), a pause any reconcile or watch event lands in. ``gc.freeze()`` moves every object alive
 into a permanent generation that collections skip. Frozen objects are still freed by their
 reference counts when the cache replaces them (decoded JSON has no cycles); only cycles among the
-objects alive at the freeze are never collected (a one-off, bounded amount).
+objects alive at a freeze wait for the next refreeze to be collected (below).
 
 :class:`HeapKeeper` times every collection: ``python_gc_duration_seconds{generation}`` (a
 histogram; Go's ``go_gc_duration_seconds`` is the Go runtime's pause summary), so a latency tail can
@@ -17,8 +17,8 @@ watch events arrive, has all of its cache unfrozen again, and a full collection 
 277 ms at N=1000, during a benchmark's idle spec changes). :meth:`HeapKeeper.refreeze_due` says
 when the cache has taken in more objects since the last freeze than :data:`REFREEZE_MIN_WRITES`
 and half the objects it held then (each object written into the cache is new to the collector;
-counting them costs nothing, where counting generation 2 walks it: 30 ms of CPU every check at
-N=1000); :meth:`HeapKeeper.refreeze` then unfreezes, collects everything (cycles among objects
+counting them costs nothing, where counting generation 2 walks it: about 30 ms of CPU every
+check at N=1000); :meth:`HeapKeeper.refreeze` then unfreezes, collects everything (cycles among objects
 frozen earlier that died meanwhile are reclaimed: nothing leaks across refreezes) and freezes the
 survivors. The manager does that only once its controllers have been quiet for a while, so the
 one long pause meets no work; with the geometric threshold it happens a logarithmic number of times
