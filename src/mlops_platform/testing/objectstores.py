@@ -316,7 +316,10 @@ async def minio(
         "HOME": str(scratch),  # MinIO writes nothing under the real home
     }
     try:
-        ready = "/minio/health/ready"
+        # not /minio/health/ready: it answers 200 before the object layer is up (only a header says
+        # "offline"), and a CreateBucket then got 503 XMinioServerNotInitialized; /cluster answers
+        # 503 until the object layer, bucket metadata and IAM are initialized
+        ready = "/minio/health/cluster"
         async with _serving("minio", launch, ready, env, scratch / "minio.log") as (p, endpoint):
             yield S3Server(endpoint, access_key, secret_key, region, data, p)
     finally:
