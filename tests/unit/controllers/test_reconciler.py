@@ -21,7 +21,7 @@ import pytest
 
 from mlops_platform import api
 from mlops_platform.api import internal, v1alpha1
-from mlops_platform.controllers.inferenceservice import labels, reconciler, servers
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     monitoring,
@@ -476,6 +476,85 @@ def drift_image(w: World) -> None:
         o["spec"]["template"]["spec"]["containers"][0]["image"] = "example.com/other:1"
 
     w.edit(DEP, f"{NAME}-predictor", change)
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kinds of the children built, in the order of the calls (every child's builder counted)."""
+    built: list[str] = []
+    counted = tuple(dataclasses.replace(c, build=_counting(c, built)) for c in children.CHILDREN)
+    monkeypatch.setattr(children, "CHILDREN", counted)
+    return built
+
+
+def _counting(child: base.Child, built: list[str]) -> Callable[[base.Target, base.BuildContext], Obj | None]:
+    def build(target: base.Target, ctx: base.BuildContext) -> Obj | None:
+        built.append(child.kind.kind)
+        return child.build(target, ctx)
+
+    return build
+
+
+async def test_a_child_status_change_decides_from_the_kept_slots_without_building(builds: list[str]) -> None:
+    """Under the same CR version, a child whose compared parts did not move (its controller wrote
+    its status) is decided as the last reconcile decided it: nothing built or diffed, no write, and
+    the status still follows the child."""
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
+    await w.converge()
+    await w.reconcile()
+    builds.clear()
+    dep_condition("Available", "False", "MinimumReplicasUnavailable", readyReplicas=0, availableReplicas=0)(w)
+    await w.reconcile()
+    assert builds == []
+    assert w.writes == []
+    assert len(w.client.status_writes) == 1
+    assert brief(w.status, "Ready") == ("False", "NoReplicasAvailable")
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [
+        pytest.param(drift_image, id="spec"),
+        pytest.param(
+            lambda w: w.edit(
+                DEP, f"{NAME}-predictor", lambda o: o["metadata"]["labels"].pop("app.kubernetes.io/name")
+            ),
+            id="label",
+        ),
+        pytest.param(
+            lambda w: w.edit(
+                DEP,
+                f"{NAME}-predictor",
+                lambda o: o["metadata"]["annotations"].pop(reconciler.HASH_ANNOTATION),
+            ),
+            id="hash-annotation",
+        ),
+        pytest.param(
+            lambda w: w.edit(DEP, f"{NAME}-predictor", lambda o: o["metadata"].pop("ownerReferences")),
+            id="owner-reference",
+        ),
+    ],
+)
+async def test_drift_of_a_kept_child_is_still_repaired(drift: Mutation, builds: list[str]) -> None:
+    """What the comparison reads (spec, labels, annotations, owner references) moving is a new
+    decision: the child is built, compared and applied again."""
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
+    await w.converge()
+    await w.reconcile()
+    builds.clear()
+    drift(w)
+    await w.reconcile()
+    assert "Deployment" in builds
+    assert ("apply", "deployments", f"{NAME}-predictor") in w.writes
+
+
+async def test_a_new_cr_version_builds_every_child_again(builds: list[str]) -> None:
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
+    await w.converge()
+    builds.clear()
+    w.edit(ISVC, NAME, lambda o: o["metadata"].setdefault("labels", {}).update(team="a"))
+    await w.reconcile()
+    assert {"Deployment", "Service", "HorizontalPodAutoscaler"} <= set(builds)
 
 
 def forbid(verb: str, plural: str) -> Mutation:

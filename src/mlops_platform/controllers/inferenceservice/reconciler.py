@@ -45,7 +45,7 @@ from mlops_platform.controllers.inferenceservice import (
     traffic,
 )
 from mlops_platform.controllers.inferenceservice.children import base, deployment
-from mlops_platform.runtime import objects
+from mlops_platform.runtime import diff, objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.caching import informer as rinformer
@@ -345,6 +345,39 @@ class _Settled:
 
     inputs: tuple[object, ...]
     isvc: internal.InferenceService
+    #: per slot key, the child that reconcile found carrying its desired object (:class:`_Kept`)
+    kept: Mapping[str, _Kept] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Kept:
+    """A slot whose live child carried the desired object: the desired object (built, prepared and
+    settled), and the parts of the live child the comparison read (:func:`childsync.compared_parts`).
+    Under the same CR version, slot and served version, a live child with equal parts compares the
+    same: nothing to build or diff (a Deployment's status moving on changes none of them)."""
+
+    slot: base.Slot
+    resource: rclient.Resource | None
+    desired: Obj | None
+    parts: tuple[object, ...] = ()
+    #: "missing" or "syncing": an optional kind not readable then, whose desired object (only
+    #: whether the child is wanted) is kept; nothing was compared. A served slot with neither a
+    #: desired nor a live object is kept too (not wanted, nothing to delete)
+    state: Literal["served", "missing", "syncing"] = "served"
+
+
+@dataclasses.dataclass(slots=True)
+class _Decision:
+    """One slot decided from the cache, before any request: its desired object (None: not wanted),
+    the live child, and the paths to write (none: it carries them)."""
+
+    slot: base.Slot
+    resource: rclient.Resource | None
+    desired: Obj | None
+    live: Obj | None
+    changes: tuple[str, ...] = ()
+    state: Literal["served", "missing", "syncing"] = "served"
+    failed: bool = False  # the comparison refused it (another owner's object): nothing written
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -415,7 +448,8 @@ class InferenceServiceReconciler:
             # decisions again (a resync, a no-op event); nothing to build, compare or write
             return Result()
         run = _Run(raw, isvc)
-        await self._sync_all(run, slots)
+        same_cr = settled is not None and settled.inputs[0] == version
+        kept = await self._sync_all(run, slots, settled.kept if settled is not None and same_cr else {})
         # the rollout as the cluster now shows it: the objects our writes answered with (a route we
         # just rewrote, a canary just created or deleted), else the cache. The status reports this
         # split; the next reconcile, reading our writes back, starts from it.
@@ -485,6 +519,7 @@ class InferenceServiceReconciler:
                 {o.slot.key: o.kind_state for o in run.observed},
             ),
             isvc,
+            kept,
         )
         return Result()
 
@@ -527,22 +562,43 @@ class InferenceServiceReconciler:
 
     # -- children -----------------------------------------------------------------------------------
 
-    async def _sync_all(self, run: _Run, slots: list[base.Slot]) -> None:
-        """Sync every slot, the writes in parallel (they are independent: no child reads another's
-        live state), then record the outcomes in slot order, so status, log and Event are the same
-        whatever order the answers came in. Deletions go first: a child that replaces another
-        (a KEDA ScaledObject for an HPA: KEDA refuses a ScaledObject whose target has an HPA) is
-        created only once the one it replaces is gone."""
-        desired = [s.child.build(s.target, self.ctx) if s.target.component.present else None for s in slots]
-        gone = [i for i, d in enumerate(desired) if d is None]
-        kept = [i for i, d in enumerate(desired) if d is not None]
+    async def _sync_all(
+        self, run: _Run, slots: list[base.Slot], kept: Mapping[str, _Kept]
+    ) -> dict[str, _Kept]:
+        """Decide every slot from the cache first, without a request (:meth:`_decide`), then send the
+        writes in parallel (they are independent: no child reads another's live state) and record
+        the outcomes in slot order, so status, log and Event are the same whatever order the answers
+        came in. Deletions go first: a child that replaces another (a KEDA ScaledObject for an HPA:
+        KEDA refuses a ScaledObject whose target has an HPA) is created only once the one it
+        replaces is gone. Returns the slots whose live child now carries the desired object, for
+        the next reconcile of the same CR version (``kept``)."""
+        decisions = [self._decide(run, slot, kept.get(slot.key)) for slot in slots]
         outcomes: dict[int, tuple[status.Observed, _Outcome | None]] = {}
-        for phase in (gone, kept):
-            done = await asyncio.gather(*(self._sync(run, slots[i], desired[i]) for i in phase))
+        deletes = [i for i, d in enumerate(decisions) if d.desired is None and d.live is not None]
+        writes = [i for i, d in enumerate(decisions) if d.desired is not None and d.changes and not d.failed]
+        for phase in (deletes, writes):
+            done = await asyncio.gather(*(self._write(run, decisions[i]) for i in phase))
             outcomes.update(zip(phase, done, strict=True))
-        for i in range(len(slots)):
-            observed, outcome = outcomes[i]
+        now: dict[str, _Kept] = {}
+        for i, (slot, d) in enumerate(zip(slots, decisions, strict=True)):
+            written = outcomes.get(i)
+            observed, outcome = written or (status.Observed(slot, d.desired, d.live, d.state), None)
             run.observed.append(observed)
+            # kept: compared equal and not written; or written, and the answer (what the cluster now
+            # carries) compares equal: no manager's entries survived the apply
+            if (
+                d.resource is not None
+                and d.desired is not None
+                and observed.live is not None
+                and (
+                    (written is None and not d.changes and not d.failed)
+                    or (outcome is not None and not diff.difference_paths(d.desired, observed.live))
+                )
+            ):
+                parts = childsync.compared_parts(d.desired, observed.live)
+                now[slot.key] = _Kept(slot, d.resource, d.desired, parts)
+            elif d.state != "served" or (d.desired is None and observed.live is None):
+                now[slot.key] = _Kept(slot, d.resource, d.desired, state=d.state)
             if outcome is None or outcome.action == "none":
                 continue
             what = outcome.what
@@ -550,37 +606,68 @@ class InferenceServiceReconciler:
             if outcome.action != "deleted":
                 run.changes[what] = list(outcome.changes)
             run.done.append((outcome.action, what, outcome.changes))
+        return now
 
-    async def _sync(
-        self, run: _Run, slot: base.Slot, desired: Obj | None
-    ) -> tuple[status.Observed, _Outcome | None]:
+    def _decide(self, run: _Run, slot: base.Slot, kept: _Kept | None) -> _Decision:
+        """A slot from the cache: what to delete or apply. A slot kept by the last reconcile of the
+        same CR version whose live child still shows the same compared parts is decided as then
+        (the builders are pure and the settings fixed): nothing built, nothing compared."""
         child, target = slot.child, slot.target
         resource = self.kinds.resolve(child.kind)
         if resource is None or not self._readable(child, resource):
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
             # read or write; the status says so where the child is wanted
             state: Literal["missing", "syncing"] = "missing" if resource is None else "syncing"
-            return status.Observed(slot, desired, None, state), None
-        what = f"{resource.kind}/{slot.name}"
+            if kept is not None and kept.slot == slot and kept.resource == resource and kept.state == state:
+                return _Decision(slot, resource, kept.desired, None, state=state)  # wanted or not, as then
+            desired = child.build(target, self.ctx) if target.component.present else None
+            return _Decision(slot, resource, desired, None, state=state)
         live = self.cache.get(resource, target.isvc.namespace, slot.name)
+        if kept is not None and kept.slot == slot and kept.resource == resource and kept.state == "served":
+            if kept.desired is None and live is None:
+                return _Decision(slot, resource, None, None)  # not wanted, and nothing to delete
+            if (
+                kept.desired is not None
+                and live is not None
+                and childsync.compared_parts(kept.desired, live) == kept.parts
+            ):
+                return _Decision(slot, resource, kept.desired, live)
+        desired = child.build(target, self.ctx) if target.component.present else None
+        if desired is None:
+            return _Decision(slot, resource, None, live)
+        desired["apiVersion"] = resource.api_version
+        self.syncer.prepare(desired, run.raw)
+        settle = None if child.settle is None else _bind(child.settle, target)
         try:
-            if desired is None:
-                outcome = await self.syncer.remove(resource, live, target.isvc.uid)
+            changes = self.syncer.compare(resource, desired, live, settle)
+        except rclient.ApiError as e:  # another owner's object of the child's name
+            self._failed(run, slot, "apply", e, f"{resource.kind}/{slot.name}")
+            return _Decision(slot, resource, desired, live, failed=True)
+        return _Decision(slot, resource, desired, live, changes)
+
+    async def _write(self, run: _Run, d: _Decision) -> tuple[status.Observed, _Outcome | None]:
+        """Delete or apply one decided slot; a failure is recorded (status, Warning Event)."""
+        assert d.resource is not None
+        what = f"{d.resource.kind}/{d.slot.name}"
+        try:
+            if d.desired is None:
+                outcome = await self.syncer.remove(d.resource, d.live, d.slot.target.isvc.uid)
             else:
-                desired["apiVersion"] = resource.api_version
-                self.syncer.prepare(desired, run.raw)
-                settle = None if child.settle is None else _bind(child.settle, target)
-                outcome = await self.syncer.ensure(resource, desired, live, settle)
+                outcome = await self.syncer.write(d.resource, d.desired, d.live, d.changes)
         except rclient.ApiError as e:
-            verb = "delete" if desired is None else "apply"
-            run.failures.append(status.Failure(f"{verb} {what}", e))
-            self.recorder.event(
-                run.raw, "Warning", f"{verb.capitalize()}Failed", verb.capitalize(), f"{verb} {what}: {e}"
-            )
-            return status.Observed(slot, desired, live), None
+            self._failed(run, d.slot, "delete" if d.desired is None else "apply", e, what)
+            return status.Observed(d.slot, d.desired, d.live), None
         if outcome.action in ("created", "updated") and outcome.live is not None:
             self.own_writes.wrote(outcome.live)
-        return status.Observed(slot, desired, outcome.live), _Outcome(what, outcome.action, outcome.changes)
+        return status.Observed(d.slot, d.desired, outcome.live), _Outcome(
+            what, outcome.action, outcome.changes
+        )
+
+    def _failed(self, run: _Run, slot: base.Slot, verb: str, e: rclient.ApiError, what: str) -> None:
+        run.failures.append(status.Failure(f"{verb} {what}", e))
+        self.recorder.event(
+            run.raw, "Warning", f"{verb.capitalize()}Failed", verb.capitalize(), f"{verb} {what}: {e}"
+        )
 
     def _event_for_changes(self, run: _Run) -> None:
         """ONE Event per reconcile that changed children, listing every child it created, updated or

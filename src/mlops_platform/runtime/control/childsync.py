@@ -81,6 +81,19 @@ def prepare(desired: Obj, owner: Obj, hash_annotation: str) -> Obj:
     return desired
 
 
+def compared_parts(desired: Obj, live: Obj) -> tuple[object, ...]:
+    """The parts of ``live`` that comparing it with ``desired`` reads (:meth:`ChildSyncer.compare`:
+    the owner check, a settle of the spec and the subset diff): every top-level value ``desired``
+    sets and every ``metadata`` entry it sets. Two live objects whose parts are equal compare the
+    same (a status or resourceVersion change leaves them equal), so a caller that kept the answer
+    for one may reuse it for the other without diffing again."""
+    meta = live.get("metadata") or {}
+    return (
+        *(live.get(k) for k in desired if k != "metadata"),
+        *(meta.get(k) for k in desired.get("metadata") or ()),
+    )
+
+
 class ChildSyncer:
     def __init__(self, client: rclient.Client, *, field_manager: str, hash_annotation: str) -> None:
         self.client = client
@@ -95,6 +108,14 @@ class ChildSyncer:
         self, resource: rclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
     ) -> Outcome:
         """Make the cluster carry ``desired`` (prepared); no request when ``live`` already does."""
+        return await self.write(resource, desired, live, self.compare(resource, desired, live, settle))
+
+    def compare(
+        self, resource: rclient.Resource, desired: Obj, live: Obj | None, settle: Settle | None = None
+    ) -> tuple[str, ...]:
+        """The first half of :meth:`ensure`, without a request: the paths where ``live`` lacks
+        ``desired`` (prepared; settled to ``live`` first), ``("(absent)",)`` when there is no live
+        object, none when it carries them all. Raises :class:`AlreadyOwned` for another's object."""
         if live is not None:
             owner = objects.controller_ref(live)
             ours = objects.owner_references(desired)[0]["uid"]
@@ -102,7 +123,12 @@ class ChildSyncer:
                 raise AlreadyOwned(f"{resource.kind} {objects.name(live)}", owner)
         if settle is not None:
             settle(desired, live)
-        changes = ("(absent)",) if live is None else tuple(diff.differences(desired, live))
+        return ("(absent)",) if live is None else tuple(diff.differences(desired, live))
+
+    async def write(
+        self, resource: rclient.Resource, desired: Obj, live: Obj | None, changes: tuple[str, ...]
+    ) -> Outcome:
+        """The second half of :meth:`ensure`: apply ``desired`` when :meth:`compare` found ``changes``."""
         if not changes:
             return Outcome("none", live)
         applied = await self._apply_or_overwrite(resource, desired, live)
