@@ -4,9 +4,14 @@
 It makes the writes the job needs and nothing else, straight from watch events: no cache, no work
 queue, no level-based reconcile, no diff. For every InferenceService ADDED to ``--namespace``: the
 operator's own children (the same pure builders, owner reference and desired-hash annotation: the
-same bytes on the wire) server-side applied, one status write (``Ready=False``) and one Event; for
-every Deployment whose ``availableReplicas`` first reaches 1, one status write (``Ready=True``) on
-its InferenceService. At most ``--concurrency`` requests are in flight. It watches and writes
+same bytes on the wire) server-side applied, one status write and one Event; for every Deployment
+whose ``availableReplicas`` first reaches 1, one more status write on its InferenceService. Both
+status writes carry the status the operator computes (``status.compute`` from the applies' answers,
+then with the available Deployment: every child's condition, replicas, url, ``lastReconcileTime``),
+so the API server stores, converts and sends the same bytes as for the operator: a status of one
+``Ready`` condition, as this writer first wrote, costs the API server about 2 ms less per write
+(its ``customresource`` status updates in two 100 s CPU profiles). At most ``--concurrency``
+requests are in flight. It watches and writes
 InferenceServices at ``mlops.platform/v1`` only, the storage version (as the operator does): the API
 server never converts them.
 
@@ -27,6 +32,7 @@ if not __package__:
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -66,6 +72,10 @@ class RawWriter:
         self.ctx = base.BuildContext(monitoring=False)
         self.started: set[str] = set()
         self.ready: set[str] = set()
+        #: per InferenceService: its first status write done (the Ready=True write waits for it),
+        #: the children as their applies answered, and that first status
+        self.first: dict[str, asyncio.Event] = {}
+        self.observed: dict[str, tuple[Any, list[Any], dict[str, Any]]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.failures = 0
 
@@ -97,63 +107,83 @@ class RawWriter:
 
     async def create_children(self, raw: dict[str, Any]) -> None:
         from mlops_platform import api
-        from mlops_platform.controllers.inferenceservice import children, reconciler
+        from mlops_platform.controllers.inferenceservice import children, reconciler, status
         from mlops_platform.controllers.inferenceservice.children import base
         from mlops_platform.runtime import diff
         from mlops_platform.runtime.control import childsync
 
-        isvc = api.decode(raw)
-        writes: list[Awaitable[Any]] = []
-        created: list[str] = []
-        for slot in base.slots(isvc, children.CHILDREN):
-            if slot.child.kind.optional:
-                continue
-            desired = slot.child.build(slot.target, self.ctx)
-            if desired is None:
-                continue
-            resource = slot.child.kind.resource()
-            desired["apiVersion"] = resource.api_version
-            meta = desired.setdefault("metadata", {})
-            meta["ownerReferences"] = [childsync.owner_reference(raw)]
-            meta.setdefault("annotations", {})[reconciler.HASH_ANNOTATION] = diff.desired_hash(desired)
-            writes.append(self.apply(resource, desired))
-            created.append(f"{resource.kind}/{meta['name']}")
-        # the Ready=False status first: written after the children, it could land after the
-        # Deployment became available (kwok pods are Ready at once) and hide the Ready=True
-        await self.status(raw, "False", "RollingOut", "creating children; waiting for pods")
-        await asyncio.gather(*writes, self.event(raw, "created " + ", ".join(created)))
+        name = raw["metadata"]["name"]
+        first = self.first.setdefault(name, asyncio.Event())
+        try:
+            isvc = api.decode(raw)
+            slots = base.slots(isvc, children.CHILDREN)
+            desired: list[dict[str, Any] | None] = []
+            writes: list[Awaitable[Any]] = []
+            created: list[str] = []
+            for slot in slots:
+                want = slot.child.build(slot.target, self.ctx) if slot.target.component.present else None
+                desired.append(want)
+                if want is None or slot.child.kind.optional:
+                    continue
+                resource = slot.child.kind.resource()
+                want["apiVersion"] = resource.api_version
+                meta = want.setdefault("metadata", {})
+                meta["ownerReferences"] = [childsync.owner_reference(raw)]
+                meta.setdefault("annotations", {})[reconciler.HASH_ANNOTATION] = diff.desired_hash(want)
+                writes.append(self.apply(resource, want))
+                created.append(f"{resource.kind}/{meta['name']}")
+            answers = iter(await asyncio.gather(*writes))
+            observed = [
+                status.Observed(slot, want, next(answers) if want is not None else None)
+                if not slot.child.kind.optional or want is None
+                else status.Observed(slot, want, None, "missing")
+                for slot, want in zip(slots, desired, strict=True)
+            ]
+            st = status.compute(isvc, {}, observed, [], None, self.ctx)
+            self.observed[name] = (isvc, observed, st)
+            await asyncio.gather(self.status(raw, st), self.event(raw, "created " + ", ".join(created)))
+        finally:
+            first.set()
 
-    async def apply(self, resource: Any, obj: dict[str, Any]) -> None:
+    async def apply(self, resource: Any, obj: dict[str, Any]) -> dict[str, Any]:
         async with self.slot():
-            await self.client.apply(resource, obj, field_manager=FIELD_MANAGER, force=True)
+            answer: dict[str, Any] = await self.client.apply(
+                resource, obj, field_manager=FIELD_MANAGER, force=True
+            )
+            return answer
 
-    async def status(self, raw: dict[str, Any], ready: str, reason: str, message: str) -> None:
+    async def status(self, raw: dict[str, Any], st: dict[str, Any]) -> None:
         from mlops_platform import api
-        from mlops_platform.runtime import clock
+        from mlops_platform.controllers.inferenceservice import conditions
 
-        now = clock.rfc3339(clock.utcnow())
         body = {  # at v1, whatever version ``raw`` (a watch event or an owner reference) names
             "apiVersion": api.RESOURCE.api_version,
             "kind": api.RESOURCE.kind,
             "metadata": {"name": raw["metadata"]["name"], "namespace": self.namespace},
-            "status": {
-                "observedGeneration": raw["metadata"].get("generation", 1),
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": ready,
-                        "reason": reason,
-                        "message": message,
-                        "lastTransitionTime": now,
-                        "observedGeneration": raw["metadata"].get("generation", 1),
-                    }
-                ],
-            },
+            "status": {**st, "lastReconcileTime": conditions.now_rfc3339()},
         }
         async with self.slot():
             await self.client.apply(
                 api.RESOURCE, body, field_manager=FIELD_MANAGER, force=True, subresource="status"
             )
+
+    async def available(self, raw: dict[str, Any], dep: dict[str, Any]) -> None:
+        """The status once the Deployment is available: computed as the operator does, from the
+        children's answers with this Deployment, over the first status (written before it)."""
+        from mlops_platform.controllers.inferenceservice import status
+
+        name = raw["metadata"]["name"]
+        await self.first.setdefault(name, asyncio.Event()).wait()
+        isvc, observed, previous = self.observed.pop(name)
+        now = [
+            dataclasses.replace(o, live=dep)
+            if o.live is not None
+            and o.live.get("kind") == "Deployment"
+            and o.slot.name == dep["metadata"]["name"]
+            else o
+            for o in observed
+        ]
+        await self.status(raw, status.compute(isvc, previous, now, [], None, self.ctx))
 
     async def event(self, raw: dict[str, Any], note: str) -> None:
         from mlops_platform.runtime import clock
@@ -196,7 +226,7 @@ class RawWriter:
             "kind": owner["kind"],
             "metadata": {"name": owner["name"], "uid": owner["uid"], "generation": 1},
         }
-        self.spawn(self.status(raw, "True", "Serving", "1 replica available"))
+        self.spawn(self.available(raw, dep))
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -181,6 +181,12 @@ class FakeClient(rclient.Client):
         meta = obj["metadata"]
         ns = namespace or meta.get("namespace")
         self._call("create", res, meta.get("name"), ns, body=obj)
+        if "name" not in meta and "generateName" in meta:  # as the API server: a unique suffix
+            obj = {
+                **obj,
+                "metadata": {**meta, "name": f"{meta['generateName']}{self.next_resource_version()}"},
+            }
+            meta = obj["metadata"]
         if self.stored(res, ns, meta["name"]) is not None:
             raise api_error(409, f'{res.group_resource} "{meta["name"]}" already exists', "AlreadyExists")
         return self._store(res, obj)
