@@ -45,7 +45,7 @@ from mlops_platform.controllers.inferenceservice import (
     traffic,
 )
 from mlops_platform.controllers.inferenceservice.children import base, deployment
-from mlops_platform.runtime import diff, objects
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.caching import informer as rinformer
@@ -385,6 +385,7 @@ class _Outcome:
     what: str  # "Kind/name"
     action: childsync.Action
     changes: tuple[str, ...]
+    carries: bool  # the answer carries the desired object (childsync.Outcome.carries)
 
 
 class InferenceServiceReconciler:
@@ -448,8 +449,8 @@ class InferenceServiceReconciler:
             # decisions again (a resync, a no-op event); nothing to build, compare or write
             return Result()
         run = _Run(raw, isvc)
-        same_cr = settled is not None and settled.inputs[0] == version
-        kept = await self._sync_all(run, slots, settled.kept if settled is not None and same_cr else {})
+        prior = settled.kept if settled is not None and settled.inputs[0] == version else {}
+        kept = await self._sync_all(run, slots, prior)
         # the rollout as the cluster now shows it: the objects our writes answered with (a route we
         # just rewrote, a canary just created or deleted), else the cache. The status reports this
         # split; the next reconcile, reading our writes back, starts from it.
@@ -585,14 +586,14 @@ class InferenceServiceReconciler:
             observed, outcome = written or (status.Observed(slot, d.desired, d.live, d.state), None)
             run.observed.append(observed)
             # kept: compared equal and not written; or written, and the answer (what the cluster now
-            # carries) compares equal: no manager's entries survived the apply
+            # holds) carries it: no manager's entries survived the apply
             if (
                 d.resource is not None
                 and d.desired is not None
                 and observed.live is not None
                 and (
                     (written is None and not d.changes and not d.failed)
-                    or (outcome is not None and not diff.difference_paths(d.desired, observed.live))
+                    or (outcome is not None and outcome.carries)
                 )
             ):
                 parts = childsync.compared_parts(d.desired, observed.live)
@@ -660,7 +661,7 @@ class InferenceServiceReconciler:
         if outcome.action in ("created", "updated") and outcome.live is not None:
             self.own_writes.wrote(outcome.live)
         return status.Observed(d.slot, d.desired, outcome.live), _Outcome(
-            what, outcome.action, outcome.changes
+            what, outcome.action, outcome.changes, outcome.carries
         )
 
     def _failed(self, run: _Run, slot: base.Slot, verb: str, e: rclient.ApiError, what: str) -> None:

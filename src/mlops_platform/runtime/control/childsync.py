@@ -65,11 +65,14 @@ class AlreadyOwned(rclient.ApiError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
-    """What one sync did: the action, the paths that differed, and the live object afterwards."""
+    """What one sync did: the action, the paths that differed, and the live object afterwards;
+    ``carries``: that object was compared with the desired one and carries it (no request was
+    needed, or the apply's answer left no path to overwrite)."""
 
     action: Action
     live: Obj | None
     changes: tuple[str, ...] = ()
+    carries: bool = False
 
 
 def prepare(desired: Obj, owner: Obj, hash_annotation: str) -> Obj:
@@ -130,9 +133,9 @@ class ChildSyncer:
     ) -> Outcome:
         """The second half of :meth:`ensure`: apply ``desired`` when :meth:`compare` found ``changes``."""
         if not changes:
-            return Outcome("none", live)
-        applied = await self._apply_or_overwrite(resource, desired, live)
-        return Outcome("created" if live is None else "updated", applied, changes)
+            return Outcome("none", live, carries=live is not None)
+        applied, carries = await self._apply_or_overwrite(resource, desired, live)
+        return Outcome("created" if live is None else "updated", applied, changes, carries)
 
     async def remove(self, resource: rclient.Resource, live: Obj | None, owner_uid: str) -> Outcome:
         """Delete ``live`` if ``owner_uid`` controls it (a missing object is already removed)."""
@@ -147,7 +150,11 @@ class ChildSyncer:
                 raise
         return Outcome("deleted", None)
 
-    async def _apply_or_overwrite(self, resource: rclient.Resource, desired: Obj, live: Obj | None) -> Obj:
+    async def _apply_or_overwrite(
+        self, resource: rclient.Resource, desired: Obj, live: Obj | None
+    ) -> tuple[Obj, bool]:
+        """The object the cluster now holds, and whether the apply's answer carried ``desired``
+        (False after an overwrite: its answer is not compared again)."""
         try:
             applied = await self.client.apply(resource, desired, field_manager=self.field_manager, force=True)
         except rclient.ApiError as e:
@@ -163,4 +170,4 @@ class ChildSyncer:
                 extra={"paths": [diff.format_path(p) for p in leftover]},
             )
             applied = await self.client.replace(resource, diff.overwrite(applied, desired, leftover))
-        return applied
+        return applied, not leftover
