@@ -78,6 +78,7 @@ class RawWriter:
         self.observed: dict[str, tuple[Any, list[Any], dict[str, Any]]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.failures = 0
+        self.retries = 0  # applies answered 5xx (a server-side timeout at N=5000) and sent again
 
     def spawn(self, aw: Awaitable[None]) -> None:
         async def guarded() -> None:
@@ -145,12 +146,27 @@ class RawWriter:
         finally:
             first.set()
 
-    async def apply(self, resource: Any, obj: dict[str, Any]) -> dict[str, Any]:
-        async with self.slot():
-            answer: dict[str, Any] = await self.client.apply(
-                resource, obj, field_manager=FIELD_MANAGER, force=True
-            )
-            return answer
+    async def apply(
+        self, resource: Any, obj: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        """A server-side apply; one answered 5xx (the API server's 60 s timeout while Services queue
+        for their ClusterIPs at N=5000) is sent again after a second, as the operator's requeue
+        would: an apply is idempotent. Up to 5 attempts."""
+        from mlops_platform.runtime.transport import client as rclient
+
+        for attempt in range(5):
+            try:
+                async with self.slot():
+                    answer: dict[str, Any] = await self.client.apply(
+                        resource, obj, field_manager=FIELD_MANAGER, force=True, subresource=subresource
+                    )
+                    return answer
+            except rclient.ApiError as e:
+                if e.status < 500 or attempt == 4:
+                    raise
+                self.retries += 1
+                await asyncio.sleep(1.0)
+        raise AssertionError("unreachable")
 
     async def status(self, raw: dict[str, Any], st: dict[str, Any]) -> None:
         from mlops_platform import api
@@ -162,10 +178,7 @@ class RawWriter:
             "metadata": {"name": raw["metadata"]["name"], "namespace": self.namespace},
             "status": {**st, "lastReconcileTime": conditions.now_rfc3339()},
         }
-        async with self.slot():
-            await self.client.apply(
-                api.RESOURCE, body, field_manager=FIELD_MANAGER, force=True, subresource="status"
-            )
+        await self.apply(api.RESOURCE, body, subresource="status")
 
     async def available(self, raw: dict[str, Any], dep: dict[str, Any]) -> None:
         """The status once the Deployment is available: computed as the operator does, from the
@@ -259,6 +272,7 @@ async def run(args: argparse.Namespace) -> int:
     report = {
         "requests": [{"verb": v, "resource": r, "code": c, "count": n} for (v, r, c), n in counts],
         "failures": writer.failures,
+        "retries": writer.retries,
     }
     with open(args.report, "w") as out:  # noqa: ASYNC230 (once, at exit)
         json.dump(report, out, indent=2)

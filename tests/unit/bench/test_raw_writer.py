@@ -64,3 +64,22 @@ async def test_both_status_writes_carry_every_condition_the_operator_computes() 
     assert (ready["type"], ready["status"]) == ("Ready", "True")
     assert second["status"]["readyReplicas"] == 1
     assert writer.failures == 0
+
+
+async def test_an_apply_answered_5xx_is_sent_again(monkeypatch: Any) -> None:
+    """The API server's 60 s timeout (504) while Services queue for their ClusterIPs at N=5000 left
+    InferenceServices without a Service and the benchmark waiting for them: an apply is retried."""
+    monkeypatch.setattr(asyncio, "sleep", _no_wait)
+    client = fakes.FakeClient()
+    client.fail("apply", "services", status=504, times=2)
+    writer = RawWriter(client, NS, concurrency=8)
+    raw = inference_service(NS, 0)
+    raw["metadata"] |= {"uid": "u-0", "generation": 1, "resourceVersion": "1"}
+    await writer.create_children(raw)
+    assert client.stored(resources.SERVICE, NS, "bench-0000-predictor") is not None
+    assert writer.retries == 2
+    assert len(client.status_writes) == 1
+
+
+async def _no_wait(_: float) -> None:
+    return None
