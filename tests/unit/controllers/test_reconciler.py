@@ -495,22 +495,6 @@ def _counting(child: base.Child, built: list[str]) -> Callable[[base.Target, bas
     return build
 
 
-async def test_a_child_status_change_decides_from_the_kept_slots_without_building(builds: list[str]) -> None:
-    """Under the same CR version, a child whose compared parts did not move (its controller wrote
-    its status) is decided as the last reconcile decided it: nothing built or diffed, no write, and
-    the status still follows the child."""
-    w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
-    await w.converge()
-    await w.reconcile()
-    builds.clear()
-    dep_condition("Available", "False", "MinimumReplicasUnavailable", readyReplicas=0, availableReplicas=0)(w)
-    await w.reconcile()
-    assert builds == []
-    assert w.writes == []
-    assert len(w.client.status_writes) == 1
-    assert brief(w.status, "Ready") == ("False", "NoReplicasAvailable")
-
-
 @pytest.mark.parametrize(
     "drift",
     [
@@ -535,9 +519,9 @@ async def test_a_child_status_change_decides_from_the_kept_slots_without_buildin
         ),
     ],
 )
-async def test_drift_of_a_kept_child_is_still_repaired(drift: Mutation, builds: list[str]) -> None:
-    """What the comparison reads (spec, labels, annotations, owner references) moving is a new
-    decision: the child is built, compared and applied again."""
+async def test_drift_of_a_converged_child_is_repaired(drift: Mutation, builds: list[str]) -> None:
+    """What the comparison reads (spec, labels, annotations, owner references) moving under the same
+    CR version: the child is built, compared and applied again."""
     w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
     await w.converge()
     await w.reconcile()

@@ -345,25 +345,6 @@ class _Settled:
 
     inputs: tuple[object, ...]
     isvc: internal.InferenceService
-    #: per slot key, the child that reconcile found carrying its desired object (:class:`_Kept`)
-    kept: Mapping[str, _Kept] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Kept:
-    """A slot whose live child carried the desired object: the desired object (built, prepared and
-    settled), and the parts of the live child the comparison read (:func:`childsync.compared_parts`).
-    Under the same CR version, slot and served version, a live child with equal parts compares the
-    same: nothing to build or diff (a Deployment's status moving on changes none of them)."""
-
-    slot: base.Slot
-    resource: rclient.Resource | None
-    desired: Obj | None
-    parts: tuple[object, ...] = ()
-    #: "missing" or "syncing": an optional kind not readable then, whose desired object (only
-    #: whether the child is wanted) is kept; nothing was compared. A served slot with neither a
-    #: desired nor a live object is kept too (not wanted, nothing to delete)
-    state: Literal["served", "missing", "syncing"] = "served"
 
 
 @dataclasses.dataclass(slots=True)
@@ -385,7 +366,6 @@ class _Outcome:
     what: str  # "Kind/name"
     action: childsync.Action
     changes: tuple[str, ...]
-    carries: bool  # the answer carries the desired object (childsync.Outcome.carries)
 
 
 class InferenceServiceReconciler:
@@ -449,8 +429,7 @@ class InferenceServiceReconciler:
             # decisions again (a resync, a no-op event); nothing to build, compare or write
             return Result()
         run = _Run(raw, isvc)
-        prior = settled.kept if settled is not None and settled.inputs[0] == version else {}
-        kept = await self._sync_all(run, slots, prior)
+        await self._sync_all(run, slots)
         # the rollout as the cluster now shows it: the objects our writes answered with (a route we
         # just rewrote, a canary just created or deleted), else the cache. The status reports this
         # split; the next reconcile, reading our writes back, starts from it.
@@ -520,7 +499,6 @@ class InferenceServiceReconciler:
                 {o.slot.key: o.kind_state for o in run.observed},
             ),
             isvc,
-            kept,
         )
         return Result()
 
@@ -563,43 +541,23 @@ class InferenceServiceReconciler:
 
     # -- children -----------------------------------------------------------------------------------
 
-    async def _sync_all(
-        self, run: _Run, slots: list[base.Slot], kept: Mapping[str, _Kept]
-    ) -> dict[str, _Kept]:
+    async def _sync_all(self, run: _Run, slots: list[base.Slot]) -> None:
         """Decide every slot from the cache first, without a request (:meth:`_decide`), then send the
         writes in parallel (they are independent: no child reads another's live state) and record
         the outcomes in slot order, so status, log and Event are the same whatever order the answers
-        came in. Deletions go first: a child that replaces another (a KEDA ScaledObject for an HPA:
-        KEDA refuses a ScaledObject whose target has an HPA) is created only once the one it
-        replaces is gone. Returns the slots whose live child now carries the desired object, for
-        the next reconcile of the same CR version (``kept``)."""
-        decisions = [self._decide(run, slot, kept.get(slot.key)) for slot in slots]
+        came in; a reconcile that writes nothing starts no task. Deletions go first: a child that
+        replaces another (a KEDA ScaledObject for an HPA: KEDA refuses a ScaledObject whose target
+        has an HPA) is created only once the one it replaces is gone."""
+        decisions = [self._decide(run, slot) for slot in slots]
         outcomes: dict[int, tuple[status.Observed, _Outcome | None]] = {}
         deletes = [i for i, d in enumerate(decisions) if d.desired is None and d.live is not None]
         writes = [i for i, d in enumerate(decisions) if d.desired is not None and d.changes and not d.failed]
         for phase in (deletes, writes):
             done = await asyncio.gather(*(self._write(run, decisions[i]) for i in phase))
             outcomes.update(zip(phase, done, strict=True))
-        now: dict[str, _Kept] = {}
         for i, (slot, d) in enumerate(zip(slots, decisions, strict=True)):
-            written = outcomes.get(i)
-            observed, outcome = written or (status.Observed(slot, d.desired, d.live, d.state), None)
+            observed, outcome = outcomes.get(i) or (status.Observed(slot, d.desired, d.live, d.state), None)
             run.observed.append(observed)
-            # kept: compared equal and not written; or written, and the answer (what the cluster now
-            # holds) carries it: no manager's entries survived the apply
-            if (
-                d.resource is not None
-                and d.desired is not None
-                and observed.live is not None
-                and (
-                    (written is None and not d.changes and not d.failed)
-                    or (outcome is not None and outcome.carries)
-                )
-            ):
-                parts = childsync.compared_parts(d.desired, observed.live)
-                now[slot.key] = _Kept(slot, d.resource, d.desired, parts)
-            elif d.state != "served" or (d.desired is None and observed.live is None):
-                now[slot.key] = _Kept(slot, d.resource, d.desired, state=d.state)
             if outcome is None or outcome.action == "none":
                 continue
             what = outcome.what
@@ -607,33 +565,18 @@ class InferenceServiceReconciler:
             if outcome.action != "deleted":
                 run.changes[what] = list(outcome.changes)
             run.done.append((outcome.action, what, outcome.changes))
-        return now
 
-    def _decide(self, run: _Run, slot: base.Slot, kept: _Kept | None) -> _Decision:
-        """A slot from the cache: what to delete or apply. A slot kept by the last reconcile of the
-        same CR version whose live child still shows the same compared parts is decided as then
-        (the builders are pure and the settings fixed): nothing built, nothing compared."""
+    def _decide(self, run: _Run, slot: base.Slot) -> _Decision:
+        """A slot from the cache: what to delete or apply (built, prepared, settled and compared)."""
         child, target = slot.child, slot.target
         resource = self.kinds.resolve(child.kind)
+        desired = child.build(target, self.ctx) if target.component.present else None
         if resource is None or not self._readable(child, resource):
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
             # read or write; the status says so where the child is wanted
             state: Literal["missing", "syncing"] = "missing" if resource is None else "syncing"
-            if kept is not None and kept.slot == slot and kept.resource == resource and kept.state == state:
-                return _Decision(slot, resource, kept.desired, None, state=state)  # wanted or not, as then
-            desired = child.build(target, self.ctx) if target.component.present else None
             return _Decision(slot, resource, desired, None, state=state)
         live = self.cache.get(resource, target.isvc.namespace, slot.name)
-        if kept is not None and kept.slot == slot and kept.resource == resource and kept.state == "served":
-            if kept.desired is None and live is None:
-                return _Decision(slot, resource, None, None)  # not wanted, and nothing to delete
-            if (
-                kept.desired is not None
-                and live is not None
-                and childsync.compared_parts(kept.desired, live) == kept.parts
-            ):
-                return _Decision(slot, resource, kept.desired, live)
-        desired = child.build(target, self.ctx) if target.component.present else None
         if desired is None:
             return _Decision(slot, resource, None, live)
         desired["apiVersion"] = resource.api_version
@@ -661,7 +604,7 @@ class InferenceServiceReconciler:
         if outcome.action in ("created", "updated") and outcome.live is not None:
             self.own_writes.wrote(outcome.live)
         return status.Observed(d.slot, d.desired, outcome.live), _Outcome(
-            what, outcome.action, outcome.changes, outcome.carries
+            what, outcome.action, outcome.changes
         )
 
     def _failed(self, run: _Run, slot: base.Slot, verb: str, e: rclient.ApiError, what: str) -> None:

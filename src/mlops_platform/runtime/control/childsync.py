@@ -65,14 +65,11 @@ class AlreadyOwned(rclient.ApiError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
-    """What one sync did: the action, the paths that differed, and the live object afterwards;
-    ``carries``: that object was compared with the desired one and carries it (no request was
-    needed, or the apply's answer left no path to overwrite)."""
+    """What one sync did: the action, the paths that differed, and the live object afterwards."""
 
     action: Action
     live: Obj | None
     changes: tuple[str, ...] = ()
-    carries: bool = False
 
 
 def prepare(desired: Obj, owner: Obj, hash_annotation: str) -> Obj:
@@ -82,19 +79,6 @@ def prepare(desired: Obj, owner: Obj, hash_annotation: str) -> Obj:
     meta["ownerReferences"] = [owner_reference(owner)]
     meta.setdefault("annotations", {})[hash_annotation] = diff.desired_hash(desired)
     return desired
-
-
-def compared_parts(desired: Obj, live: Obj) -> tuple[object, ...]:
-    """The parts of ``live`` that comparing it with ``desired`` reads (:meth:`ChildSyncer.compare`:
-    the owner check, a settle of the spec and the subset diff): every top-level value ``desired``
-    sets and every ``metadata`` entry it sets. Two live objects whose parts are equal compare the
-    same (a status or resourceVersion change leaves them equal), so a caller that kept the answer
-    for one may reuse it for the other without diffing again."""
-    meta = live.get("metadata") or {}
-    return (
-        *(live.get(k) for k in desired if k != "metadata"),
-        *(meta.get(k) for k in desired.get("metadata") or ()),
-    )
 
 
 class ChildSyncer:
@@ -133,9 +117,9 @@ class ChildSyncer:
     ) -> Outcome:
         """The second half of :meth:`ensure`: apply ``desired`` when :meth:`compare` found ``changes``."""
         if not changes:
-            return Outcome("none", live, carries=live is not None)
-        applied, carries = await self._apply_or_overwrite(resource, desired, live)
-        return Outcome("created" if live is None else "updated", applied, changes, carries)
+            return Outcome("none", live)
+        applied = await self._apply_or_overwrite(resource, desired, live)
+        return Outcome("created" if live is None else "updated", applied, changes)
 
     async def remove(self, resource: rclient.Resource, live: Obj | None, owner_uid: str) -> Outcome:
         """Delete ``live`` if ``owner_uid`` controls it (a missing object is already removed)."""
@@ -150,11 +134,7 @@ class ChildSyncer:
                 raise
         return Outcome("deleted", None)
 
-    async def _apply_or_overwrite(
-        self, resource: rclient.Resource, desired: Obj, live: Obj | None
-    ) -> tuple[Obj, bool]:
-        """The object the cluster now holds, and whether the apply's answer carried ``desired``
-        (False after an overwrite: its answer is not compared again)."""
+    async def _apply_or_overwrite(self, resource: rclient.Resource, desired: Obj, live: Obj | None) -> Obj:
         try:
             applied = await self.client.apply(resource, desired, field_manager=self.field_manager, force=True)
         except rclient.ApiError as e:
@@ -170,4 +150,4 @@ class ChildSyncer:
                 extra={"paths": [diff.format_path(p) for p in leftover]},
             )
             applied = await self.client.replace(resource, diff.overwrite(applied, desired, leftover))
-        return applied, not leftover
+        return applied
