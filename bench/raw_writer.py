@@ -110,7 +110,6 @@ class RawWriter:
         from mlops_platform import api
         from mlops_platform.controllers.inferenceservice import children, reconciler, status
         from mlops_platform.controllers.inferenceservice.children import base
-        from mlops_platform.runtime import diff
         from mlops_platform.runtime.control import childsync
 
         name = raw["metadata"]["name"]
@@ -128,11 +127,9 @@ class RawWriter:
                     continue
                 resource = slot.child.kind.resource()
                 want["apiVersion"] = resource.api_version
-                meta = want.setdefault("metadata", {})
-                meta["ownerReferences"] = [childsync.owner_reference(raw)]
-                meta.setdefault("annotations", {})[reconciler.HASH_ANNOTATION] = diff.desired_hash(want)
+                childsync.prepare(want, raw, reconciler.HASH_ANNOTATION)  # as the operator's syncer
                 writes.append(self.apply(resource, want))
-                created.append(f"{resource.kind}/{meta['name']}")
+                created.append(f"{resource.kind}/{want['metadata']['name']}")
             answers = iter(await asyncio.gather(*writes))
             observed = [
                 status.Observed(slot, want, next(answers) if want is not None else None)
@@ -154,7 +151,8 @@ class RawWriter:
         would: an apply is idempotent. Up to 5 attempts."""
         from mlops_platform.runtime.transport import client as rclient
 
-        for attempt in range(5):
+        attempts = 1
+        while True:
             try:
                 async with self.slot():
                     answer: dict[str, Any] = await self.client.apply(
@@ -162,11 +160,11 @@ class RawWriter:
                     )
                     return answer
             except rclient.ApiError as e:
-                if e.status < 500 or attempt == 4:
+                if e.status < 500 or attempts == 5:
                     raise
-                self.retries += 1
-                await asyncio.sleep(1.0)
-        raise AssertionError("unreachable")
+            attempts += 1
+            self.retries += 1
+            await asyncio.sleep(1.0)
 
     async def status(self, raw: dict[str, Any], st: dict[str, Any]) -> None:
         from mlops_platform import api
