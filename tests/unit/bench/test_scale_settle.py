@@ -1,0 +1,39 @@
+"""bench.scale's idle spec changes wait for the previous change's objects to go quiet."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from bench import scale
+
+
+async def test_quiet_for_waits_past_the_last_event() -> None:
+    last = [time.monotonic()]
+
+    async def events() -> None:  # five events 20 ms apart: each moves the end of the quiet window
+        for _ in range(5):
+            await asyncio.sleep(0.02)
+            last[0] = time.monotonic()
+
+    task = asyncio.create_task(events())
+    quiet = await scale.quiet_for(lambda: last[0], 0.05, 5.0, "x")
+    await task
+    assert quiet >= last[0] + 0.05  # not before the fifth event's window has passed
+
+
+async def test_quiet_for_returns_at_once_when_already_quiet() -> None:
+    t0 = time.monotonic()
+    assert await scale.quiet_for(lambda: t0 - 10.0, 0.5, 5.0, "x") - t0 < 0.1
+
+
+async def test_quiet_for_gives_up_at_its_timeout() -> None:
+    with pytest.raises(TimeoutError, match="x: still changing"):
+        await scale.quiet_for(lambda: time.monotonic(), 0.5, 0.1, "x")  # always a fresh event
+
+
+def test_the_table_shows_the_tails() -> None:
+    idle = scale.Latency([10.0, 20.0, 150.0], tail_ms=[400.0, 900.0, 1800.0])
+    run = scale.Run("operator", 50, 16, change_idle=idle)
+    assert "| operator | 50 | 3 | 20 | 150 | 150 | 900 | 1800 |" in scale.render([run])
