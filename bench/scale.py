@@ -526,6 +526,9 @@ class Run:
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the API server's own latencies of the Deployment and InferenceService writes during the idle
+    #: spec changes (every writer's: the implementation's and the control plane's); latency_summary
+    server_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def writes_per_isvc(self) -> float:
@@ -546,6 +549,58 @@ def apiserver_applies(text: str) -> Counter[str]:
         if labels.get("verb") == "APPLY":
             sub = labels.get("subresource", "")
             out[labels.get("resource", "?") + (f"/{sub}" if sub else "")] += int(v)
+    return out
+
+
+#: the API server's histograms of the writes a spec change makes: its own request duration by verb
+#: and resource, and its etcd requests' duration by operation and resource
+SERVER_LATENCIES = {
+    "apiserver_request_duration_seconds_bucket": ("verb", ("APPLY", "PATCH", "UPDATE", "CREATE")),
+    "etcd_request_duration_seconds_bucket": ("operation", ("create", "update")),
+}
+SERVER_LATENCY_RESOURCES = ("deployments", "inferenceservices")
+
+
+def server_latencies(text: str) -> dict[str, dict[str, float]]:
+    """Cumulative bucket counts (``le`` -> requests) of the API server's request and etcd
+    durations of writes to Deployments and InferenceServices, keyed ``"apiserver APPLY
+    deployments"``, ``"apiserver APPLY inferenceservices/status"``, ``"etcd update deployments"``."""
+    out: dict[str, dict[str, float]] = {}
+    for metric, (label, verbs) in SERVER_LATENCIES.items():
+        for labels, v in samples(text, metric):
+            resource = labels.get("resource", "")
+            if labels.get(label) not in verbs or resource not in SERVER_LATENCY_RESOURCES:
+                continue
+            sub = labels.get("subresource", "")
+            key = f"{metric.split('_')[0]} {labels[label]} {resource}" + (f"/{sub}" if sub else "")
+            buckets = out.setdefault(key, {})
+            buckets[labels["le"]] = buckets.get(labels["le"], 0.0) + v
+    return out
+
+
+def latency_summary(
+    after: Mapping[str, Mapping[str, float]], before: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per key of :func:`server_latencies`, the requests between the two snapshots: ``count``,
+    ``over_50ms`` and ``over_100ms`` (requests slower than that, read off the buckets), and
+    ``p50_le`` / ``p99_le``: the upper bound in seconds of the bucket holding that percentile."""
+    out: dict[str, dict[str, float]] = {}
+    for key, buckets in after.items():
+        cum = sorted(
+            ((float(le), n - before.get(key, {}).get(le, 0.0)) for le, n in buckets.items()),
+            key=lambda b: b[0],
+        )
+        count = cum[-1][1] if cum else 0.0
+        if count <= 0:
+            continue
+        upto = dict(cum)
+        out[key] = {
+            "count": count,
+            "over_50ms": count - upto.get(0.05, count),
+            "over_100ms": count - upto.get(0.1, count),
+            "p50_le": next(le for le, n in cum if n >= 0.5 * count),
+            "p99_le": next(le for le, n in cum if n >= 0.99 * count),
+        }
     return out
 
 
@@ -829,8 +884,12 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             if impl_name != "raw" and args.changes:
                 names = [f"bench-{i:04d}" for i in range(0, n, max(1, n // args.changes))][: args.changes]
                 gc0 = impl.gc_pauses()
+                server0 = server_latencies(await apiserver_metrics(client))
                 run.change_idle = await spec_changes(client, observer, names, "idle", 60, args.settle_seconds)
                 run.gc_during_changes = gc_diff(impl.gc_pauses(), gc0)
+                run.server_during_changes = latency_summary(
+                    server_latencies(await apiserver_metrics(client)), server0
+                )
                 tails = run.change_idle.tail_ms or [0.0]
                 log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
                     f"p99 {run.change_idle.p99:.0f} ms; each after the one before was quiet for "
@@ -1155,6 +1214,18 @@ def render(runs: Sequence[Run]) -> str:
                 ["impl", "N", "changes", "p50 ms", "p99 ms", "max ms", "tail p50 ms", "tail max ms"], tails
             )
         )
+    server = [
+        [r.impl, str(r.count), key, fmt(v["count"], 0), fmt(v["over_50ms"], 0), fmt(v["over_100ms"], 0),
+         f"{fmt(v['p50_le'] * 1000, 0)} / {fmt(v['p99_le'] * 1000, 0)}"]
+        for r in runs for key, v in r.server_during_changes.items()
+    ]  # fmt: skip
+    if server:
+        out.append("\nThe API server's own durations of the Deployment and InferenceService writes during "
+                   "the idle spec changes (every writer's; `apiserver_request_duration_seconds`, "
+                   "`etcd_request_duration_seconds`): requests, slower than 50 / 100 ms, and the upper "
+                   "bounds of the buckets holding p50 / p99:\n")  # fmt: skip
+        header = ["impl", "N", "request", "count", "> 50 ms", "> 100 ms", "p50 / p99 bucket ms"]
+        out.append(markdown_table(header, server))
     collections = [
         [r.impl, str(r.count), *(
             f"{fmt(g.get('count'), 0)} / {fmt(g.get('seconds', 0) * 1000, 0)} / {fmt(g.get('slow'), 0)}"

@@ -37,3 +37,26 @@ def test_the_table_shows_the_tails() -> None:
     idle = scale.Latency([10.0, 20.0, 150.0], tail_ms=[400.0, 900.0, 1800.0])
     run = scale.Run("operator", 50, 16, change_idle=idle)
     assert "| operator | 50 | 3 | 20 | 150 | 150 | 900 | 1800 |" in scale.render([run])
+
+
+def _histogram(verb: str, resource: str, counts: dict[str, int], subresource: str = "") -> str:
+    return "\n".join(
+        f'apiserver_request_duration_seconds_bucket{{component="apiserver",group="apps",resource="{resource}",'
+        f'subresource="{subresource}",verb="{verb}",version="v1",le="{le}"}} {n}'
+        for le, n in counts.items()
+    )
+
+
+def test_server_latencies_are_read_per_write_and_diffed() -> None:
+    before = _histogram("APPLY", "deployments", {"0.05": 10, "0.1": 10, "0.2": 10, "+Inf": 10})
+    # 100 more applies: 60 under 50 ms, 37 under 100 ms, 2 under 200 ms, 1 slower
+    after = _histogram("APPLY", "deployments", {"0.05": 70, "0.1": 107, "0.2": 109, "+Inf": 110})
+    after += "\n" + _histogram("GET", "deployments", {"0.05": 5, "+Inf": 5})  # a read: not a write
+    after += "\n" + _histogram("APPLY", "inferenceservices", {"0.05": 1, "+Inf": 1}, "status")
+    got = scale.latency_summary(scale.server_latencies(after), scale.server_latencies(before))
+    assert set(got) == {"apiserver APPLY deployments", "apiserver APPLY inferenceservices/status"}
+    d = got["apiserver APPLY deployments"]
+    assert (d["count"], d["over_50ms"], d["over_100ms"]) == (100, 40, 3)
+    assert (d["p50_le"], d["p99_le"]) == (0.05, 0.2)
+    run = scale.Run("operator", 50, 16, server_during_changes=got)
+    assert "| operator | 50 | apiserver APPLY deployments | 100 | 40 | 3 | 50 / 200 |" in scale.render([run])
