@@ -705,9 +705,10 @@ async def spec_changes(
     neither the InferenceService nor its Deployment has changed for ``settle`` seconds: the
     rollout's tail (the old pod deleted, the implementation's status writes that follow it) is
     over, so the change meets an idle cluster. Without it the next patch lands on that tail: in the
-    operator's log of 100 such changes at N=5000, each change's reconcile started within 30 ms of
-    the previous change's last status write (the median 1 ms after it), and each change was
-    followed by 2-4 more status writes, the last 0.4-1.8 s after its Deployment's update. The
+    operator's log of 100 such changes at N=5000, 83 of the 99 changes after the first started
+    their reconcile within 30 ms of the previous change's last status write (all within 76 ms; the
+    median 1 ms after it), and each change was followed by 2-4 more status writes, the last
+    0.4-1.8 s after its Deployment's update. The
     tails (the last event after the rollout) are kept in ``tail_ms`` (``None`` when not waited for)."""
     from mlops_platform import api
 
@@ -890,11 +891,15 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 run.server_during_changes = latency_summary(
                     server_latencies(await apiserver_metrics(client)), server0
                 )
-                tails = run.change_idle.tail_ms or [0.0]
+                tails = run.change_idle.tail_ms
+                settling = (
+                    f"each after the one before was quiet for {args.settle_seconds:.1f} s (its last event "
+                    f"p50 {percentile(tails, 50):.0f} / max {max(tails):.0f} ms after its rollout)"
+                    if tails
+                    else "no settling between them"
+                )
                 log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
-                    f"p99 {run.change_idle.p99:.0f} ms; each after the one before was quiet for "
-                    f"{args.settle_seconds:.1f} s (its last event p50 {percentile(tails, 50):.0f} / max "
-                    f"{max(tails):.0f} ms after its rollout); garbage collections meanwhile "
+                    f"p99 {run.change_idle.p99:.0f} ms; {settling}; garbage collections meanwhile "
                     f"{run.gc_during_changes or '(not measured)'}")  # fmt: skip
                 await wait_quiet(impl, args.quiet_seconds, args.timeout)
             if isinstance(impl, Group):
