@@ -52,10 +52,12 @@ def _crd(group: str, storage: str) -> dict[str, Any]:
 class Widgets:
     """A throwaway CRD and what the tests do with it."""
 
-    def __init__(self, client: rclient.Client, group: str, namespace: str) -> None:
+    def __init__(self, client: rclient.Client, group: str, namespace: str, cluster_name: str) -> None:
         self.client = client
         self.group = group
         self.namespace = namespace
+        self.cluster_name = cluster_name
+        self.probes = 0
         self.crd_name = f"{PLURAL}.{group}"
         self.v1 = rclient.Resource(group, "v1", PLURAL, "Widget")
         self.v2 = rclient.Resource(group, "v2", PLURAL, "Widget")
@@ -73,6 +75,22 @@ class Widgets:
     async def switch_storage_to_v2(self) -> None:
         await apiextensions.install(self.client, [_crd(self.group, "v2")], field_manager=FIELD_MANAGER)
         assert await self.stored_versions() == ["v1", "v2"]
+        # The API server's CRD handler follows the CRD through an informer: for a moment after the
+        # update it still encodes new objects at v1. Wait until a probe object is stored at v2 (each
+        # probe deleted again), so that the tests' own objects written next are.
+        await wait.until(self._probe_stored_at_v2, timeout=30, what=f"{self.crd_name} stored at v2")
+
+    async def _probe_stored_at_v2(self) -> bool:
+        self.probes += 1
+        name = f"storage-probe-{self.probes}"
+        await self.create(self.v2, [name])
+        try:
+            stored = await asyncio.to_thread(
+                etcd.stored_api_versions, self.cluster_name, self.v1, self.namespace
+            )
+        finally:
+            await self.client.delete(self.v2, name, self.namespace)
+        return stored.get(name) == f"{self.group}/v2"
 
     async def stored_versions(self) -> list[str]:
         return sm.stored_versions(await self.client.get(resources.CRD, self.crd_name))
@@ -83,11 +101,13 @@ class Widgets:
 
 
 @pytest.fixture
-async def widgets(admin_client: rclient.Client, namespace: str) -> AsyncIterator[Widgets]:
+async def widgets(
+    admin_client: rclient.Client, namespace: str, local_cluster_name: str
+) -> AsyncIterator[Widgets]:
     group = f"m{uuid.uuid4().hex[:8]}.migration.test"
     await apiextensions.install(admin_client, [_crd(group, "v1")], field_manager=FIELD_MANAGER)
     try:
-        yield Widgets(admin_client, group, namespace)
+        yield Widgets(admin_client, group, namespace, local_cluster_name)
     finally:
         await apiextensions.uninstall(admin_client, [f"{PLURAL}.{group}"])
 
