@@ -708,8 +708,8 @@ async def spec_changes(
     operator's log of 100 such changes at N=5000, 83 of the 99 changes after the first started
     their reconcile within 30 ms of the previous change's last status write (all within 76 ms; the
     median 1 ms after it), and each change was followed by 2-4 more status writes, the last
-    0.4-1.8 s after its Deployment's update. The
-    tails (the last event after the rollout) are kept in ``tail_ms`` (``None`` when not waited for)."""
+    0.4-1.8 s after its Deployment's update. The tails (the last event after the rollout) are kept
+    in ``tail_ms`` (``None`` when not waited for)."""
     from mlops_platform import api
 
     # this process holds N objects of every kind too: a full collection of its heap (about 0.3 s

@@ -85,9 +85,7 @@ class Widgets:
         name = f"storage-probe-{self.probes}"
         await self.create(self.v2, [name])
         try:
-            stored = await asyncio.to_thread(
-                etcd.stored_api_versions, self.cluster_name, self.v1, self.namespace
-            )
+            stored = _etcd_versions(self.cluster_name, self)
         finally:
             await self.client.delete(self.v2, name, self.namespace)
         return stored.get(name) == f"{self.group}/v2"
