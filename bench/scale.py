@@ -70,6 +70,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -489,6 +490,9 @@ class Latency(Percentiles):
     #: per change, how long after its rollout its objects kept changing (the last event's time;
     #: measured when spec_changes waited for them to settle)
     tail_ms: list[float] | None = None
+    #: per change, the implementation's own Deployment apply, request to answer (from its log:
+    #: the operator's ``reconciled`` line, ``requests_ms``); None where it does not say
+    apply_ms: list[float | None] | None = None
 
 
 @dataclass
@@ -523,6 +527,8 @@ class Run:
     #: watch events the API server sent (to every watcher: the control plane's and the implementation's)
     #: from the first create until all Ready, per resource: [events, bytes]
     watch_until_ready: dict[str, list[int]] = field(default_factory=dict)
+    #: the API server's pod writes from the first create until all Ready (:func:`pod_writes`)
+    pod_writes_until_ready: dict[str, int] = field(default_factory=dict)
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -549,6 +555,20 @@ def apiserver_applies(text: str) -> Counter[str]:
         if labels.get("verb") == "APPLY":
             sub = labels.get("subresource", "")
             out[labels.get("resource", "?") + (f"/{sub}" if sub else "")] += int(v)
+    return out
+
+
+def pod_writes(text: str) -> Counter[str]:
+    """The API server's pod writes so far by verb and subresource (``apiserver_request_total``):
+    who writes pods is the control plane (the ReplicaSet controller creates and deletes them, the
+    scheduler binds them, kwok plays the kubelet and writes their status), never an implementation;
+    a run that writes pods more often than another of the same N points at the control plane."""
+    out: Counter[str] = Counter()
+    for labels, v in samples(text, "apiserver_request_total"):
+        verb = labels.get("verb", "")
+        if labels.get("resource") == "pods" and verb in ("POST", "PATCH", "PUT", "DELETE", "APPLY"):
+            sub = labels.get("subresource", "")
+            out[verb + (f" {sub}" if sub else "")] += int(v)
     return out
 
 
@@ -631,6 +651,16 @@ def watch_diff(after: dict[str, tuple[int, int]], before: dict[str, tuple[int, i
     return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
 
 
+def keep_kwok_log(cluster: str, to: Path) -> None:
+    """Copy kwok-controller's log (kwok plays every kubelet: a line per pod it patches) out of the
+    cluster's directory, which the next run's fresh cluster removes."""
+    from mlops_platform.devcluster import cluster as dev
+
+    kwok_log = dev.cluster_dir(cluster) / "logs" / "kwok-controller.log"
+    if kwok_log.exists():
+        shutil.copyfile(kwok_log, to)
+
+
 def etcd_sizes(cluster: str) -> tuple[int | None, int | None]:
     from mlops_platform.devcluster import chaos
 
@@ -698,6 +728,7 @@ async def spec_changes(
     tag: str,
     timeout: float,
     settle: float = 0.0,
+    patched: list[tuple[str, float]] | None = None,
 ) -> Latency:
     """One spec change at a time (``spec.predictor.model.uri`` -> a new value): the time from the
     patch's answer until this benchmark's watch sees the Deployment carry it. The next change waits
@@ -709,7 +740,8 @@ async def spec_changes(
     their reconcile within 30 ms of the previous change's last status write (all within 76 ms; the
     median 1 ms after it), and each change was followed by 2-4 more status writes, the last
     0.4-1.8 s after its Deployment's update. The tails (the last event after the rollout) are kept
-    in ``tail_ms`` (``None`` when not waited for)."""
+    in ``tail_ms`` (``None`` when not waited for). ``patched`` gets (name, wall-clock time) of each
+    patch's answer, to find the change in the implementation's log (:func:`deployment_applies`)."""
     from mlops_platform import api
 
     # this process holds N objects of every kind too: a full collection of its heap (about 0.3 s
@@ -756,6 +788,8 @@ async def spec_changes(
             change = {"spec": {"predictor": {"model": {"uri": uri}}}}  # a merge patch: the rest stays
             await client.patch(api.RESOURCE, name, change, namespace=NAMESPACE)
             t0 = time.monotonic()
+            if patched is not None:
+                patched.append((name, time.time()))
             await observer.until(lambda n=name: n in seen, timeout, f"{name} carries {uri}")  # type: ignore[misc]
             out.append(max(0.0, seen[name] - t0) * 1000)
             rolled = await observer.until(lambda n=name: rolled_out(n), timeout, f"{name} rolled out")  # type: ignore[misc]
@@ -765,6 +799,33 @@ async def spec_changes(
     finally:
         observer.watchers.remove(watch)
     return Latency(out, tails if settle > 0 else None)
+
+
+def deployment_applies(log_lines: Iterable[str], patched: Sequence[tuple[str, float]]) -> list[float | None]:
+    """Per spec change ((name, wall-clock time of its patch's answer)), how long the operator's
+    apply of that InferenceService's Deployment took, request to answer: ``requests_ms`` of the first
+    ``reconciled`` line of that name that updated its Deployment, logged at most a second before the
+    patch's answer (the reconcile can end before this benchmark reads the answer). None where no
+    such line is (an implementation that does not log it)."""
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    for line in log_lines:
+        if '"reconciled"' not in line or "requests_ms" not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        key = f"Deployment/{rec.get('name')}-predictor"
+        ms = (rec.get("requests_ms") or {}).get(key)
+        if rec.get("msg") != "reconciled" or ms is None or f"update {key}" not in rec.get("actions", ()):
+            continue
+        at = datetime.datetime.fromisoformat(rec["ts"].replace("Z", "+00:00")).timestamp()
+        by_name.setdefault(rec["name"], []).append((at, float(ms)))
+    out: list[float | None] = []
+    for name, at in patched:
+        later = [ms for t, ms in by_name.get(name, ()) if t >= at - 1.0]
+        out.append(later[0] if later else None)
+    return out
 
 
 async def quiet_for(last: Callable[[], float], quiet: float, timeout: float, what: str) -> float:
@@ -851,7 +912,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 impl.mark()
             before = impl.requests()
             text0 = await apiserver_metrics(client)
-            api0, watch0 = apiserver_applies(text0), watch_events(text0)
+            api0, watch0, pods0 = apiserver_applies(text0), watch_events(text0), pod_writes(text0)
             cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
@@ -870,7 +931,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
 
                 run.ready_s = await observer.until(all_ready, args.timeout, "all Ready") - t0
             cpu_at_ready = cpu_snapshot(args.cluster_name, impl)
-            run.watch_until_ready = watch_diff(watch_events(await apiserver_metrics(client)), watch0)
+            text_ready = await apiserver_metrics(client)
+            run.watch_until_ready = watch_diff(watch_events(text_ready), watch0)
+            run.pod_writes_until_ready = dict(sorted((pod_writes(text_ready) - pods0).items()))
             run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
@@ -886,7 +949,13 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 names = [f"bench-{i:04d}" for i in range(0, n, max(1, n // args.changes))][: args.changes]
                 gc0 = impl.gc_pauses()
                 server0 = server_latencies(await apiserver_metrics(client))
-                run.change_idle = await spec_changes(client, observer, names, "idle", 60, args.settle_seconds)
+                patched: list[tuple[str, float]] = []
+                run.change_idle = await spec_changes(
+                    client, observer, names, "idle", 60, args.settle_seconds, patched
+                )
+                if isinstance(impl, Impl) and impl.name == "operator":
+                    with impl.log_path.open(errors="replace") as lines:
+                        run.change_idle.apply_ms = deployment_applies(lines, patched)
                 run.gc_during_changes = gc_diff(impl.gc_pauses(), gc0)
                 run.server_during_changes = latency_summary(
                     server_latencies(await apiserver_metrics(client)), server0
@@ -918,6 +987,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 run.requests = {_key(k): v for k, v in sorted(impl.requests().items())}
                 run.steady_requests = {}
         run.etcd_db_bytes, run.etcd_db_in_use_bytes = etcd_sizes(args.cluster_name)
+        keep_kwok_log(
+            args.cluster_name, log_dir / f"kwok-controller-{impl_name}-{n}-{time.strftime('%H%M%S')}.log"
+        )
         if run.etcd_db_in_use_bytes:
             run.bytes_per_isvc = run.etcd_db_in_use_bytes / n
         run.list_ms = await list_latency_ms(client)
@@ -1203,6 +1275,15 @@ def render(runs: Sequence[Run]) -> str:
                 if k in r.watch_until_ready else "-" for k in watched)]
             for r in runs if r.watch_until_ready
         ]))  # fmt: skip
+    pod_verbs = sorted({k for r in runs for k in r.pod_writes_until_ready})
+    if pod_verbs:
+        out.append("\nPod writes the API server took from the first create until all Ready "
+                   "(`apiserver_request_total`; the control plane's: kwok, the scheduler, the "
+                   "ReplicaSet controller), per verb and subresource:\n")  # fmt: skip
+        out.append(markdown_table(["impl", "N", *pod_verbs], [
+            [r.impl, str(r.count), *(str(r.pod_writes_until_ready.get(k, 0)) for k in pod_verbs)]
+            for r in runs if r.pod_writes_until_ready
+        ]))  # fmt: skip
     tails = [
         [r.impl, str(r.count), str(len(r.change_idle.samples_ms)), fmt(r.change_idle.p50, 0),
          fmt(r.change_idle.p99, 0), fmt(max(r.change_idle.samples_ms), 0),
@@ -1219,6 +1300,15 @@ def render(runs: Sequence[Run]) -> str:
                 ["impl", "N", "changes", "p50 ms", "p99 ms", "max ms", "tail p50 ms", "tail max ms"], tails
             )
         )
+    split = [split_row(r) for r in runs if r.change_idle and r.change_idle.apply_ms]
+    if split:
+        out.append("\nWhere the idle spec changes' time went: the operator's own apply of the Deployment "
+                   "(request to answer: the API server's work and the way there and back, from its log's "
+                   "`requests_ms`) and the rest (the watch events to the operator and back to this "
+                   "benchmark, the queue, the decision), each per change:\n")  # fmt: skip
+        header = ["impl", "N", "changes", "change p50 / p99 ms", "apply p50 / p99 ms", "rest p50 / p99 ms",
+                  "changes > 100 ms", "of them apply > half"]  # fmt: skip
+        out.append(markdown_table(header, split))
     server = [
         [r.impl, str(r.count), key, fmt(v["count"], 0), fmt(v["over_50ms"], 0), fmt(v["over_100ms"], 0),
          f"{fmt(v['p50_le'] * 1000, 0)} / {fmt(v['p99_le'] * 1000, 0)}"]
@@ -1256,6 +1346,23 @@ def render(runs: Sequence[Run]) -> str:
             ["N", "CPU s per replica", "CPU s all", "takeover s", "lease s",
              "orphan change p50 ms", "orphan change p99 ms"], sharded))  # fmt: skip
     return "\n".join(out)
+
+
+def split_row(r: Run) -> list[str]:
+    """A row of the idle spec changes' split (the Deployment apply against the rest), over the
+    changes whose apply the implementation's log gave."""
+    assert r.change_idle is not None and r.change_idle.apply_ms is not None
+    samples, applies = r.change_idle.samples_ms, r.change_idle.apply_ms
+    pairs = [(t, a) for t, a in zip(samples, applies, strict=True) if a is not None]
+    total, apply = [t for t, _ in pairs], [a for _, a in pairs]
+    rest = [max(0.0, t - a) for t, a in pairs]
+    slow = [(t, a) for t, a in pairs if t > 100]
+
+    def p(xs: list[float]) -> str:
+        return f"{fmt(percentile(xs, 50), 0)} / {fmt(percentile(xs, 99), 0)}" if xs else "-"
+
+    return [r.impl, str(r.count), str(len(pairs)), p(total), p(apply), p(rest), str(len(slow)),
+            str(sum(1 for t, a in slow if a > t / 2))]  # fmt: skip
 
 
 def _split_leases(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import time
 
 import pytest
@@ -60,3 +62,56 @@ def test_server_latencies_are_read_per_write_and_diffed() -> None:
     assert (d["p50_le"], d["p99_le"]) == (0.05, 0.2)
     run = scale.Run("operator", 50, 16, server_during_changes=got)
     assert "| operator | 50 | apiserver APPLY deployments | 100 | 40 | 3 | 50 / 200 |" in scale.render([run])
+
+
+def _reconciled(ts: str, name: str, actions: list[str], requests_ms: dict[str, float]) -> str:
+    return json.dumps(
+        {"ts": ts, "msg": "reconciled", "name": name, "actions": actions, "requests_ms": requests_ms}
+    )
+
+
+def test_the_operators_deployment_applies_are_read_from_its_log() -> None:
+    at = datetime.datetime(2026, 12, 4, 0, 0, 10, tzinfo=datetime.UTC).timestamp()
+    dep = "Deployment/a-predictor"
+    lines = [
+        _reconciled("2026-12-04T00:00:01.000Z", "a", [f"create {dep}"], {dep: 300.0}),  # its creation
+        "not json",
+        _reconciled("2026-12-04T00:00:10.020Z", "b", ["status"], {"status": 9.0}),  # no Deployment
+        _reconciled("2026-12-04T00:00:09.500Z", "a", [f"update {dep}", "status"], {dep: 21.5, "status": 8.0}),
+        _reconciled("2026-12-04T00:00:11.000Z", "a", [f"update {dep}"], {dep: 99.0}),  # a later one
+    ]
+    # a's patch answered at :10 (its reconcile ended half a second before: still its change); b's
+    # reconcile wrote only the status
+    assert scale.deployment_applies(lines, [("a", at), ("b", at)]) == [21.5, None]
+
+
+def test_the_split_table_puts_the_apply_beside_the_rest() -> None:
+    idle = scale.Latency([20.0, 30.0, 150.0, 120.0], apply_ms=[15.0, None, 130.0, 40.0])
+    run = scale.Run("operator", 50, 16, change_idle=idle)
+    row = scale.split_row(run)
+    # 3 changes matched; of the two over 100 ms, one was mostly its apply
+    assert row == ["operator", "50", "3", "120 / 150", "40 / 130", "20 / 80", "2", "1"]
+    assert "| operator | 50 | 3 | 120 / 150 | 40 / 130 | 20 / 80 | 2 | 1 |" in scale.render([run])
+
+
+def test_pod_writes_are_counted_per_verb_and_subresource() -> None:
+    def total(verb: str, resource: str, n: int, sub: str = "") -> str:
+        return (
+            f'apiserver_request_total{{code="200",component="apiserver",group="",resource="{resource}",'
+            f'scope="resource",subresource="{sub}",verb="{verb}",version="v1"}} {n}'
+        )
+
+    before = "\n".join([total("PATCH", "pods", 10, "status"), total("POST", "pods", 5)])
+    after = "\n".join(
+        [
+            total("PATCH", "pods", 5010, "status"),
+            total("POST", "pods", 5005),
+            total("POST", "pods", 5, "binding"),
+            total("GET", "pods", 99),  # a read
+            total("PATCH", "services", 7),  # another resource
+        ]
+    )
+    got = scale.pod_writes(after) - scale.pod_writes(before)
+    assert dict(got) == {"PATCH status": 5000, "POST": 5000, "POST binding": 5}
+    run = scale.Run("operator", 50, 16, pod_writes_until_ready=dict(got))
+    assert "| operator | 50 | 5000 | 5000 | 5 |" in scale.render([run])

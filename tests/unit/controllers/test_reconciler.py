@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -2078,3 +2079,18 @@ async def test_a_canary_whose_model_download_fails_gets_no_traffic_and_says_why(
         "the candidate gets no traffic"
     )
     assert brief(w.status, "Ready") == ("True", "Serving")  # the stable component serves
+
+
+async def test_the_log_line_says_how_long_each_write_took(caplog: pytest.LogCaptureFixture) -> None:
+    """A slow reconcile's line splits its time: each child written and the status, request to
+    answer (the API server's share), the rest being the operator's own."""
+    w = await world_with({"minReplicas": 1, "maxReplicas": 3}, mon="absent")
+    await w.converge()
+    await w.reconcile()
+    w.edit_spec(modelUri="s3://models/bert/3", minReplicas=1, maxReplicas=3)
+    with caplog.at_level(logging.INFO, logger="mlops_platform.controllers.inferenceservice"):
+        await w.reconcile()
+    (line,) = [r for r in caplog.records if r.message == "reconciled"]
+    took: dict[str, float] = line.requests_ms  # type: ignore[attr-defined]
+    assert set(took) == {f"Deployment/{NAME}-predictor", "status"}  # no entry for what it did not write
+    assert all(ms >= 0 for ms in took.values())

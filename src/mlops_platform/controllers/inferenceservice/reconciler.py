@@ -337,6 +337,9 @@ class _Run:
     observed: list[status.Observed] = dataclasses.field(default_factory=list)
     #: (action, "Kind/name", changed paths) of every child written, in slot order (for the Event)
     done: list[tuple[str, str, tuple[str, ...]]] = dataclasses.field(default_factory=list)
+    #: "Kind/name" (or "status") -> milliseconds its request took, answer included (for the log
+    #: line: what of a slow reconcile was the API server's and what the operator's own)
+    request_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -450,12 +453,15 @@ class InferenceServiceReconciler:
             self.ctx,
             status.Canary(after, canary_failure),
         )
+        sent = time.perf_counter()
         try:
             written = await self._write_status(raw, new_status)
         except rclient.ApiError as e:
             self.recorder.event(raw, "Warning", "StatusUpdateFailed", "UpdateStatus", f"patch status: {e}")
             raise
         all_actions = run.actions + (["status"] if written is not None else [])
+        if written is not None:
+            run.request_ms["status"] = round((time.perf_counter() - sent) * 1000, 1)
         log.log(
             logging.INFO if all_actions or run.failures else logging.DEBUG,
             "reconciled",
@@ -464,6 +470,7 @@ class InferenceServiceReconciler:
                 "diff": run.changes,
                 "actions": all_actions,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "requests_ms": run.request_ms,
             },
         )
         if run.failures:
@@ -593,14 +600,18 @@ class InferenceServiceReconciler:
         """Delete or apply one decided slot; a failure is recorded (status, Warning Event)."""
         assert d.resource is not None
         what = f"{d.resource.kind}/{d.slot.name}"
+        sent = time.perf_counter()
         try:
             if d.desired is None:
                 outcome = await self.syncer.remove(d.resource, d.live, d.slot.target.isvc.uid)
             else:
                 outcome = await self.syncer.write(d.resource, d.desired, d.live, d.changes)
         except rclient.ApiError as e:
+            run.request_ms[what] = round((time.perf_counter() - sent) * 1000, 1)
             self._failed(run, d.slot, "delete" if d.desired is None else "apply", e, what)
             return status.Observed(d.slot, d.desired, d.live), None
+        if outcome.action != "none":
+            run.request_ms[what] = round((time.perf_counter() - sent) * 1000, 1)
         if outcome.action in ("created", "updated") and outcome.live is not None:
             self.own_writes.wrote(outcome.live)
         return status.Observed(d.slot, d.desired, outcome.live), _Outcome(
