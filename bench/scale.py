@@ -529,6 +529,8 @@ class Run:
     watch_until_ready: dict[str, list[int]] = field(default_factory=dict)
     #: the API server's pod writes from the first create until all Ready (:func:`pod_writes`)
     pod_writes_until_ready: dict[str, int] = field(default_factory=dict)
+    #: watchers the API server closed as too slow, per resource, over the same span
+    terminated_watchers_until_ready: dict[str, int] = field(default_factory=dict)
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -630,16 +632,27 @@ def watch_events(text: str) -> dict[str, tuple[int, int]]:
     ``apiserver_watch_events_sizes``."""
     counts: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
-
-    def name(labels: dict[str, str]) -> str:
-        resource = labels.get("resource") or labels.get("kind") or "?"
-        return f"{labels['group']}/{resource}" if labels.get("group") else resource
-
     for labels, v in samples(text, "apiserver_watch_events_total"):
-        counts[name(labels)] += int(v)
+        counts[_group_resource(labels)] += int(v)
     for labels, v in samples(text, "apiserver_watch_events_sizes_sum"):
-        sizes[name(labels)] += int(v)
+        sizes[_group_resource(labels)] += int(v)
     return {k: (counts[k], sizes[k]) for k in counts}
+
+
+def terminated_watchers(text: str) -> Counter[str]:
+    """Watchers the API server has closed so far because they did not keep up (its watch cache
+    could not hand them an event within its time budget: ``apiserver_terminated_watchers_total``),
+    per resource. While the cache waits for such a watcher, every other watcher of that resource
+    waits too; a closed one lists again and watches anew."""
+    out: Counter[str] = Counter()
+    for labels, v in samples(text, "apiserver_terminated_watchers_total"):
+        out[_group_resource(labels)] += int(v)
+    return out
+
+
+def _group_resource(labels: Mapping[str, str]) -> str:
+    resource = labels.get("resource") or labels.get("kind") or "?"
+    return f"{labels['group']}/{resource}" if labels.get("group") else resource
 
 
 def watch_diff(after: dict[str, tuple[int, int]], before: dict[str, tuple[int, int]]) -> dict[str, list[int]]:
@@ -913,6 +926,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             before = impl.requests()
             text0 = await apiserver_metrics(client)
             api0, watch0, pods0 = apiserver_applies(text0), watch_events(text0), pod_writes(text0)
+            closed0 = terminated_watchers(text0)
             cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
@@ -934,6 +948,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             text_ready = await apiserver_metrics(client)
             run.watch_until_ready = watch_diff(watch_events(text_ready), watch0)
             run.pod_writes_until_ready = dict(sorted((pod_writes(text_ready) - pods0).items()))
+            run.terminated_watchers_until_ready = dict(
+                sorted((terminated_watchers(text_ready) - closed0).items())
+            )
             run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
@@ -1284,6 +1301,15 @@ def render(runs: Sequence[Run]) -> str:
             [r.impl, str(r.count), *(str(r.pod_writes_until_ready.get(k, 0)) for k in pod_verbs)]
             for r in runs if r.pod_writes_until_ready
         ]))  # fmt: skip
+    closed = [
+        [r.impl, str(r.count),
+         ", ".join(f"{k} {v}" for k, v in r.terminated_watchers_until_ready.items()) or "none"]
+        for r in runs if r.pod_writes_until_ready
+    ]  # fmt: skip
+    if closed:
+        out.append("\nWatchers the API server closed as too slow from the first create until all Ready "
+                   "(`apiserver_terminated_watchers_total`), per resource:\n")  # fmt: skip
+        out.append(markdown_table(["impl", "N", "closed watchers"], closed))
     tails = [
         [r.impl, str(r.count), str(len(r.change_idle.samples_ms)), fmt(r.change_idle.p50, 0),
          fmt(r.change_idle.p99, 0), fmt(max(r.change_idle.samples_ms), 0),

@@ -115,3 +115,19 @@ def test_pod_writes_are_counted_per_verb_and_subresource() -> None:
     assert dict(got) == {"PATCH status": 5000, "POST": 5000, "POST binding": 5}
     run = scale.Run("operator", 50, 16, pod_writes_until_ready=dict(got))
     assert "| operator | 50 | 5000 | 5000 | 5 |" in scale.render([run])
+
+
+def test_watchers_closed_as_too_slow_are_counted_per_resource() -> None:
+    before = 'apiserver_terminated_watchers_total{group="",resource="pods"} 1'
+    after = "\n".join(
+        [
+            'apiserver_terminated_watchers_total{group="",resource="pods"} 4',
+            'apiserver_terminated_watchers_total{group="mlops.platform",resource="inferenceservices"} 2',
+        ]
+    )
+    got = scale.terminated_watchers(after) - scale.terminated_watchers(before)
+    assert dict(got) == {"pods": 3, "mlops.platform/inferenceservices": 2}
+    run = scale.Run(
+        "operator", 50, 16, pod_writes_until_ready={"POST": 50}, terminated_watchers_until_ready=dict(got)
+    )
+    assert "| operator | 50 | pods 3, mlops.platform/inferenceservices 2 |" in scale.render([run])
