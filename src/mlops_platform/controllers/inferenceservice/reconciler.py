@@ -337,8 +337,9 @@ class _Run:
     observed: list[status.Observed] = dataclasses.field(default_factory=list)
     #: (action, "Kind/name", changed paths) of every child written, in slot order (for the Event)
     done: list[tuple[str, str, tuple[str, ...]]] = dataclasses.field(default_factory=list)
-    #: "Kind/name" (or "status") -> milliseconds its request took, answer included (for the log
-    #: line: what of a slow reconcile was the API server's and what the operator's own)
+    #: "Kind/name" (or "status") -> milliseconds its write took, request to answer (an apply the
+    #: server refused and the replace after it: both), for the log line: what of a slow reconcile
+    #: was the API server's and what the operator's own
     request_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
