@@ -1378,8 +1378,8 @@ def split_row(r: Run) -> list[str]:
     """A row of the idle spec changes' split (the Deployment apply against the rest), over the
     changes whose apply the implementation's log gave."""
     assert r.change_idle is not None and r.change_idle.apply_ms is not None
-    samples, applies = r.change_idle.samples_ms, r.change_idle.apply_ms
-    pairs = [(t, a) for t, a in zip(samples, applies, strict=True) if a is not None]
+    changes_ms, applies_ms = r.change_idle.samples_ms, r.change_idle.apply_ms
+    pairs = [(t, a) for t, a in zip(changes_ms, applies_ms, strict=True) if a is not None]
     total, apply = [t for t, _ in pairs], [a for _, a in pairs]
     rest = [max(0.0, t - a) for t, a in pairs]
     slow = [(t, a) for t, a in pairs if t > 100]
