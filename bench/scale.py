@@ -78,7 +78,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -493,6 +493,9 @@ class Latency(Percentiles):
     #: per change, the implementation's own Deployment apply, request to answer (from its log:
     #: the operator's ``reconciled`` line, ``requests_ms``); None where it does not say
     apply_ms: list[float | None] | None = None
+    #: per change, the API server's own time over that Deployment write (its audit log:
+    #: :func:`server_applies`); None where the log has none
+    server_ms: list[float | None] | None = None
 
 
 @dataclass
@@ -674,6 +677,15 @@ def keep_kwok_log(cluster: str, to: Path) -> None:
         shutil.copyfile(kwok_log, to)
 
 
+def audit_lines(cluster: str) -> Iterator[str]:
+    """The API server's audit log of ``cluster``, line by line, the rotated file first."""
+    from mlops_platform.devcluster import cluster as dev
+
+    for path in dev.audit_logs(cluster):
+        with path.open(errors="replace") as lines:
+            yield from lines
+
+
 def etcd_sizes(cluster: str) -> tuple[int | None, int | None]:
     from mlops_platform.devcluster import chaos
 
@@ -841,6 +853,40 @@ def deployment_applies(log_lines: Iterable[str], patched: Sequence[tuple[str, fl
     return out
 
 
+def server_applies(audit_lines: Iterable[str], patched: Sequence[tuple[str, float]]) -> list[float | None]:
+    """Per spec change ((name, wall-clock time of its patch's answer)), how long the API server took
+    over the first write of that InferenceService's Deployment after it (any writer's ``patch`` of
+    ``deployments``, not a subresource: only the implementation patches a Deployment's spec; the
+    Deployment controller updates), from the audit log (:data:`devcluster.cluster.AUDIT_POLICY`:
+    ``requestReceivedTimestamp`` to ``stageTimestamp`` of ``ResponseComplete``, microseconds): the
+    server's share of the implementation's apply, against which its own request-to-answer time
+    shows what the way there and back and the client cost. Received at most a second before the
+    patch's answer, as :func:`deployment_applies`; None where the log has none."""
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    for line in audit_lines:
+        if '"deployments"' not in line or '"patch"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        ref = entry.get("objectRef") or {}
+        if entry.get("verb") != "patch" or ref.get("resource") != "deployments" or ref.get("subresource"):
+            continue
+        received = _audit_time(entry["requestReceivedTimestamp"])
+        ms = (_audit_time(entry["stageTimestamp"]) - received) * 1000
+        by_name.setdefault(str(ref.get("name", "")).removesuffix("-predictor"), []).append((received, ms))
+    out: list[float | None] = []
+    for name, at in patched:
+        later = sorted(x for x in by_name.get(name, ()) if x[0] >= at - 1.0)
+        out.append(round(later[0][1], 1) if later else None)
+    return out
+
+
+def _audit_time(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
 async def quiet_for(last: Callable[[], float], quiet: float, timeout: float, what: str) -> float:
     """Until ``quiet`` seconds have passed since ``last()`` (the monotonic time of the latest event,
     re-read after each wait: an event meanwhile moves the end); the monotonic time it held."""
@@ -973,6 +1019,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 if isinstance(impl, Impl) and impl.name == "operator":
                     with impl.log_path.open(errors="replace") as lines:
                         run.change_idle.apply_ms = deployment_applies(lines, patched)
+                run.change_idle.server_ms = server_applies(audit_lines(args.cluster_name), patched)
                 run.gc_during_changes = gc_diff(impl.gc_pauses(), gc0)
                 run.server_during_changes = latency_summary(
                     server_latencies(await apiserver_metrics(client)), server0
@@ -1326,14 +1373,21 @@ def render(runs: Sequence[Run]) -> str:
                 ["impl", "N", "changes", "p50 ms", "p99 ms", "max ms", "tail p50 ms", "tail max ms"], tails
             )
         )
-    split = [split_row(r) for r in runs if r.change_idle and r.change_idle.apply_ms]
+    split = [
+        split_row(r)
+        for r in runs
+        if r.change_idle and any(x is not None for x in r.change_idle.server_ms or ())
+    ]
     if split:
-        out.append("\nWhere the idle spec changes' time went: the operator's own apply of the Deployment "
-                   "(request to answer: the API server's work and the way there and back, from its log's "
-                   "`requests_ms`) and the rest (the watch events to the operator and back to this "
-                   "benchmark, the queue, the decision), each per change:\n")  # fmt: skip
-        header = ["impl", "N", "changes", "change p50 / p99 ms", "apply p50 / p99 ms", "rest p50 / p99 ms",
-                  "changes > 100 ms", "of them apply > half"]  # fmt: skip
+        out.append("\nWhere the idle spec changes' time went: the implementation's own apply of the "
+                   "Deployment as it timed it (request to answer, from its log's `requests_ms`: the "
+                   "operator's), the API server's time over that write (its audit log: received to "
+                   "response complete), and the rest of the change outside the API server (the watch "
+                   "events to the implementation and back to this benchmark, the queue, the decision, "
+                   "the client's side of the apply), each per change:\n")  # fmt: skip
+        header = ["impl", "N", "changes", "change p50 / p99 ms", "apply p50 / p99 ms",
+                  "API server p50 / p99 ms", "outside it p50 / p99 ms", "changes > 100 ms",
+                  "of them API server > half"]  # fmt: skip
         out.append(markdown_table(header, split))
     server = [
         [r.impl, str(r.count), key, fmt(v["count"], 0), fmt(v["over_50ms"], 0), fmt(v["over_100ms"], 0),
@@ -1375,20 +1429,27 @@ def render(runs: Sequence[Run]) -> str:
 
 
 def split_row(r: Run) -> list[str]:
-    """A row of the idle spec changes' split (the Deployment apply against the rest), over the
-    changes whose apply the implementation's log gave."""
-    assert r.change_idle is not None and r.change_idle.apply_ms is not None
-    changes_ms, applies_ms = r.change_idle.samples_ms, r.change_idle.apply_ms
-    pairs = [(t, a) for t, a in zip(changes_ms, applies_ms, strict=True) if a is not None]
-    total, apply = [t for t, _ in pairs], [a for _, a in pairs]
-    rest = [max(0.0, t - a) for t, a in pairs]
-    slow = [(t, a) for t, a in pairs if t > 100]
+    """A row of the idle spec changes' split: the implementation's Deployment apply as it timed it
+    (its log), the API server's time over that write (the audit log), and the change's time outside
+    the API server (the change less the server's: the watch events there and back, the queue, the
+    decision, the client's side of the apply), over the changes the audit log gave."""
+    assert r.change_idle is not None
+    idle = r.change_idle
+    n = len(idle.samples_ms)
+    applies = idle.apply_ms or [None] * n
+    servers = idle.server_ms or [None] * n
+    rows = [(t, a, s) for t, a, s in zip(idle.samples_ms, applies, servers, strict=True) if s is not None]
+    total = [t for t, _, _ in rows]
+    apply = [a for _, a, _ in rows if a is not None]
+    server = [s for _, _, s in rows if s is not None]
+    outside = [max(0.0, t - s) for t, _, s in rows if s is not None]
+    slow = [(t, s) for t, _, s in rows if t > 100 and s is not None]
 
     def p(xs: list[float]) -> str:
         return f"{fmt(percentile(xs, 50), 0)} / {fmt(percentile(xs, 99), 0)}" if xs else "-"
 
-    return [r.impl, str(r.count), str(len(pairs)), p(total), p(apply), p(rest), str(len(slow)),
-            str(sum(1 for t, a in slow if a > t / 2))]  # fmt: skip
+    return [r.impl, str(r.count), str(len(rows)), p(total), p(apply), p(server), p(outside),
+            str(len(slow)), str(sum(1 for t, s in slow if s > t / 2))]  # fmt: skip
 
 
 def _split_leases(

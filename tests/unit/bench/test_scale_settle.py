@@ -85,13 +85,44 @@ def test_the_operators_deployment_applies_are_read_from_its_log() -> None:
     assert scale.deployment_applies(lines, [("a", at), ("b", at)]) == [21.5, None]
 
 
-def test_the_split_table_puts_the_apply_beside_the_rest() -> None:
-    idle = scale.Latency([20.0, 30.0, 150.0, 120.0], apply_ms=[15.0, None, 130.0, 40.0])
+def test_the_split_table_puts_the_apply_and_the_servers_time_beside_the_rest() -> None:
+    idle = scale.Latency(
+        [20.0, 30.0, 150.0, 120.0, 110.0],
+        apply_ms=[15.0, None, 130.0, 40.0, None],
+        server_ms=[10.0, 12.0, 100.0, 30.0, None],
+    )
     run = scale.Run("operator", 50, 16, change_idle=idle)
     row = scale.split_row(run)
-    # 3 changes matched; of the two over 100 ms, one was mostly its apply
-    assert row == ["operator", "50", "3", "120 / 150", "40 / 130", "20 / 80", "2", "1"]
-    assert "| operator | 50 | 3 | 120 / 150 | 40 / 130 | 20 / 80 | 2 | 1 |" in scale.render([run])
+    # 4 changes the audit log gave; of the two over 100 ms, one was mostly the API server's
+    assert row == ["operator", "50", "4", "30 / 150", "40 / 130", "12 / 100", "18 / 90", "2", "1"]
+    assert "| operator | 50 | 4 | 30 / 150 | 40 / 130 | 12 / 100 | 18 / 90 | 2 | 1 |" in scale.render([run])
+    # an implementation that does not log its requests: the server's share only
+    reference = scale.Run("reference", 50, 16, change_idle=scale.Latency([20.0, 40.0], server_ms=[8.0, 9.0]))
+    want = ["reference", "50", "2", "20 / 40", "-", "8 / 9", "12 / 31", "0", "0"]
+    assert scale.split_row(reference) == want
+    # nothing from the audit log: no row
+    assert "API server p50" not in scale.render([scale.Run("x", 50, 16, change_idle=scale.Latency([20.0]))])
+
+
+def test_the_servers_time_over_each_changes_deployment_write_is_read_from_the_audit_log() -> None:
+    def entry(name: str, received: str, done: str, verb: str = "patch", sub: str | None = None) -> str:
+        ref = {"resource": "deployments", "namespace": "bench", "name": f"{name}-predictor"}
+        if sub:
+            ref["subresource"] = sub
+        return json.dumps(
+            {"verb": verb, "objectRef": ref, "requestReceivedTimestamp": received, "stageTimestamp": done}
+        )
+
+    at = datetime.datetime(2026, 12, 4, 1, 0, 0, tzinfo=datetime.UTC).timestamp()
+    lines = [
+        entry("a", "2026-12-04T00:59:58.000000Z", "2026-12-04T00:59:58.050000Z"),  # before the change
+        entry("a", "2026-12-04T01:00:00.010000Z", "2026-12-04T01:00:00.015000Z", verb="update"),  # not ours
+        entry("a", "2026-12-04T01:00:00.012000Z", "2026-12-04T01:00:00.013000Z", sub="status"),
+        entry("a", "2026-12-04T01:00:00.030000Z", "2026-12-04T01:00:00.040000Z"),  # a later one
+        entry("a", "2026-12-04T00:59:59.990000Z", "2026-12-04T01:00:00.011500Z"),  # the change's
+        "not json",
+    ]
+    assert scale.server_applies(lines, [("a", at), ("b", at)]) == [21.5, None]
 
 
 def test_pod_writes_are_counted_per_verb_and_subresource() -> None:
