@@ -532,8 +532,8 @@ class Run:
     watch_until_ready: dict[str, list[int]] = field(default_factory=dict)
     #: the API server's pod writes from the first create until all Ready (:func:`pod_writes`)
     pod_writes_until_ready: dict[str, int] = field(default_factory=dict)
-    #: watchers the API server closed as too slow, per resource, over the same span
-    terminated_watchers_until_ready: dict[str, int] = field(default_factory=dict)
+    #: what made watchers start over (:func:`watch_restarts`), over the same span
+    watch_restarts_until_ready: dict[str, int] = field(default_factory=dict)
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -642,14 +642,27 @@ def watch_events(text: str) -> dict[str, tuple[int, int]]:
     return {k: (counts[k], sizes[k]) for k in counts}
 
 
-def terminated_watchers(text: str) -> Counter[str]:
-    """Watchers the API server has closed so far because they did not keep up (its watch cache
-    could not hand them an event within its time budget: ``apiserver_terminated_watchers_total``),
-    per resource. While the cache waits for such a watcher, every other watcher of that resource
-    waits too; a closed one lists again and watches anew."""
+def watch_restarts(text: str) -> Counter[str]:
+    """What the API server did so far that makes watchers start over, keyed "<what> <resource>":
+    ``closed`` watchers that did not keep up (its watch cache could not hand them an event within
+    its time budget: ``apiserver_terminated_watchers_total``; while the cache waits for such a
+    watcher every other watcher of that resource waits too, and a closed one watches anew, or lists
+    again when its version has left the cache's window); the pod ``LIST`` requests and the pod
+    ``WATCH`` requests that ended (``apiserver_request_total``: a client that lists again); the
+    ``init events`` sent to watches that start from a full state (``apiserver_init_events_total``:
+    the control plane's informers list again through a watch); and its watch caches ``initialized``
+    (``apiserver_watch_cache_initializations_total``: more than once when its etcd watch broke)."""
     out: Counter[str] = Counter()
     for labels, v in samples(text, "apiserver_terminated_watchers_total"):
-        out[_group_resource(labels)] += int(v)
+        out[f"closed {_group_resource(labels)}"] += int(v)
+    for labels, v in samples(text, "apiserver_init_events_total"):
+        out[f"init events {_group_resource(labels)}"] += int(v)
+    for labels, v in samples(text, "apiserver_watch_cache_initializations_total"):
+        out[f"initialized {_group_resource(labels)}"] += int(v)
+    for labels, v in samples(text, "apiserver_request_total"):
+        verb = labels.get("verb", "")
+        if labels.get("resource") == "pods" and not labels.get("subresource") and verb in ("LIST", "WATCH"):
+            out[f"{verb} pods"] += int(v)
     return out
 
 
@@ -972,7 +985,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             before = impl.requests()
             text0 = await apiserver_metrics(client)
             api0, watch0, pods0 = apiserver_applies(text0), watch_events(text0), pod_writes(text0)
-            closed0 = terminated_watchers(text0)
+            restarts0 = watch_restarts(text0)
             cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
@@ -994,9 +1007,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             text_ready = await apiserver_metrics(client)
             run.watch_until_ready = watch_diff(watch_events(text_ready), watch0)
             run.pod_writes_until_ready = dict(sorted((pod_writes(text_ready) - pods0).items()))
-            run.terminated_watchers_until_ready = dict(
-                sorted((terminated_watchers(text_ready) - closed0).items())
-            )
+            run.watch_restarts_until_ready = dict(sorted((watch_restarts(text_ready) - restarts0).items()))
             run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
@@ -1350,13 +1361,16 @@ def render(runs: Sequence[Run]) -> str:
         ]))  # fmt: skip
     closed = [
         [r.impl, str(r.count),
-         ", ".join(f"{k} {v}" for k, v in r.terminated_watchers_until_ready.items()) or "none"]
+         ", ".join(f"{k} {v}" for k, v in r.watch_restarts_until_ready.items()) or "none"]
         for r in runs if r.pod_writes_until_ready
     ]  # fmt: skip
     if closed:
-        out.append("\nWatchers the API server closed as too slow from the first create until all Ready "
-                   "(`apiserver_terminated_watchers_total`), per resource:\n")  # fmt: skip
-        out.append(markdown_table(["impl", "N", "closed watchers"], closed))
+        out.append("\nWhat made watchers start over from the first create until all Ready: watchers the API "
+                   "server closed as too slow (`apiserver_terminated_watchers_total`), init events sent "
+                   "to watches starting from a full state (`apiserver_init_events_total`), watch caches "
+                   "initialized (`apiserver_watch_cache_initializations_total`), and pod LIST requests "
+                   "and pod WATCH requests that ended (`apiserver_request_total`):\n")  # fmt: skip
+        out.append(markdown_table(["impl", "N", "watch restarts"], closed))
     tails = [
         [r.impl, str(r.count), str(len(r.change_idle.samples_ms)), fmt(r.change_idle.p50, 0),
          fmt(r.change_idle.p99, 0), fmt(max(r.change_idle.samples_ms), 0),

@@ -148,17 +148,47 @@ def test_pod_writes_are_counted_per_verb_and_subresource() -> None:
     assert "| operator | 50 | 5000 | 5000 | 5 |" in scale.render([run])
 
 
-def test_watchers_closed_as_too_slow_are_counted_per_resource() -> None:
-    before = 'apiserver_terminated_watchers_total{group="",resource="pods"} 1'
+def test_what_makes_watchers_start_over_is_counted_per_resource() -> None:
+    def requests(verb: str, n: int, resource: str = "pods", sub: str = "") -> str:
+        return (
+            f'apiserver_request_total{{code="200",component="apiserver",group="",resource="{resource}",'
+            f'scope="cluster",subresource="{sub}",verb="{verb}",version="v1"}} {n}'
+        )
+
+    before = "\n".join(
+        [
+            'apiserver_terminated_watchers_total{group="",resource="pods"} 1',
+            'apiserver_watch_cache_initializations_total{group="",resource="pods"} 1',
+            requests("LIST", 9),
+        ]
+    )
     after = "\n".join(
         [
             'apiserver_terminated_watchers_total{group="",resource="pods"} 4',
             'apiserver_terminated_watchers_total{group="mlops.platform",resource="inferenceservices"} 2',
+            'apiserver_init_events_total{resource="pods"} 5000',
+            'apiserver_watch_cache_initializations_total{group="",resource="pods"} 1',  # unchanged
+            requests("LIST", 12),
+            requests("WATCH", 2),
+            requests("LIST", 7, resource="services"),  # not pods
+            requests("GET", 3, sub="log"),  # a subresource
         ]
     )
-    got = scale.terminated_watchers(after) - scale.terminated_watchers(before)
-    assert dict(got) == {"pods": 3, "mlops.platform/inferenceservices": 2}
+    got = scale.watch_restarts(after) - scale.watch_restarts(before)
+    assert dict(got) == {
+        "closed pods": 3,
+        "closed mlops.platform/inferenceservices": 2,
+        "init events pods": 5000,
+        "LIST pods": 3,
+        "WATCH pods": 2,
+    }
     run = scale.Run(
-        "operator", 50, 16, pod_writes_until_ready={"POST": 50}, terminated_watchers_until_ready=dict(got)
+        "operator", 50, 16, pod_writes_until_ready={"POST": 50}, watch_restarts_until_ready=dict(got)
     )
-    assert "| operator | 50 | pods 3, mlops.platform/inferenceservices 2 |" in scale.render([run])
+    cell = (
+        "closed pods 3, closed mlops.platform/inferenceservices 2, init events pods 5000, "
+        "LIST pods 3, WATCH pods 2"
+    )
+    assert f"| operator | 50 | {cell} |" in scale.render([run])
+    quiet = scale.Run("raw", 50, 256, pod_writes_until_ready={"POST": 50})
+    assert "| raw | 50 | none |" in scale.render([quiet])
