@@ -8,9 +8,9 @@ The operator runs as a SUBPROCESS started exactly as a user starts it::
         --webhook-bind-address off
 
 (``PORT``: a free port picked by the script; no conversion webhook server: the benchmark creates and
-reads only v1, the storage version, see ``bench._common.NO_CONVERSION_WEBHOOK``). Its CPU time comes
-from ``/proc/<pid>/stat`` (``utime + stime`` in clock ticks), its memory from ``/proc/<pid>/status``
-(``VmRSS``, ``VmHWM``), its API requests from its own ``/metrics``
+reads only v1, the storage version, and the CRD serves v1 alone, see ``bench._common.install_crd``).
+Its CPU time comes from ``/proc/<pid>/stat`` (``utime + stime`` in clock ticks), its memory from
+``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``), its API requests from its own ``/metrics``
 (``rest_client_requests_by_resource_total{verb,resource,code}``).
 
 Phases:

@@ -17,8 +17,8 @@ benchmark measures the implementation, not a throttled controller-manager), in O
 
 1. N InferenceServices created at ``mlops.platform/v1``, the storage version, ``--create-concurrency``
    in flight (runtime triton, seldon, torchserve in turn; maxReplicas 1, 1, 2, 3 in turn, so half get
-   an HPA). The CRD's conversion webhook points at a loopback port nothing serves: the benchmark
-   creates and reads only v1, so nothing is converted, and the run fails if the CRD's
+   an HPA). The CRD serves v1 alone (``bench._common.install_crd``): the benchmark creates and
+   reads only v1, so nothing is converted, and the run fails if the CRD's
    ``status.storedVersions`` is ever anything but ``["v1"]``;
 2. the time until every child exists and until every InferenceService is ``Ready=True``, seen by
    this benchmark's own watches (informers; no polling LISTs);

@@ -256,13 +256,21 @@ def render(manifest: JSON | None = None) -> str:
     return _HEADER + generated.dump([manifest or crd_manifest()], sort_keys=True)
 
 
-async def install(client: rclient.Client, *, webhook_url: str | None, timeout: float = 60.0) -> JSON:
+async def install(
+    client: rclient.Client,
+    *,
+    webhook_url: str | None,
+    timeout: float = 60.0,
+    versions: tuple[Version, ...] = VERSIONS,
+) -> JSON:
     """Server-side apply the CRD (idempotent), wait until it is Established, refresh discovery.
 
     ``webhook_url``: where the API server calls the conversion webhook (the local control plane);
-    None: the in-cluster Service. The caBundle is the webhook's to inject, not the installer's."""
+    None: the in-cluster Service. The caBundle is the webhook's to inject, not the installer's.
+    ``versions``: the versions served (:func:`crd_manifest`; one alone needs no webhook)."""
+    manifest = crd_manifest(versions, webhook_url=webhook_url)
     (live,) = await apiextensions.install(
-        client, [crd_manifest(webhook_url=webhook_url)], field_manager=v1alpha1.FIELD_MANAGER, timeout=timeout
+        client, [manifest], field_manager=v1alpha1.FIELD_MANAGER, timeout=timeout
     )
     return live
 
