@@ -846,24 +846,13 @@ def deployment_applies(log_lines: Iterable[str], patched: Sequence[tuple[str, fl
     patch's answer (the reconcile can end before this benchmark reads the answer). None where no
     such line is (an implementation that does not log it)."""
     by_name: dict[str, list[tuple[float, float]]] = {}
-    for line in log_lines:
-        if '"reconciled"' not in line or "requests_ms" not in line:
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
+    for rec in _json_lines(log_lines, '"reconciled"', "requests_ms"):
         key = f"Deployment/{rec.get('name')}-predictor"
         ms = (rec.get("requests_ms") or {}).get(key)
         if rec.get("msg") != "reconciled" or ms is None or f"update {key}" not in rec.get("actions", ()):
             continue
-        at = datetime.datetime.fromisoformat(rec["ts"].replace("Z", "+00:00")).timestamp()
-        by_name.setdefault(rec["name"], []).append((at, float(ms)))
-    out: list[float | None] = []
-    for name, at in patched:
-        later = [ms for t, ms in by_name.get(name, ()) if t >= at - 1.0]
-        out.append(later[0] if later else None)
-    return out
+        by_name.setdefault(rec["name"], []).append((_utc(rec["ts"]), float(ms)))
+    return _first_after(by_name, patched)
 
 
 def server_applies(audit_lines: Iterable[str], patched: Sequence[tuple[str, float]]) -> list[float | None]:
@@ -876,27 +865,43 @@ def server_applies(audit_lines: Iterable[str], patched: Sequence[tuple[str, floa
     shows what the way there and back and the client cost. Received at most a second before the
     patch's answer, as :func:`deployment_applies`; None where the log has none."""
     by_name: dict[str, list[tuple[float, float]]] = {}
-    for line in audit_lines:
-        if '"deployments"' not in line or '"patch"' not in line:
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
+    for entry in _json_lines(audit_lines, '"deployments"', '"patch"'):
         ref = entry.get("objectRef") or {}
         if entry.get("verb") != "patch" or ref.get("resource") != "deployments" or ref.get("subresource"):
             continue
-        received = _audit_time(entry["requestReceivedTimestamp"])
-        ms = (_audit_time(entry["stageTimestamp"]) - received) * 1000
+        received = _utc(entry["requestReceivedTimestamp"])
+        ms = round((_utc(entry["stageTimestamp"]) - received) * 1000, 1)
         by_name.setdefault(str(ref.get("name", "")).removesuffix("-predictor"), []).append((received, ms))
+    return _first_after(by_name, patched)
+
+
+def _json_lines(lines: Iterable[str], *needles: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of the lines holding every one of ``needles`` (a cheap filter before
+    parsing); lines that are not JSON objects are skipped."""
+    for line in lines:
+        if all(n in line for n in needles):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def _first_after(
+    by_name: Mapping[str, Sequence[tuple[float, float]]], patched: Sequence[tuple[str, float]]
+) -> list[float | None]:
+    """Per (name, wall-clock time), the value of that name's earliest (time, value) from a second
+    before that time on, or None."""
     out: list[float | None] = []
     for name, at in patched:
         later = sorted(x for x in by_name.get(name, ()) if x[0] >= at - 1.0)
-        out.append(round(later[0][1], 1) if later else None)
+        out.append(later[0][1] if later else None)
     return out
 
 
-def _audit_time(stamp: str) -> float:
+def _utc(stamp: str) -> float:
+    """An RFC 3339 timestamp ("...Z") as seconds since the epoch."""
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
@@ -1115,11 +1120,7 @@ def takeover_timeline(group: Group, since: float, lease: str, partition: int) ->
     for i, m in enumerate(group.members):
         if m.proc.poll() is not None:
             continue
-        for line in m.log_path.read_text(errors="replace").splitlines():
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
+        for doc in _json_lines(m.log_path.read_text(errors="replace").splitlines()):
             msg, ts = str(doc.get("msg", "")), doc.get("ts")
             if not ts or not any(msg.startswith(step) for step in TAKEOVER_STEPS):
                 continue
@@ -1129,7 +1130,7 @@ def takeover_timeline(group: Group, since: float, lease: str, partition: int) ->
                 doc.get("partitions") or [doc.get("partition")]
             ):
                 continue
-            at = datetime.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp() - since
+            at = _utc(str(ts)) - since
             if at >= 0:
                 step = msg.split(" %")[0][:60]
                 if "seconds" in doc:
