@@ -1456,9 +1456,9 @@ def split_row(r: Run) -> list[str]:
     rows = [(t, a, s) for t, a, s in zip(idle.samples_ms, applies, servers, strict=True) if s is not None]
     total = [t for t, _, _ in rows]
     apply = [a for _, a, _ in rows if a is not None]
-    server = [s for _, _, s in rows if s is not None]
-    outside = [max(0.0, t - s) for t, _, s in rows if s is not None]
-    slow = [(t, s) for t, _, s in rows if t > 100 and s is not None]
+    server = [s for _, _, s in rows]
+    outside = [max(0.0, t - s) for t, _, s in rows]
+    slow = [(t, s) for t, _, s in rows if t > 100]
 
     def p(xs: list[float]) -> str:
         return f"{fmt(percentile(xs, 50), 0)} / {fmt(percentile(xs, 99), 0)}" if xs else "-"
