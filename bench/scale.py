@@ -534,6 +534,9 @@ class Run:
     pod_writes_until_ready: dict[str, int] = field(default_factory=dict)
     #: what made watchers start over (:func:`watch_restarts`), over the same span
     watch_restarts_until_ready: dict[str, int] = field(default_factory=dict)
+    #: the API server's ClusterIP allocations from the first create until all children existed
+    #: (:func:`allocations`): count and seconds, in all and in their IPAddress POSTs and etcd creates
+    allocations_until_children: dict[str, float] = field(default_factory=dict)
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -574,6 +577,39 @@ def pod_writes(text: str) -> Counter[str]:
         if labels.get("resource") == "pods" and verb in ("POST", "PATCH", "PUT", "DELETE", "APPLY"):
             sub = labels.get("subresource", "")
             out[verb + (f" {sub}" if sub else "")] += int(v)
+    return out
+
+
+#: what :func:`allocations` reads: the allocator's own duration, and the API server's handling of the
+#: IPAddress create it makes (request duration; of it, the etcd create)
+ALLOCATION_METRICS = {
+    "seconds": ("kube_apiserver_clusterip_allocator_allocation_duration_seconds", {}),
+    "post_seconds": (
+        "apiserver_request_duration_seconds",
+        {"resource": "ipaddresses", "verb": "POST", "subresource": ""},
+    ),
+    "etcd_seconds": ("etcd_request_duration_seconds", {"resource": "ipaddresses", "operation": "create"}),
+}
+
+
+def allocations(text: str) -> dict[str, float]:
+    """The API server's ClusterIP allocations so far: ``count`` and ``seconds`` in all
+    (``kube_apiserver_clusterip_allocator_allocation_duration_seconds``), and the seconds of the
+    IPAddress creates they made, as the API server's handler (``post_seconds``) and etcd
+    (``etcd_seconds``) timed them.
+
+    Why it is measured: every Service of type ClusterIP gets its address from one allocator that
+    holds a lock across the create of the address's IPAddress object (k8s.io/kubernetes
+    ``pkg/registry/core/service/ipallocator``, ``MetaAllocator.AllocateNextService``), so Service
+    creates are served one at a time whatever the number in flight; while the allocator is busy all
+    the time, the seconds of its allocations are the time until all children exist."""
+    out = {"count": sum(v for _, v in samples(text, ALLOCATION_METRICS["seconds"][0] + "_count"))}
+    for key, (metric, want) in ALLOCATION_METRICS.items():
+        out[key] = sum(
+            v
+            for labels, v in samples(text, metric + "_sum")
+            if all(labels.get(k, "") == w for k, w in want.items())
+        )
     return out
 
 
@@ -990,7 +1026,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             before = impl.requests()
             text0 = await apiserver_metrics(client)
             api0, watch0, pods0 = apiserver_applies(text0), watch_events(text0), pod_writes(text0)
-            restarts0 = watch_restarts(text0)
+            restarts0, alloc0 = watch_restarts(text0), allocations(text0)
             cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
@@ -999,6 +1035,10 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                     lambda: observer.children_exist(n), args.timeout, "all children exist"
                 )
                 run.children_s = t_children - t0
+                alloc = allocations(await apiserver_metrics(client))
+                run.allocations_until_children = {
+                    k: round(v - alloc0[k], 3) for k, v in sorted(alloc.items())
+                }
                 await creating
             log(f"{impl_name} N={n}: all children exist after {run.children_s:.1f} s")
             with tqdm(total=n, desc=f"{impl_name} N={n}: Ready", unit="isvc", leave=False) as bar:
@@ -1360,6 +1400,20 @@ def render(runs: Sequence[Run]) -> str:
             [r.impl, str(r.count), *(str(r.pod_writes_until_ready.get(k, 0)) for k in pod_verbs)]
             for r in runs if r.pod_writes_until_ready
         ]))  # fmt: skip
+    allocating = [
+        allocation_row(r) for r in runs if r.children_s and r.allocations_until_children.get("count")
+    ]
+    if allocating:
+        out.append("\nWhat bounded the time until all children existed: the API server's ClusterIP "
+                   "allocator, which serves one Service at a time (a lock held across the create of "
+                   "each address's IPAddress object): its allocations over that span, their seconds in "
+                   "all and as a share of the span (100 %: the allocator was never idle), and per "
+                   "allocation the IPAddress POST as the API server's handler timed it, of that the "
+                   "etcd create, and the rest (the allocator's request to its own API server and back, "
+                   "waiting for CPU on the way):\n")  # fmt: skip
+        out.append(markdown_table(
+            ["impl", "N", "children s", "allocations", "allocating s", "of the span", "per allocation ms",
+             "IPAddress POST ms", "of it etcd ms", "rest ms"], allocating))  # fmt: skip
     closed = [
         [r.impl, str(r.count),
          ", ".join(f"{k} {v}" for k, v in r.watch_restarts_until_ready.items()) or "none"]
@@ -1441,6 +1495,19 @@ def render(runs: Sequence[Run]) -> str:
             ["N", "CPU s per replica", "CPU s all", "takeover s", "lease s",
              "orphan change p50 ms", "orphan change p99 ms"], sharded))  # fmt: skip
     return "\n".join(out)
+
+
+def allocation_row(r: Run) -> list[str]:
+    """A row of the allocator table: count, seconds, share of the children time, and per allocation
+    its milliseconds in all, in the IPAddress POST, in etcd and in the rest."""
+    a, span = r.allocations_until_children, r.children_s or math.nan
+    n = a["count"]
+    per = {k: 1000 * a.get(k, 0.0) / n for k in ("seconds", "post_seconds", "etcd_seconds")}
+    return [
+        r.impl, str(r.count), fmt(span), f"{n:.0f}", fmt(a["seconds"]), f"{100 * a['seconds'] / span:.0f} %",
+        fmt(per["seconds"]), fmt(per["post_seconds"]), fmt(per["etcd_seconds"]),
+        fmt(per["seconds"] - per["post_seconds"]),
+    ]  # fmt: skip
 
 
 def split_row(r: Run) -> list[str]:

@@ -192,3 +192,42 @@ def test_what_makes_watchers_start_over_is_counted_per_resource() -> None:
     assert f"| operator | 50 | {cell} |" in scale.render([run])
     quiet = scale.Run("raw", 50, 256, pod_writes_until_ready={"POST": 50})
     assert "| raw | 50 | none |" in scale.render([quiet])
+
+
+def test_the_clusterip_allocations_are_read_and_set_against_the_children_time() -> None:
+    def post(seconds: float, n: int, resource: str = "ipaddresses", verb: str = "POST") -> str:
+        labels = (
+            f'component="apiserver",dry_run="",group="networking.k8s.io",resource="{resource}",'
+            f'scope="resource",subresource="",verb="{verb}",version="v1"'
+        )
+        return f"apiserver_request_duration_seconds_sum{{{labels}}} {seconds}\n" + (
+            f"apiserver_request_duration_seconds_count{{{labels}}} {n}"
+        )
+
+    def text(allocated: float, n: int, posted: float, etcd: float) -> str:
+        alloc = 'kube_apiserver_clusterip_allocator_allocation_duration_seconds{cidr="10.96.0.0/16"}'
+        etcd_create = 'etcd_request_duration_seconds_sum{group="networking.k8s.io",operation="create",'
+        return "\n".join(
+            [
+                alloc.replace("seconds{", "seconds_sum{") + f" {allocated}",
+                alloc.replace("seconds{", "seconds_count{") + f" {n}",
+                post(posted, n),
+                post(99.0, 7, verb="GET"),  # not a create
+                post(99.0, 7, resource="services"),  # not an address
+                etcd_create + f'resource="ipaddresses"}} {etcd}',
+                etcd_create + 'resource="services"} 99.0',
+            ]
+        )
+
+    after, before = scale.allocations(text(70.5, 1001, 30.0, 28.1)), scale.allocations(text(0.5, 1, 0.1, 0.1))
+    got = {k: v - before[k] for k, v in after.items()}
+    assert {k: round(v, 6) for k, v in got.items()} == {
+        "count": 1000,
+        "seconds": 70.0,
+        "post_seconds": 29.9,
+        "etcd_seconds": 28.0,
+    }
+    run = scale.Run("operator", 1000, 16, children_s=72.0, allocations_until_children=dict(got))
+    row = "| operator | 1000 | 72.0 | 1000 | 70.0 | 97 % | 70.0 | 29.9 | 28.0 | 40.1 |"
+    assert row in scale.render([run])
+    assert "ClusterIP" not in scale.render([scale.Run("raw", 1000, 256, children_s=60.0)])
