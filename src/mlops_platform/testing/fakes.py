@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import httpx2 as httpx
+import msgspec
 from aiohttp import web
 
 from mlops_platform.runtime.caching import cache as rcache
@@ -30,6 +31,7 @@ from mlops_platform.runtime.caching import kinds, store
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport import shape as rshape
 
 JSON = dict[str, Any]
 WRITE_VERBS = frozenset({"apply", "replace", "delete", "create", "patch"})
@@ -168,6 +170,7 @@ class FakeClient(rclient.Client):
         resource_version: str | None = None,
         resource_version_match: str | None = None,
         timeout: float | None = None,
+        shape: rshape.Shape | None = None,
     ) -> JSON:
         self._call("list", res, None, namespace)
         items = [
@@ -175,6 +178,8 @@ class FakeClient(rclient.Client):
             for (plural, ns, _), o in self.objects.items()
             if plural == res.plural and (namespace is None or ns == namespace)
         ]
+        if shape is not None:  # as the real client: decoded into what the shape keeps
+            items = rshape.decode(shape.page, msgspec.json.encode({"items": items}))["items"]
         return {"items": items, "metadata": {"resourceVersion": str(self._rv)}}
 
     async def create(self, res: rclient.Resource, obj: JSON, namespace: str | None = None) -> JSON:
@@ -253,6 +258,7 @@ class FakeClient(rclient.Client):
         label_selector: str | None = None,
         field_selector: str | None = None,
         send_initial_events: bool = False,
+        shape: rshape.Shape | None = None,
     ) -> AsyncIterator[JSON]:
         self._call("watch", res, None, namespace)
         events: list[JSON] = []  # an empty stream: these tests never start informers

@@ -13,6 +13,7 @@ from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport import shape as rshape
 
 NAME = "inferenceservice"
 RBAC = (
@@ -52,18 +53,24 @@ def setup(
     ctx = settings or base.BuildContext()
     # children and pods carry their InferenceService's shard bucket: a sharded replica caches only
     # its partitions' (scoped); the InferenceServices themselves are cached whole
+    # every object is decoded into what the reconciler reads (rshape: the rest, managedFields and
+    # most of a pod's spec among it, is skipped by the parser, never built)
+    mgr.cache.shape(reconciler.ISVC, rshape.SPEC_AND_STATUS)
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE, scoped=True)
+    mgr.cache.shape(resources.POD, reconciler.POD_SHAPE)
     mgr.cache.transform(resources.POD, reconciler.slim_pod)
     mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     # only the canary Services' EndpointSlices (label-selected by the API server: none without a
     # canary), slimmed to their ready count, which gates the candidate's entry into the route
     mgr.cache.restrict(resources.ENDPOINT_SLICE, reconciler.CANARY_SLICES, scoped=True)
+    mgr.cache.shape(resources.ENDPOINT_SLICE, reconciler.SLICE_SHAPE)
     mgr.cache.transform(resources.ENDPOINT_SLICE, reconciler.slim_slice)
     slices = mgr.cache.informer_for(resources.ENDPOINT_SLICE).store
     slices.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
     for child in children.CHILDREN:
         for version in child.kind.versions:  # an optional kind's served version is known later
             mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
+            mgr.cache.shape(child.kind.resource(version), rshape.SPEC_AND_STATUS)
     rec = reconciler.InferenceServiceReconciler(
         mgr.cache,
         mgr.client,

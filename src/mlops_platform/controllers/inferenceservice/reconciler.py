@@ -55,6 +55,7 @@ from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport import shape as rshape
 
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 ISVC = api.RESOURCE
@@ -76,6 +77,13 @@ def pod_signal(pod: Obj) -> object:
     if _component(pod) != labels.CANARY:
         return failure
     return failure, traffic.pod_ready(pod), traffic.pod_model(pod)
+
+
+#: what :func:`slim_pod` reads of a pod: its node (spec.nodeName) and status; the rest of its spec
+#: (most of its bytes) is skipped when decoded
+POD_SHAPE = rshape.shape({"spec": {"nodeName": None}, "status": None})
+#: what :func:`slim_slice` reads of an EndpointSlice
+SLICE_SHAPE = rshape.shape({"endpoints": None})
 
 
 def slim_pod(pod: Obj) -> Obj:

@@ -24,6 +24,7 @@ from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import shape as rshape
 
 
 class CacheSyncTimeout(TimeoutError):
@@ -59,6 +60,7 @@ class Cache:
         self._informers: dict[tuple[rclient.Resource, str | None], rinformer.Informer] = {}
         self._selectors: dict[rclient.Resource, str] = {}
         self._transforms: dict[rclient.Resource, rinformer.Transform] = {}
+        self._shapes: dict[rclient.Resource, rshape.Shape] = {}
         self._optional: set[tuple[rclient.Resource, str | None]] = set()
         self._scoped: set[rclient.Resource] = set()
         self._scope: str | None = None
@@ -126,6 +128,14 @@ class Cache:
             raise RuntimeError(f"transform({resource.kind}) after its informer was created")
         self._transforms[resource] = fn
 
+    def shape(self, resource: rclient.Resource, shape: rshape.Shape) -> None:
+        """Decode objects of ``resource`` into the fields ``shape`` keeps (call before first use):
+        what it leaves out is skipped by the parser, and absent from every object the cache holds
+        (:mod:`~mlops_platform.runtime.transport.shape`). The transform runs on the shaped object."""
+        if any(r == resource for r, _ in self._informers):
+            raise RuntimeError(f"shape({resource.kind}) after its informer was created")
+        self._shapes[resource] = shape
+
     def _key(self, resource: rclient.Resource) -> tuple[rclient.Resource, str | None]:
         return resource, self.namespace if resource.namespaced else None
 
@@ -139,6 +149,7 @@ class Cache:
                 label_selector=self._selector(resource),
                 resync_period=self.resync_period,
                 transform=self._transforms.get(resource, rinformer.compact),
+                shape=self._shapes.get(resource),
                 min_watch_timeout=self.min_watch_timeout,
             )
             self._informers[k] = informer

@@ -18,6 +18,8 @@ Contract (client-go ``tools/cache`` reflector and shared informer semantics):
 - Every ``resync_period`` (default 10 h, jittered by up to 10 %) every cached object is re-delivered
   as an update (old is new) without contacting the server.
 - ``transform`` runs on every object before it is stored (default: drop ``metadata.managedFields``).
+  ``shape`` (:mod:`~mlops_platform.runtime.transport.shape`) has LIST pages and watch events
+  decoded into the fields it keeps, before the transform: what it leaves out is never built.
 - ``has_synced()`` is true once the first LIST has been stored.
 - :meth:`Informer.reselect` changes the label selector while running: the watch ends, a LIST with
   the new selector replaces the store (objects no longer selected are delivered as deletes, newly
@@ -40,6 +42,7 @@ from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import ratelimiter
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import shape as rshape
 
 log = logging.getLogger("mlops_platform.runtime.caching.informer")
 Transform = Callable[[Obj], Obj]
@@ -103,6 +106,7 @@ class Informer:
         field_selector: str | None = None,
         resync_period: float = 10 * 3600.0,
         transform: Transform | None = compact,
+        shape: rshape.Shape | None = None,
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
         indexers: dict[str, rstore.IndexFunc] | None = None,
@@ -114,6 +118,7 @@ class Informer:
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
+        self.shape = shape
         self.resync_period = resync_period
         self.transform = transform
         self.page_size = page_size
@@ -300,6 +305,7 @@ class Informer:
                 # the first page names the version; the continue token carries it on
                 resource_version=resource_version if cont is None else None,
                 resource_version_match="Exact" if resource_version and cont is None else None,
+                shape=self.shape,
             )
             # transform each page as it arrives, so a large LIST never holds every object untrimmed
             items.extend(self._prepare(obj) for obj in page.get("items") or ())
@@ -351,6 +357,7 @@ class Informer:
             allow_bookmarks=True,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            shape=self.shape,
         ):
             kind = event.get("type")
             obj: Obj = event.get("object") or {}

@@ -36,6 +36,7 @@ import msgspec
 from lightkube.config import client_adapter, kubeconfig
 
 from mlops_platform.runtime.transport import http as rhttp
+from mlops_platform.runtime.transport import shape as rshape
 
 # the REST types live in ``rest``; they are part of this module's API (``client.Resource``)
 from mlops_platform.runtime.transport.rest import ApiError as ApiError
@@ -152,8 +153,10 @@ class Client:
         namespace: str | None = None,
         name: str | None = None,
         timeout: float | None = None,
+        decoder: msgspec.json.Decoder[Any] | None = None,
     ) -> JSON:
-        """Send one request and decode the JSON answer; raise :class:`ApiError` on non-2xx."""
+        """Send one request and decode the JSON answer (a 2xx one with ``decoder`` if given);
+        raise :class:`ApiError` on non-2xx."""
         verb = verb_of(method, name, params)
         if name is None and isinstance(body, dict):  # a create names its object in the body
             name = body.get("metadata", {}).get("name")
@@ -178,7 +181,7 @@ class Client:
                 await asyncio.sleep(retry_after)
                 continue
             try:
-                return _decode(response)
+                return _decode(response, decoder)
             except ApiError as e:
                 if e.status == 403:
                     self.forbidden.append(e.message)
@@ -212,10 +215,11 @@ class Client:
         resource_version: str | None = None,
         resource_version_match: str | None = None,
         timeout: float | None = None,
+        shape: rshape.Shape | None = None,
     ) -> JSON:
         """One page of a LIST; ``resource_version_match`` ("Exact", "NotOlderThan") says how
         ``resource_version`` is read (an ``Exact`` LIST reads etcd at that revision: 410 once it is
-        compacted)."""
+        compacted). With ``shape``, each item holds only the fields it keeps (:mod:`.shape`)."""
         params = {
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
@@ -225,7 +229,12 @@ class Client:
             "resourceVersionMatch": resource_version_match,
         }
         return await self.request(
-            "GET", res.path(namespace), params=params, timeout=timeout, **self._meta(res, namespace, None)
+            "GET",
+            res.path(namespace),
+            params=params,
+            timeout=timeout,
+            decoder=shape.page if shape is not None else None,
+            **self._meta(res, namespace, None),
         )
 
     async def create(self, res: Resource, obj: JSON, namespace: str | None = None) -> JSON:
@@ -315,8 +324,10 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         send_initial_events: bool = False,
+        shape: rshape.Shape | None = None,
     ) -> AsyncIterator[JSON]:
-        """Yield watch events (``{"type": ..., "object": {...}}``) until the server ends the stream.
+        """Yield watch events (``{"type": ..., "object": {...}}``) until the server ends the stream;
+        with ``shape``, each object holds only the fields it keeps (:mod:`.shape`).
 
         A watch that fails to start raises :class:`ApiError` (e.g. 410 when ``resource_version`` is
         too old). An ``ERROR`` event in the stream is raised as :class:`ApiError` too.
@@ -332,6 +343,7 @@ class Client:
             "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
         }
         path = res.path(namespace)
+        decode = shape.event if shape is not None else _decoder.decode
         loop = asyncio.get_running_loop()
         started = loop.time()
         read_timeout = (timeout_seconds + 30.0) if timeout_seconds else None
@@ -351,7 +363,7 @@ class Client:
                 async for line in response.lines():
                     if not line:
                         continue
-                    event: JSON = _decoder.decode(line)
+                    event: JSON = decode(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
                         raise ApiError(
@@ -411,11 +423,14 @@ def _retry_after(response: rhttp.Response) -> float | None:
     return max(0.0, min(seconds, MAX_RETRY_AFTER_SECONDS))
 
 
-def _decode(response: rhttp.Response) -> JSON:
+def _decode(response: rhttp.Response, decoder: msgspec.json.Decoder[Any] | None = None) -> JSON:
     body: Any = None
     if response.body:
         try:
-            body = _decoder.decode(response.body)
+            if decoder is None or response.status >= 300:
+                body = _decoder.decode(response.body)
+            else:
+                body = rshape.decode(decoder, response.body)
         except msgspec.DecodeError:
             body = None
     if response.status >= 300:
