@@ -1648,6 +1648,16 @@ def raw_sweep(a: argparse.Namespace, runs: Sequence[Run], n: int) -> list[int]:
     return [best.concurrency] if best else [max(a.raw_concurrency)]
 
 
+def round_order(impls: Sequence[str], rnd: int) -> list[str]:
+    """The implementations in round ``rnd``'s order: rotated by one each round, so that over
+    ``len(impls)`` rounds each runs first once. This machine drifts over an invocation (on
+    2026-12-04 the raw writer's and the reference's runs got faster round after round, the raw
+    writer's Ready 93.9, 80.2, 74.7 s at N=1000), and a fixed order puts such a drift on the
+    ratios of whichever implementation always runs first."""
+    k = rnd % len(impls) if impls else 0
+    return [*impls[k:], *impls[:k]]
+
+
 async def amain(a: argparse.Namespace) -> list[Run]:
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="mlops-bench-scale-") as tmp:
@@ -1655,7 +1665,7 @@ async def amain(a: argparse.Namespace) -> list[Run]:
         try:
             for n in a.counts:
                 for rnd in range(a.repeat):
-                    for impl in a.impls:
+                    for impl in round_order(a.impls, rnd):
                         if impl == "sharded" and n not in a.sharded_counts:
                             continue
                         for c in raw_sweep(a, runs, n) if impl == "raw" else [a.workers]:

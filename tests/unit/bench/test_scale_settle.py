@@ -231,3 +231,15 @@ def test_the_clusterip_allocations_are_read_and_set_against_the_children_time() 
     row = "| operator | 1000 | 72.0 | 1000 | 70.0 | 97 % | 70.0 | 29.9 | 28.0 | 40.1 |"
     assert row in scale.render([run])
     assert "ClusterIP" not in scale.render([scale.Run("raw", 1000, 256, children_s=60.0)])
+
+
+def test_each_round_starts_with_the_next_implementation() -> None:
+    impls = ["operator", "raw", "reference"]
+    orders = [scale.round_order(impls, rnd) for rnd in range(4)]
+    assert orders == [
+        ["operator", "raw", "reference"],
+        ["raw", "reference", "operator"],
+        ["reference", "operator", "raw"],
+        ["operator", "raw", "reference"],
+    ]
+    assert scale.round_order([], 2) == []
