@@ -44,22 +44,31 @@ FIELD_MANAGER = "mlops-platform"
 async def watch_forever(
     client: Any, resource: Any, namespace: str, on_event: Callable[[str, dict[str, Any]], None]
 ) -> None:
-    """LIST once, then WATCH from there, re-listing on 410 (every object is seen as ADDED once)."""
+    """LIST once, then WATCH from there: a watch that ends or fails to connect (an API server too
+    busy to answer: ``ConnectionTimeoutError``) is started again from the last version seen, a 410
+    lists again (every object is seen as ADDED once per LIST)."""
     from mlops_platform.runtime.transport import client as rclient
 
+    rv: str | None = None
     while True:
-        listing = await client.list(resource, namespace)
-        for obj in listing.get("items", []):
-            on_event("ADDED", obj)
-        rv = listing["metadata"]["resourceVersion"]
+        if rv is None:
+            listing = await client.list(resource, namespace)
+            for obj in listing.get("items", []):
+                on_event("ADDED", obj)
+            rv = listing["metadata"]["resourceVersion"]
         try:
             async for ev in client.watch(resource, namespace, resource_version=rv, timeout_seconds=3600):
+                rv = (ev["object"].get("metadata") or {}).get("resourceVersion") or rv
                 if ev["type"] == "BOOKMARK":
                     continue
                 on_event(ev["type"], ev["object"])
         except rclient.ApiError as e:
             if not e.gone:
                 raise
+            rv = None
+        except rclient.TransportError as e:
+            print(f"raw writer: watching {resource.plural} again after {e!r}", file=sys.stderr, flush=True)
+            await asyncio.sleep(1.0)
 
 
 class RawWriter:

@@ -317,6 +317,16 @@ def stop_impl(impl: Impl, timeout: float = 60.0) -> int | None:
     return impl.proc.returncode
 
 
+def running(impl: Impl | Group) -> bool:
+    """True while every process of ``impl`` runs. One that exited ends the run (SystemExit, with its
+    log's tail): what it can no longer do (the children of the InferenceServices left) is not
+    waited for until the timeout."""
+    for m in impl.members if isinstance(impl, Group) else [impl]:
+        if m.proc.poll() is not None:
+            raise SystemExit(f"{m.name} exited with {m.proc.returncode} during the run:\n{m.tail()}")
+    return True
+
+
 @dataclass
 class Group:
     """``SHARDS`` operator replicas with ``--shards SHARDS``: one implementation, summed."""
@@ -1031,9 +1041,15 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
                 creating = asyncio.create_task(create_all(client, n, args.create_concurrency, bar))
-                t_children = await observer.until(
-                    lambda: observer.children_exist(n), args.timeout, "all children exist"
-                )
+                try:
+                    t_children = await observer.until(
+                        lambda: running(impl) and observer.children_exist(n),
+                        args.timeout,
+                        "all children exist",
+                    )
+                except BaseException:
+                    creating.cancel()  # the run ends here: no creates into the next run's cluster
+                    raise
                 run.children_s = t_children - t0
                 alloc = allocations(await apiserver_metrics(client))
                 run.allocations_until_children = {
@@ -1045,7 +1061,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
 
                 def all_ready() -> bool:
                     bar.update(len(observer.ready) - bar.n)
-                    return len(observer.ready) >= n
+                    return running(impl) and len(observer.ready) >= n
 
                 run.ready_s = await observer.until(all_ready, args.timeout, "all Ready") - t0
             cpu_at_ready = cpu_snapshot(args.cluster_name, impl)

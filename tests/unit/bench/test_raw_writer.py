@@ -6,6 +6,7 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
 from bench.operator_footprint import inference_service
 from bench.raw_writer import RawWriter
 
@@ -83,3 +84,50 @@ async def test_an_apply_answered_5xx_is_sent_again(monkeypatch: Any) -> None:
 
 async def _no_wait(_: float) -> None:
     return None
+
+
+async def test_a_watch_that_fails_to_connect_is_started_again_from_the_last_version_seen() -> None:
+    """An API server too busy to answer (ConnectionTimeoutError) does not end the writer: it
+    watches again from where it was, without listing (and seeing every object again)."""
+    from bench.raw_writer import watch_forever
+
+    from mlops_platform.runtime.transport import client as rclient
+
+    def obj(name: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": NS, "resourceVersion": rv}}
+
+    class Stop(Exception):
+        """ends the test's second watch (the writer would watch on)"""
+
+    streams = [
+        [
+            {"type": "ADDED", "object": obj("b", "11")},
+            rclient.TransportError("GET ...: ConnectionTimeoutError"),
+        ],
+        [{"type": "MODIFIED", "object": obj("b", "12")}, Stop()],
+    ]
+
+    class Client:
+        lists = 0
+        watched_from: list[str | None] = []
+
+        async def list(self, res: Any, namespace: str) -> dict[str, Any]:
+            self.lists += 1
+            return {"items": [obj("a", "9")], "metadata": {"resourceVersion": "10"}}
+
+        async def watch(self, res: Any, namespace: str, **kw: Any) -> Any:
+            self.watched_from.append(kw["resource_version"])
+            for item in streams.pop(0):
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+
+    seen: list[tuple[str, str]] = []
+    client = Client()
+    with pytest.raises(Stop):
+        await asyncio.wait_for(
+            watch_forever(client, resources.POD, NS, lambda t, o: seen.append((t, o["metadata"]["name"]))), 10
+        )
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "b")]
+    assert client.lists == 1
+    assert client.watched_from == ["10", "11"]

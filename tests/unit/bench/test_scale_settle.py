@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import json
 import time
+from pathlib import Path
 
 import pytest
 from bench import scale
@@ -243,3 +244,22 @@ def test_each_round_starts_with_the_next_implementation() -> None:
         ["operator", "raw", "reference"],
     ]
     assert scale.round_order([], 2) == []
+
+
+def test_an_implementation_that_exited_ends_the_run_with_its_logs_tail(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    log = tmp_path / "raw-256.log"
+    log.write_text("raw writer: watching\nraw writer: a watch failed: TransportError(...)\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(1)"])
+    impl = scale.Impl("raw", proc, log, None)
+    proc.wait()
+    with pytest.raises(SystemExit, match=r"(?s)raw exited with 1 during the run:\n.*a watch failed"):
+        scale.running(impl)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert scale.running(scale.Impl("operator", alive, log, None))
+    finally:
+        alive.kill()
+        alive.wait()
