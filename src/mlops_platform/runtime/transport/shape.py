@@ -57,9 +57,8 @@ def _typed(name: str, fields: Fields) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """The fields kept of each object, and the decoders of a LIST page and of a watch event line."""
+    """The decoders of a LIST page and of a watch event line into the fields a shape keeps."""
 
-    fields: Fields
     page: msgspec.json.Decoder[Any]
     _event: msgspec.json.Decoder[Any]
 
@@ -80,7 +79,7 @@ def shape(fields: Fields) -> Shape:
         "Page", {"apiVersion": Any, "kind": Any, "metadata": Any, "items": cast(Any, list)[obj]}, total=False
     )
     event = cast(Any, TypedDict)("Event", {"type": Any, "object": obj}, total=False)
-    return Shape(fields, msgspec.json.Decoder(page), msgspec.json.Decoder(event))
+    return Shape(msgspec.json.Decoder(page), msgspec.json.Decoder(event))
 
 
 #: the shape of kinds whose top level is ``spec`` and ``status`` (Deployments, Services, custom
