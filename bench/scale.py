@@ -1293,7 +1293,8 @@ def _spread(xs: Sequence[float], digits: int = 1) -> str:
 def repeated_rows(runs: Sequence[Run], counts: Sequence[int]) -> list[list[str]]:
     """For ``--repeat``: one row per implementation (and raw in-flight count) and N. The raw writer
     compared against is the in-flight count with the lowest median children time; each other
-    implementation's ratio is taken against the raw run of its own round."""
+    implementation's ratio is taken against the raw run of its own round, and against the
+    reference's of its own round (the target "no slower than the Go reference at equal workers")."""
     out: list[list[str]] = []
     for n in counts:
         done = [r for r in runs if r.count == n and r.ready_s is not None and r.children_s]
@@ -1307,6 +1308,9 @@ def repeated_rows(runs: Sequence[Run], counts: Sequence[int]) -> list[list[str]]
             if impl == "raw" and c != raw_c:
                 continue
             pairs = [(r, raw_by_round[r.round]) for r in rs if impl != "raw" and r.round in raw_by_round]
+            ref_by_round = {r.round: r for r in groups.get(("reference", c), [])}
+            refs = [(r, ref_by_round[r.round]) for r in rs if impl not in ("raw", "reference")
+                    and r.round in ref_by_round]  # fmt: skip
             out.append([
                 impl, str(n), str(c), str(len(rs)),
                 _spread([r.children_s or 0 for r in rs]), _spread([r.ready_s or 0 for r in rs]),
@@ -1314,8 +1318,36 @@ def repeated_rows(runs: Sequence[Run], counts: Sequence[int]) -> list[list[str]]
                 _spread([r.change_idle.p99 for r in rs if r.change_idle], 0),
                 _spread([(r.children_s or 0) / (w.children_s or 1) for r, w in pairs], 2),
                 _spread([(r.ready_s or 0) / (w.ready_s or 1) for r, w in pairs], 2),
+                _spread([(r.children_s or 0) / (w.children_s or 1) for r, w in refs], 2),
+                _spread([(r.ready_s or 0) / (w.ready_s or 1) for r, w in refs], 2),
             ])  # fmt: skip
     return out
+
+
+def runs_from_json(items: Iterable[Mapping[str, Any]]) -> list[Run]:
+    """Runs as :func:`dataclasses.asdict` wrote them (``scale.json``'s ``runs``, ``scale.partial.json``)."""
+    out = []
+    for item in items:
+        d = dict(item)
+        for k in ("change_idle", "change_initial_sync"):
+            if d.get(k) is not None:
+                d[k] = Latency(**d[k])
+        out.append(Run(**d))
+    return out
+
+
+def load_reports(paths: Sequence[str | Path]) -> list[Run]:
+    """``--report``: the runs of several invocations' JSON files, read as one matrix. Each file's rounds
+    follow the rounds of the files before it (a matrix cut short, and the invocation that went on
+    from there), so the per-round ratios pair runs of the same invocation only."""
+    runs: list[Run] = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        offset = max((r.round for r in runs), default=-1) + 1
+        for r in runs_from_json(data["runs"] if isinstance(data, dict) else data):
+            r.round += offset
+            runs.append(r)
+    return runs
 
 
 def best_raw(runs: Sequence[Run], n: int) -> Run | None:
@@ -1347,12 +1379,14 @@ def render(runs: Sequence[Run]) -> str:
         out.append(
             "\nRepeated rounds, implementations interleaved, each on a fresh cluster: median (min-max); "
             "the ratios are taken round by round against the raw writer of the same round "
-            "(targets: children <= 1.3, Ready <= 1.05):\n"
+            "(targets: children <= 1.3, Ready <= 1.05) and against the reference of the same round at "
+            "the same worker count (target: no slower, <= 1.00):\n"
         )
         out.append(
             markdown_table(
                 ["impl", "N", "workers / in flight", "rounds", "children s", "Ready s", "CPU ms / ISVC",
-                 "spec change idle p99 ms", "children / raw", "Ready / raw"],
+                 "spec change idle p99 ms", "children / raw", "Ready / raw", "children / reference",
+                 "Ready / reference"],
                 repeated_rows(runs, sorted(repeated)),
             )
         )  # fmt: skip
@@ -1362,15 +1396,22 @@ def render(runs: Sequence[Run]) -> str:
         for r in runs:
             if r.count != n or r.impl == "raw" or raw is None or not raw.children_s or not raw.ready_s:
                 continue
+            ref = next((w for w in runs if w.impl == "reference" and w.count == n
+                        and w.concurrency == r.concurrency and w.children_s and w.ready_s), None)  # fmt: skip
+            against_ref = ["-", "-"]
+            if ref is not None and r.impl != "reference":
+                against_ref = [fmt((r.children_s or math.nan) / (ref.children_s or 1), 2),
+                               fmt((r.ready_s or math.nan) / (ref.ready_s or 1), 2)]  # fmt: skip
             ratio_rows.append([
                 r.impl, str(n), f"{raw.concurrency}", fmt((r.children_s or math.nan) / raw.children_s, 2),
-                fmt((r.ready_s or math.nan) / raw.ready_s, 2),
+                fmt((r.ready_s or math.nan) / raw.ready_s, 2), *against_ref,
             ])  # fmt: skip
     if ratio_rows:
-        out.append("\nAgainst the best raw writer (targets: children <= 1.3, Ready <= 1.05):\n")
-        out.append(
-            markdown_table(["impl", "N", "raw in flight", "children / raw", "Ready / raw"], ratio_rows)
-        )
+        out.append("\nAgainst the best raw writer (targets: children <= 1.3, Ready <= 1.05) and the "
+                   "reference at the same worker count (target: no slower, <= 1.00):\n")  # fmt: skip
+        header = ["impl", "N", "raw in flight", "children / raw", "Ready / raw", "children / reference",
+                  "Ready / reference"]  # fmt: skip
+        out.append(markdown_table(header, ratio_rows))
     resync = [
         [str(r.count), str(r.resync["mutating"]), str(r.resync["get_list"]), fmt(r.resync["cpu_s"], 2),
          fmt(r.change_initial_sync.p50 if r.change_initial_sync else None, 0),
@@ -1640,6 +1681,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-cluster", action="store_true")
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
     p.add_argument("--smoke", action="store_true", help="N=50, operator only; exit 1 on a steady write/read")
+    p.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: write the tables and plots of these runs (scale.json or scale.partial.json of "
+        "one or more invocations, in order; each file's rounds follow the ones before it)",
+    )
     a = p.parse_args(argv)
     if a.smoke:
         a.counts, a.impls, a.changes, a.resync_counts = [50], ["operator"], 20, [50]
@@ -1708,14 +1756,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     if "BENCH_LOG_DIR" in os.environ:
         Path(os.environ["BENCH_LOG_DIR"]).mkdir(parents=True, exist_ok=True)
-    runs = asyncio.run(amain(a))
+    runs = load_reports(a.report) if a.report else asyncio.run(amain(a))
     table = render(runs)
     print(table)
     if a.out:
         out, machine, args = results_dir(a, REPO)
         data = {"machine": machine, "args": args, "runs": [asdict(r) for r in runs]}
         write_json(out / "scale.json", data)
-        (out / "scale.partial.json").unlink(missing_ok=True)
+        if not a.report:  # a report may be reading it
+            (out / "scale.partial.json").unlink(missing_ok=True)
         made = plots(runs, out)
         (out / "scale.md").write_text(
             "# Scale benchmark\n\n`.venv/bin/python -m bench.scale "

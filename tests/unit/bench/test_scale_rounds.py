@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
+
 from bench import scale
 
 
@@ -36,3 +40,58 @@ def test_the_table_appears_only_when_rounds_were_repeated() -> None:
     assert "Repeated rounds" not in scale.render(once)
     again = [*once, _run("operator", 16, 1, 55.0, 105.0), _run("raw", 256, 1, 50.0, 100.0)]
     assert "Repeated rounds" in scale.render(again)
+
+
+def test_the_operator_is_compared_with_the_reference_of_its_own_round() -> None:
+    runs = [
+        _run("operator", 16, 0, 110.0, 220.0),
+        _run("reference", 16, 0, 100.0, 200.0),
+        _run("raw", 256, 0, 100.0, 200.0),
+        _run("operator", 16, 1, 45.0, 99.0),
+        _run("reference", 16, 1, 50.0, 100.0),
+    ]
+    rows = {r[0]: r for r in scale.repeated_rows(runs, [1000])}
+    # round 0: 1.10 / 1.10; round 1 (no raw run): 0.90 / 0.99; against the raw writer round 0 only
+    assert rows["operator"][10] == "1.00 (0.90-1.10)"
+    assert rows["operator"][11] == "1.04 (0.99-1.10)"
+    assert rows["operator"][8] == "1.10"
+    assert rows["reference"][10] == rows["reference"][11] == "-"
+    assert rows["raw"][10] == "-"
+
+
+def test_a_single_round_is_compared_with_the_reference_too() -> None:
+    runs = [
+        _run("operator", 16, 0, 110.0, 210.0),
+        _run("reference", 16, 0, 100.0, 200.0),
+        _run("raw", 256, 0, 100.0, 200.0),
+    ]
+    table = scale.render(runs)
+    assert "| operator | 1000 | 256 | 1.10 | 1.05 | 1.10 | 1.05 |" in table
+    assert "| reference | 1000 | 256 | 1.00 | 1.00 | - | - |" in table
+
+
+def test_reports_of_several_invocations_read_as_one_matrix(tmp_path: Path) -> None:
+    first = [
+        scale.Run("operator", 1000, 16, children_s=110.0, ready_s=220.0,
+                  change_idle=scale.Latency([10.0, 20.0], server_ms=[5.0, None])),
+        scale.Run("raw", 1000, 256, children_s=100.0, ready_s=200.0),
+    ]  # fmt: skip
+    second = [scale.Run("reference", 1000, 16, round=0, children_s=50.0, ready_s=100.0)]
+    (tmp_path / "scale.json").write_text(json.dumps({"runs": [asdict(r) for r in first]}))
+    (tmp_path / "scale.partial.json").write_text(json.dumps([asdict(r) for r in second]))
+    runs = scale.load_reports([tmp_path / "scale.json", tmp_path / "scale.partial.json"])
+    assert [(r.impl, r.round) for r in runs] == [("operator", 0), ("raw", 0), ("reference", 1)]
+    idle = runs[0].change_idle
+    assert isinstance(idle, scale.Latency)
+    assert idle.server_ms == [5.0, None]
+    assert idle.p99 == 20.0
+    assert [asdict(r) for r in runs[:2]] == [asdict(r) for r in first]
+
+
+def test_a_report_writes_the_tables_and_keeps_its_inputs(tmp_path: Path) -> None:
+    partial = tmp_path / "scale.partial.json"
+    partial.write_text(json.dumps([asdict(_run("operator", 16, 0, 110.0, 220.0))]))
+    assert scale.main(["--report", str(partial), "--out", str(tmp_path)]) == 0
+    assert partial.exists()
+    assert "| operator | 1000 | 16 | 110.0 | 220.0 |" in (tmp_path / "scale.md").read_text()
+    assert json.loads((tmp_path / "scale.json").read_text())["runs"][0]["children_s"] == 110.0
