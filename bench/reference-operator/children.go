@@ -28,10 +28,16 @@ const (
 	containerName = "predictor"
 	modelVolume   = "model-store"
 	modelDir      = "/mnt/models"
-	gpuResource   = "nvidia.com/gpu"
-	managedBy     = "mlops-platform"
-	partOf        = "mlops-platform"
-	modelURIAnno  = group + "/model-uri"
+	// model delivery (deployment._delivery, _storage_initializer): an s3/gs/http(s) model is fetched
+	// by an init container into an emptyDir the server mounts read-only
+	storageInitializer      = "storage-initializer"
+	storageInitializerImage = "mlops-platform:0.1.0" // the operator's default (cli.DEFAULT_STORAGE_INITIALIZER_IMAGE)
+	scratchVolume           = "storage-scratch"
+	scratchDir              = "/tmp"
+	gpuResource             = "nvidia.com/gpu"
+	managedBy               = "mlops-platform"
+	partOf                  = "mlops-platform"
+	modelURIAnno            = group + "/model-uri"
 )
 
 // Spec is the part of the mlops.platform/v1 InferenceService spec the children are built from (the
@@ -98,6 +104,7 @@ type runtime struct {
 	env           [][2]string
 	ports         []namedPort // exposed besides http, in order
 	internalPorts []namedPort // bound by the server, not exposed
+	modelLayout   string      // the storage initializer's --layout
 	readiness     probe
 	liveness      probe
 	startup       probe
@@ -126,8 +133,9 @@ var runtimes = map[string]runtime{
 		image:  "nvcr.io/nvidia/tritonserver:25.06-py3",
 		args: []string{"tritonserver", "--model-repository={model_dir}", "--http-port={port}",
 			"--grpc-port={grpc_port}", "--metrics-port={metrics_port}"},
-		ports:     []namedPort{{"grpc", 8001}, {"metrics", 8002}},
-		readiness: readyV2, liveness: liveV2, startup: startupV2,
+		ports:       []namedPort{{"grpc", 8001}, {"metrics", 8002}},
+		modelLayout: "triton",
+		readiness:   readyV2, liveness: liveV2, startup: startupV2,
 	},
 	"seldon": {
 		server: "mlserver",
@@ -139,8 +147,9 @@ var runtimes = map[string]runtime{
 			{"MLSERVER_METRICS_PORT", "{metrics_port}"},
 			{"MLSERVER_MODELS_DIR", "{model_dir}"},
 		},
-		ports:     []namedPort{{"grpc", 8081}, {"metrics", 8082}},
-		readiness: readyV2, liveness: liveV2, startup: startupV2,
+		ports:       []namedPort{{"grpc", 8081}, {"metrics", 8082}},
+		modelLayout: "mlserver",
+		readiness:   readyV2, liveness: liveV2, startup: startupV2,
 	},
 	"torchserve": {
 		server:        "torchserve",
@@ -150,6 +159,7 @@ var runtimes = map[string]runtime{
 		args:          []string{tsConfig},
 		ports:         []namedPort{{"grpc", 7070}, {"metrics", 8082}},
 		internalPorts: []namedPort{{"management", 8081}, {"grpc_management", 7071}},
+		modelLayout:   "torchserve",
 		readiness:     probe{"/ping", 3}, liveness: probe{"/ping", 3}, startup: probe{"/ping", startupFailures},
 	},
 }
@@ -265,8 +275,11 @@ func buildDeployment(o owner, rt runtime, live *appsv1.Deployment) (*appsv1ac.De
 			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault)).
 			WithRunAsNonRoot(true).
 			WithRunAsUser(runAsUser)).
+		WithInitContainers(buildInitializer(o, rt)).
 		WithContainers(ctr).
-		WithVolumes(corev1ac.Volume().WithName(modelVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+		WithVolumes(
+			corev1ac.Volume().WithName(modelVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName(scratchVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
 	if s.Predictor.Resources.gpus() > 0 {
 		pod.WithTolerations(corev1ac.Toleration().
 			WithKey(gpuResource).WithOperator(corev1.TolerationOpExists).WithEffect(corev1.TaintEffectNoSchedule))
@@ -320,9 +333,34 @@ func buildContainer(o owner, rt runtime) (*corev1ac.ContainerApplyConfiguration,
 		WithSecurityContext(corev1ac.SecurityContext().
 			WithAllowPrivilegeEscalation(false).
 			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL"))).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName(modelVolume).WithMountPath(modelDir)).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(modelVolume).WithMountPath(modelDir).WithReadOnly(true)).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError), nil
+}
+
+// buildInitializer is deployment._storage_initializer for a model URI without format, digest,
+// credentials, endpoint or region (the benchmark's s3:// models), under the restricted profile.
+func buildInitializer(o owner, rt runtime) *corev1ac.ContainerApplyConfiguration {
+	return corev1ac.Container().WithName(storageInitializer).WithImage(storageInitializerImage).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand("python", "-m", "mlops_platform.storage").
+		WithArgs("fetch", o.spec.Predictor.Model.URI, modelDir, "--layout", rt.modelLayout, "--name", o.name).
+		WithResources(corev1ac.ResourceRequirements().
+			WithRequests(corev1.ResourceList{
+				corev1.ResourceCPU:    resource.MustParse("100m"),
+				corev1.ResourceMemory: resource.MustParse("128Mi"),
+			}).
+			WithLimits(corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")})).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")).
+			WithReadOnlyRootFilesystem(true).
+			WithRunAsNonRoot(true).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName(modelVolume).WithMountPath(modelDir),
+			corev1ac.VolumeMount().WithName(scratchVolume).WithMountPath(scratchDir)).
+		WithTerminationMessagePolicy(corev1.TerminationMessageReadFile)
 }
 
 func buildProbe(p probe) *corev1ac.ProbeApplyConfiguration {
