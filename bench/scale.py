@@ -102,7 +102,7 @@ from bench._common import (
     stored_versions,
     write_json,
 )
-from bench.operator_footprint import inference_service, max_replicas
+from bench.operator_footprint import FRAMEWORKS, inference_service, max_replicas
 from mlops_platform.testing.ports import free_port
 
 if TYPE_CHECKING:
@@ -1129,11 +1129,56 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
         if run.etcd_db_in_use_bytes:
             run.bytes_per_isvc = run.etcd_db_in_use_bytes / n
         run.list_ms = await list_latency_ms(client)
+        if failure := await check_same_children(client, n):
+            log(f"{impl_name} N={n}: {failure}")
+            run.failures.append(failure)
         await observer.stop()
         if failure := await check_stored_versions(client, "at the end of the run"):
             log(f"{impl_name} N={n}: {failure}")
             run.failures.append(failure)
     return run
+
+
+def template_differences(ours: object, live: object, path: str = "template") -> list[str]:
+    """Where a live Deployment's pod template does not carry what our builder makes: every field we
+    set, with its value (the API server's defaults beside them are fine), and lists of the same
+    length (an init container, volume or container more or less is a difference)."""
+    if isinstance(ours, dict):
+        if not isinstance(live, dict):
+            return [f"{path}: {live!r}, ours {ours!r}"]
+        return [d for k, v in ours.items() for d in template_differences(v, live.get(k), f"{path}.{k}")]
+    if isinstance(ours, list):
+        if not isinstance(live, list) or len(live) != len(ours):
+            n = len(live) if isinstance(live, list) else live
+            return [f"{path}: {n!r} items, ours {len(ours)}"]
+        return [d for i, (a, b) in enumerate(zip(ours, live, strict=True))
+                for d in template_differences(a, b, f"{path}[{i}]")]  # fmt: skip
+    return [] if ours == live else [f"{path}: {live!r}, ours {ours!r}"]
+
+
+async def check_same_children(client: Client, n: int) -> str | None:
+    """Why the run fails if the implementation's Deployments are not the ones our builders make (the
+    comparison is only fair on the same children: the reference once left the storage initializer
+    out, and its pods were 1-2 KB lighter for the whole control plane), for one InferenceService of
+    each runtime, read at the end of the run; else None."""
+    from mlops_platform import api
+    from mlops_platform.controllers.inferenceservice import children
+    from mlops_platform.controllers.inferenceservice.children import base
+    from mlops_platform.runtime.transport import resources
+
+    build = next(c for c in children.CHILDREN if c.kind.kind == "Deployment")
+    problems = []
+    for i in range(min(n, len(FRAMEWORKS))):
+        raw = await client.get(api.RESOURCE, f"bench-{i:04d}", NAMESPACE)
+        target = base.slots(api.decode(raw), children.CHILDREN)[0].target
+        ours = build.build(target, base.BuildContext())
+        live = await client.get(resources.DEPLOYMENT, build.name(target), NAMESPACE)
+        if ours is None:
+            problems.append(f"{build.name(target)}: not one of our children")
+            continue
+        diffs = template_differences(ours["spec"]["template"], live["spec"]["template"])
+        problems += [f"{build.name(target)} {d}" for d in diffs[:5]]
+    return f"not the children our builders make: {'; '.join(problems)}" if problems else None
 
 
 async def check_stored_versions(client: Client, when: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import json
 import time
@@ -263,3 +264,28 @@ def test_an_implementation_that_exited_ends_the_run_with_its_logs_tail(tmp_path:
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_pod_template_without_our_init_container_is_not_our_child() -> None:
+    ours = {
+        "spec": {
+            "initContainers": [{"name": "storage-initializer", "args": ["fetch", "s3://m/1"]}],
+            "containers": [
+                {"name": "predictor", "volumeMounts": [{"name": "model-store", "readOnly": True}]}
+            ],
+            "volumes": [{"name": "model-store", "emptyDir": {}}, {"name": "storage-scratch", "emptyDir": {}}],
+        }
+    }
+    same = copy.deepcopy(ours)
+    same["spec"]["dnsPolicy"] = "ClusterFirst"  # the API server's defaults beside ours are fine
+    same["spec"]["containers"][0]["terminationMessagePath"] = "/dev/termination-log"
+    assert scale.template_differences(ours, same) == []
+    lighter = copy.deepcopy(same)
+    del lighter["spec"]["initContainers"]
+    lighter["spec"]["volumes"].pop()
+    lighter["spec"]["containers"][0]["volumeMounts"][0].pop("readOnly")
+    assert scale.template_differences(ours, lighter) == [
+        "template.spec.initContainers: None items, ours 1",
+        "template.spec.containers[0].volumeMounts[0].readOnly: None, ours True",
+        "template.spec.volumes: 1 items, ours 2",
+    ]
