@@ -1164,15 +1164,20 @@ async def check_same_children(client: Client, n: int) -> str | None:
     from mlops_platform import api
     from mlops_platform.controllers.inferenceservice import children
     from mlops_platform.controllers.inferenceservice.children import base
+    from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
 
     build = next(c for c in children.CHILDREN if c.kind.kind == "Deployment")
     problems = []
     for i in range(min(n, len(FRAMEWORKS))):
-        raw = await client.get(api.RESOURCE, f"bench-{i:04d}", NAMESPACE)
-        target = base.slots(api.decode(raw), children.CHILDREN)[0].target
-        ours = build.build(target, base.BuildContext())
-        live = await client.get(resources.DEPLOYMENT, build.name(target), NAMESPACE)
+        try:
+            raw = await client.get(api.RESOURCE, f"bench-{i:04d}", NAMESPACE)
+            target = base.slots(api.decode(raw), children.CHILDREN)[0].target
+            ours = build.build(target, base.BuildContext())
+            live = await client.get(resources.DEPLOYMENT, build.name(target), NAMESPACE)
+        except rclient.ApiError as e:  # a run's failure, not the matrix's end
+            problems.append(f"bench-{i:04d}: {e}")
+            continue
         if ours is None:
             problems.append(f"{build.name(target)}: not one of our children")
             continue

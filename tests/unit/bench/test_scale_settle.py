@@ -289,3 +289,13 @@ def test_a_pod_template_without_our_init_container_is_not_our_child() -> None:
         "template.spec.containers[0].volumeMounts[0].readOnly: None, ours True",
         "template.spec.volumes: 1 items, ours 2",
     ]
+
+
+async def test_a_deployment_that_is_not_there_fails_the_run_not_the_matrix() -> None:
+    from mlops_platform.testing.fakes import FakeClient
+
+    client = FakeClient()  # no InferenceService, no Deployment
+    failure = await scale.check_same_children(client, 50)
+    assert failure is not None
+    assert failure.startswith("not the children our builders make: bench-0000: ")
+    assert "bench-0002" in failure
