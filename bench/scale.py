@@ -1139,31 +1139,17 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
     return run
 
 
-def template_differences(ours: object, live: object, path: str = "template") -> list[str]:
-    """Where a live Deployment's pod template does not carry what our builder makes: every field we
-    set, with its value (the API server's defaults beside them are fine), and lists of the same
-    length (an init container, volume or container more or less is a difference)."""
-    if isinstance(ours, dict):
-        if not isinstance(live, dict):
-            return [f"{path}: {live!r}, ours {ours!r}"]
-        return [d for k, v in ours.items() for d in template_differences(v, live.get(k), f"{path}.{k}")]
-    if isinstance(ours, list):
-        if not isinstance(live, list) or len(live) != len(ours):
-            n = len(live) if isinstance(live, list) else live
-            return [f"{path}: {n!r} items, ours {len(ours)}"]
-        return [d for i, (a, b) in enumerate(zip(ours, live, strict=True))
-                for d in template_differences(a, b, f"{path}[{i}]")]  # fmt: skip
-    return [] if ours == live else [f"{path}: {live!r}, ours {ours!r}"]
-
-
 async def check_same_children(client: Client, n: int) -> str | None:
     """Why the run fails if the implementation's Deployments are not the ones our builders make (the
     comparison is only fair on the same children: the reference once left the storage initializer
     out, and its pods were 1-2 KB lighter for the whole control plane), for one InferenceService of
-    each runtime, read at the end of the run; else None."""
+    each runtime, read at the end of the run; else None. The comparison is the operator's own
+    (:func:`mlops_platform.runtime.diff.differences`: every field our builder sets, API server
+    defaults beside them allowed, lists of the same length)."""
     from mlops_platform import api
     from mlops_platform.controllers.inferenceservice import children
     from mlops_platform.controllers.inferenceservice.children import base
+    from mlops_platform.runtime import diff
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
 
@@ -1181,8 +1167,8 @@ async def check_same_children(client: Client, n: int) -> str | None:
         if ours is None:
             problems.append(f"{build.name(target)}: not one of our children")
             continue
-        diffs = template_differences(ours["spec"]["template"], live["spec"]["template"])
-        problems += [f"{build.name(target)} {d}" for d in diffs[:5]]
+        diffs = diff.differences(ours["spec"]["template"], live["spec"]["template"])
+        problems += [f"{build.name(target)} template.{d}" for d in diffs[:5]]
     return f"not the children our builders make: {'; '.join(problems)}" if problems else None
 
 
