@@ -1153,7 +1153,7 @@ async def check_same_children(client: Client, n: int) -> str | None:
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
 
-    build = next(c for c in children.CHILDREN if c.kind.kind == "Deployment")
+    build = children.deployment.CHILD
     problems = []
     for i in range(min(n, len(FRAMEWORKS))):
         try:
@@ -1352,12 +1352,17 @@ def repeated_rows(runs: Sequence[Run], counts: Sequence[int]) -> list[list[str]]
                 _spread([r.children_s or 0 for r in rs]), _spread([r.ready_s or 0 for r in rs]),
                 _spread([r.converge_cpu_s / n * 1000 for r in rs], 2),
                 _spread([r.change_idle.p99 for r in rs if r.change_idle], 0),
-                _spread([(r.children_s or 0) / (w.children_s or 1) for r, w in pairs], 2),
-                _spread([(r.ready_s or 0) / (w.ready_s or 1) for r, w in pairs], 2),
-                _spread([(r.children_s or 0) / (w.children_s or 1) for r, w in refs], 2),
-                _spread([(r.ready_s or 0) / (w.ready_s or 1) for r, w in refs], 2),
+                *_ratios(pairs), *_ratios(refs),
             ])  # fmt: skip
     return out
+
+
+def _ratios(pairs: Sequence[tuple[Run, Run]]) -> list[str]:
+    """Children and Ready of each run against the run it is paired with: median (min-max) each."""
+    return [
+        _spread([(r.children_s or 0) / (w.children_s or 1) for r, w in pairs], 2),
+        _spread([(r.ready_s or 0) / (w.ready_s or 1) for r, w in pairs], 2),
+    ]
 
 
 def runs_from_json(items: Iterable[Mapping[str, Any]]) -> list[Run]:
@@ -1434,10 +1439,7 @@ def render(runs: Sequence[Run]) -> str:
                 continue
             ref = next((w for w in runs if w.impl == "reference" and w.count == n
                         and w.concurrency == r.concurrency and w.children_s and w.ready_s), None)  # fmt: skip
-            against_ref = ["-", "-"]
-            if ref is not None and r.impl != "reference":
-                against_ref = [fmt((r.children_s or math.nan) / (ref.children_s or 1), 2),
-                               fmt((r.ready_s or math.nan) / (ref.ready_s or 1), 2)]  # fmt: skip
+            against_ref = _ratios([(r, ref)] if ref is not None and r.impl != "reference" else [])
             ratio_rows.append([
                 r.impl, str(n), f"{raw.concurrency}", fmt((r.children_s or math.nan) / raw.children_s, 2),
                 fmt((r.ready_s or math.nan) / raw.ready_s, 2), *against_ref,

@@ -273,7 +273,7 @@ async def test_a_deployment_without_our_init_container_is_not_our_child() -> Non
     from mlops_platform.testing.fakes import FakeClient
 
     client = FakeClient()
-    build = next(c for c in children.CHILDREN if c.kind.kind == "Deployment")
+    build = children.deployment.CHILD
     for i in range(3):
         isvc = scale.inference_service(scale.NAMESPACE, i)
         isvc["metadata"] |= {"uid": f"uid-{i}", "generation": 1}
