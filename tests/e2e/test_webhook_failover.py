@@ -35,9 +35,9 @@ from mlops_platform.testing import conversionload, plugin, ports, wait, webhook
 SECRET = ("mlops-system", "mlops-platform-webhook-tls-failover")
 ELECTION_ID = "webhook-failover-test"
 WORKERS = 4
-#: a request that fails because the replica answering its conversion died is asked again this often
-#: (documented bound: docs/webhook-tls.md); each worker has one request in flight, so at most WORKERS
-#: requests are retried
+#: a request that fails because the replica answering its conversion died is asked again this often,
+#: after the load's backoff (documented bound: docs/webhook-tls.md); each worker has one request in
+#: flight, so at most WORKERS requests are retried
 RETRIES = 1
 #: conversions the survivor must answer after the kill, and cycles each worker runs after it
 AFTER_KILL = 20

@@ -8,12 +8,15 @@ whose watch cache answers 429 "storage is (re)initializing" meanwhile: counted i
 :attr:`ConversionLoad.answers`, not a failure. Any other answer but a success (a failed conversion is
 a 500) is a failure, unless ``retries`` allows asking again: then a 500 naming the conversion webhook
 (the API server could not reach it, e.g. its replica was killed mid-request) is asked again up to
-that many times, each retry kept in :attr:`ConversionLoad.retried` (a retried create, update or
-delete that finds the first attempt stored is done).
+that many times, ``retry_after`` seconds later, as a controller's requeue would (the API server
+takes a moment to drop its pooled connections to a replica that died: asked again at once, a
+request can go out on another of them), each retry kept in :attr:`ConversionLoad.retried` (a
+retried create, update or delete that finds the first attempt stored is done).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import dataclasses
@@ -41,6 +44,7 @@ class ConversionLoad:
     namespace: str
     cycles_after: int = 2
     retries: int = 0
+    retry_after: float = 0.5
     requests: int = 0
     failures: list[str] = dataclasses.field(default_factory=list)
     retried: list[str] = dataclasses.field(default_factory=list)
@@ -66,6 +70,7 @@ class ConversionLoad:
                     return None
                 if attempt < self.retries and e.status == 500 and "conversion webhook" in str(e):
                     self.retried.append(f"{time.monotonic():.1f} {what}: {e}")
+                    await asyncio.sleep(self.retry_after)  # a backoff, not a synchronization
                     continue
                 self.failures.append(f"{time.monotonic():.1f} {what}: {type(e).__name__}: {e}")
                 raise
