@@ -537,6 +537,9 @@ class Run:
     #: CPU seconds from the first create until all Ready: "machine" (every process, both CPUs),
     #: "impl" (the implementation) and each control-plane process (control_plane_cpu)
     cpu_until_ready: dict[str, float] = field(default_factory=dict)
+    #: the same from the first create until all children existed (the rest of cpu_until_ready is the
+    #: Ready phase after it)
+    cpu_until_children: dict[str, float] = field(default_factory=dict)
     #: watch events the API server sent (to every watcher: the control plane's and the implementation's)
     #: from the first create until all Ready, per resource: [events, bytes]
     watch_until_ready: dict[str, list[int]] = field(default_factory=dict)
@@ -1051,6 +1054,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                     creating.cancel()  # the run ends here: no creates into the next run's cluster
                     raise
                 run.children_s = t_children - t0
+                cpu_at_children = cpu_snapshot(args.cluster_name, impl)
                 alloc = allocations(await apiserver_metrics(client))
                 run.allocations_until_children = {
                     k: round(v - alloc0[k], 3) for k, v in sorted(alloc.items())
@@ -1070,6 +1074,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.pod_writes_until_ready = dict(sorted((pod_writes(text_ready) - pods0).items()))
             run.watch_restarts_until_ready = dict(sorted((watch_restarts(text_ready) - restarts0).items()))
             run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
+            run.cpu_until_children = {
+                k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_children.items()
+            }
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
             run.converge_cpu_s = impl.cpu() - cpu0
@@ -1391,6 +1398,20 @@ def load_reports(paths: Sequence[str | Path]) -> list[Run]:
     return runs
 
 
+def cpu_spans(run: Run) -> list[tuple[str, float | None, dict[str, float]]]:
+    """A run's CPU seconds per span: until all children existed, the Ready phase after it, and until
+    all Ready (a run recorded before the children's snapshot was kept: that last one only)."""
+    total = ("until Ready", run.ready_s, run.cpu_until_ready)
+    if not run.cpu_until_children or run.children_s is None or run.ready_s is None:
+        return [total]
+    after = {k: round(v - run.cpu_until_children.get(k, 0.0), 2) for k, v in run.cpu_until_ready.items()}
+    return [
+        ("until children", run.children_s, run.cpu_until_children),
+        ("children to Ready", run.ready_s - run.children_s, after),
+        total,
+    ]
+
+
 def best_raw(runs: Sequence[Run], n: int) -> Run | None:
     raws = [r for r in runs if r.impl == "raw" and r.count == n and r.ready_s is not None]
     return min(raws, key=lambda r: r.children_s or 1e9) if raws else None
@@ -1463,16 +1484,17 @@ def render(runs: Sequence[Run]) -> str:
             ["N", "resync mutating", "resync GET/LIST", "resync CPU s", "change p50 ms", "change p99 ms",
              "restart until quiet s"], resync))  # fmt: skip
     cpu = [
-        [r.impl, str(r.count), fmt(r.ready_s), fmt(r.cpu_until_ready["machine"]),
-         fmt(r.cpu_until_ready["machine"] / r.ready_s, 2) if r.ready_s else "-",
-         fmt(r.cpu_until_ready.get("impl")),
-         *(fmt(r.cpu_until_ready.get(p)) for p in CONTROL_PLANE)]
+        [r.impl, str(r.count), span, fmt(seconds), fmt(used["machine"]),
+         fmt(used["machine"] / seconds, 2) if seconds else "-", fmt(used.get("impl")),
+         *(fmt(used.get(p)) for p in CONTROL_PLANE)]
         for r in runs if r.cpu_until_ready
+        for span, seconds, used in cpu_spans(r)
     ]  # fmt: skip
     if cpu:
-        out.append(f"\nWhere the CPU went from the first create until all Ready ({os.cpu_count()} CPUs; "
-                   "machine = every process; CPUs busy = machine / time):\n")  # fmt: skip
-        header = ["impl", "N", "Ready s", "machine CPU s", "CPUs busy", "impl CPU s", *CONTROL_PLANE]
+        out.append(f"\nWhere the CPU went from the first create until all children existed, after that until "
+                   f"all Ready, and in all ({os.cpu_count()} CPUs; machine = every process; CPUs busy = "
+                   "machine / time):\n")  # fmt: skip
+        header = ["impl", "N", "span", "s", "machine CPU s", "CPUs busy", "impl CPU s", *CONTROL_PLANE]
         out.append(markdown_table(header, cpu))
     watched = sorted({k for r in runs for k in r.watch_until_ready})
     watched = sorted(watched, key=lambda k: -max(r.watch_until_ready.get(k, [0, 0])[1] for r in runs))[:8]

@@ -95,3 +95,22 @@ def test_a_report_writes_the_tables_and_keeps_its_inputs(tmp_path: Path) -> None
     assert partial.exists()
     assert "| operator | 1000 | 16 | 110.0 | 220.0 |" in (tmp_path / "scale.md").read_text()
     assert json.loads((tmp_path / "scale.json").read_text())["runs"][0]["children_s"] == 110.0
+
+
+def test_the_cpu_is_split_at_the_moment_all_children_existed() -> None:
+    run = _run("operator", 16, 0, 500.0, 800.0)
+    run.cpu_until_children = {"machine": 990.0, "impl": 52.3, "kube-apiserver": 414.0}
+    run.cpu_until_ready = {"machine": 1590.0, "impl": 80.6, "kube-apiserver": 615.7}
+    spans = scale.cpu_spans(run)
+    assert [(label, seconds) for label, seconds, _ in spans] == [
+        ("until children", 500.0),
+        ("children to Ready", 300.0),
+        ("until Ready", 800.0),
+    ]
+    assert spans[1][2] == {"machine": 600.0, "impl": 28.3, "kube-apiserver": 201.7}
+    table = scale.render([run])
+    assert "| operator | 1000 | children to Ready | 300.0 | 600.0 | 2.00 | 28.3 | - | 201.7 | - |" in table
+    # a run saved before the split was recorded (a --report of an older scale.json): the total only
+    old = _run("reference", 16, 0, 500.0, 800.0)
+    old.cpu_until_ready = dict(run.cpu_until_ready)
+    assert [label for label, _, _ in scale.cpu_spans(old)] == ["until Ready"]
