@@ -986,6 +986,11 @@ def cpu_snapshot(cluster: str, impl: Impl | Group) -> dict[str, float]:
     return {"machine": read_machine().busy_seconds, "impl": impl.cpu(), **control_plane_cpu(cluster)}
 
 
+def cpu_between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds spent between two :func:`cpu_snapshot` (or two spans from the same start)."""
+    return {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}
+
+
 def nodes_for(n: int) -> int:
     # one pod per InferenceService (minReplicas 1) + 20 % headroom, 250 pods per fake node; the 2
     # GPU nodes take pods too but are not counted
@@ -1073,10 +1078,8 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.watch_until_ready = watch_diff(watch_events(text_ready), watch0)
             run.pod_writes_until_ready = dict(sorted((pod_writes(text_ready) - pods0).items()))
             run.watch_restarts_until_ready = dict(sorted((watch_restarts(text_ready) - restarts0).items()))
-            run.cpu_until_ready = {k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_ready.items()}
-            run.cpu_until_children = {
-                k: round(v - cpu_at_start.get(k, 0.0), 2) for k, v in cpu_at_children.items()
-            }
+            run.cpu_until_ready = cpu_between(cpu_at_start, cpu_at_ready)
+            run.cpu_until_children = cpu_between(cpu_at_start, cpu_at_children)
             log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
             run.converge_cpu_s = impl.cpu() - cpu0
@@ -1404,7 +1407,7 @@ def cpu_spans(run: Run) -> list[tuple[str, float | None, dict[str, float]]]:
     total = ("until Ready", run.ready_s, run.cpu_until_ready)
     if not run.cpu_until_children or run.children_s is None or run.ready_s is None:
         return [total]
-    after = {k: round(v - run.cpu_until_children.get(k, 0.0), 2) for k, v in run.cpu_until_ready.items()}
+    after = cpu_between(run.cpu_until_children, run.cpu_until_ready)
     return [
         ("until children", run.children_s, run.cpu_until_children),
         ("children to Ready", run.ready_s - run.children_s, after),
