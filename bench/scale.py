@@ -246,6 +246,18 @@ def reference_binary() -> Path:
     return Path(out.stdout.strip()) / "reference-operator"
 
 
+#: the operator's child kinds in a run: the ones the raw writer and the reference build too
+#: (Deployment, Service, HPA); ``--all-children`` adds its monitoring (ServiceMonitor,
+#: PrometheusRule) and NetworkPolicy, as installed for production (the manifests' memory is sized
+#: from such a run: docs/install.md, "Sizing")
+DEFAULT_CHILDREN = ("--no-monitoring",)
+ALL_CHILDREN = ("--monitoring", "--network-policy")
+
+
+def operator_children(args: argparse.Namespace) -> Sequence[str]:
+    return ALL_CHILDREN if args.all_children else DEFAULT_CHILDREN
+
+
 def start_impl(
     name: str,
     kubeconfig: str,
@@ -254,6 +266,7 @@ def start_impl(
     concurrency: int,
     extra: Sequence[str] = (),
     tag: str = "",
+    children: Sequence[str] = DEFAULT_CHILDREN,
 ) -> Impl:
     port = free_port()
     log_path = log_dir / f"{name}-{tag or concurrency or workers}.log"
@@ -262,7 +275,7 @@ def start_impl(
     if name == "operator":
         cmd = [
             sys.executable, "-m", "mlops_platform.cli", "run", "--kubeconfig", kubeconfig,
-            "--no-monitoring", "--workers", str(workers),
+            *children, "--workers", str(workers),
             "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
             *NO_WEBHOOK_SERVER, *extra,
         ]  # fmt: skip
@@ -389,13 +402,15 @@ class Group:
         m.proc.wait()
 
 
-def start_group(kubeconfig: str, log_dir: Path, workers: int) -> Group:
+def start_group(
+    kubeconfig: str, log_dir: Path, workers: int, children: Sequence[str] = DEFAULT_CHILDREN
+) -> Group:
     extra = [
         "--shards", str(SHARDS), "--leader-election-namespace", LEASE_NAMESPACE,
         "--lease-duration", str(LEASE_DURATION), "--retry-period", "1", "--leader-election-id", "bench",
     ]  # fmt: skip
     members = [
-        start_impl("operator", kubeconfig, log_dir, workers, 0, extra, tag=f"shard-{i}")
+        start_impl("operator", kubeconfig, log_dir, workers, 0, extra, tag=f"shard-{i}", children=children)
         for i in range(SHARDS)
     ]
     return Group("sharded", members)
@@ -1026,10 +1041,15 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
         impl: Impl | Group
         if impl_name == "sharded":
             await client.create(resources.NAMESPACE, {"metadata": {"name": LEASE_NAMESPACE}})
-            impl = start_group(kubeconfig, log_dir, args.workers)
+            impl = start_group(kubeconfig, log_dir, args.workers, operator_children(args))
         else:
             impl = start_impl(
-                impl_name, kubeconfig, log_dir, args.workers, concurrency if impl_name == "raw" else 0
+                impl_name,
+                kubeconfig,
+                log_dir,
+                args.workers,
+                concurrency if impl_name == "raw" else 0,
+                children=operator_children(args),
             )
         try:
             if isinstance(impl, Group):
@@ -1304,17 +1324,19 @@ async def restart_with_changes(
     kubeconfig: str,
     log_dir: Path,
 ) -> Impl:
-    """Restart the operator with N objects present and change specs during its initial sync."""
+    """Restart the operator with N objects present and change specs during its initial sync (with
+    ``--changes 0``, the restart alone: its initial sync's time and memory)."""
     stop_impl(impl)
-    fresh = start_impl("operator", kubeconfig, log_dir, args.workers, 0)
+    fresh = start_impl("operator", kubeconfig, log_dir, args.workers, 0, children=operator_children(args))
     t0 = time.monotonic()
     await wait_impl_started(fresh)
-    names = [f"bench-{i:04d}" for i in range(1, run.count, max(1, run.count // args.changes))]
-    run.change_initial_sync = await spec_changes(client, observer, names[: args.changes], "restart", 120)
+    if args.changes > 0:
+        names = [f"bench-{i:04d}" for i in range(1, run.count, max(1, run.count // args.changes))]
+        run.change_initial_sync = await spec_changes(client, observer, names[: args.changes], "restart", 120)
+        log(f"operator N={run.count}: spec change during the initial sync p50 "
+            f"{run.change_initial_sync.p50:.0f} ms, p99 {run.change_initial_sync.p99:.0f} ms")  # fmt: skip
     await wait_quiet(fresh, args.quiet_seconds, args.timeout)
     run.initial_sync_s = time.monotonic() - t0
-    log(f"operator N={run.count}: spec change during the initial sync p50 "
-        f"{run.change_initial_sync.p50:.0f} ms, p99 {run.change_initial_sync.p99:.0f} ms")  # fmt: skip
     return fresh
 
 
@@ -1740,6 +1762,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="idle spec changes: after each rollout, wait until its objects have not changed for this long",
     )
     p.add_argument("--timeout", type=float, default=1800.0, help="per phase")
+    p.add_argument(
+        "--all-children",
+        action="store_true",
+        help="the operator also builds its ServiceMonitor, PrometheusRule and NetworkPolicy (--monitoring "
+        "--network-policy); the raw writer and the reference build none: compare such runs with each other",
+    )
     p.add_argument("--cluster-name", default="mlops-bench-scale")
     p.add_argument("--keep-cluster", action="store_true")
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
