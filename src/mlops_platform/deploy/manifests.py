@@ -32,7 +32,7 @@ import argparse
 import collections
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mlops_platform import __version__
@@ -62,6 +62,15 @@ READINESS_PATH = "/readyz"
 #: more than the manager's graceful shutdown (drain reconciles, release the Lease)
 TERMINATION_GRACE_SECONDS = int(manager.Options.graceful_shutdown_timeout) + 15
 WATCH_NAMESPACE_LABEL = "mlops.platform/watch-namespace"
+#: the manager's CPU and memory (the chart's ``resources``), sized from the scale benchmark with every
+#: child kind on (docs/measurements.md, "Sizing the operator"; docs/install.md): RSS grows about
+#: MEMORY_PER_ISVC_KIB per InferenceService over an idle ~70 MiB, so the limit holds 5,000 per
+#: replica with headroom for a restart's initial sync; the CPU limit is one core, which the single
+#: Python thread never outgrows (a lower one throttles the initial sync of thousands of objects)
+RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "384Mi"},
+    "limits": {"cpu": "1000m", "memory": "768Mi"},
+}
 WEBHOOK_PORT = 9443
 WEBHOOK_SERVICE = crd.WEBHOOK_SERVICE[1]
 WEBHOOK_SECRET = serve.SECRET[1]
@@ -95,6 +104,7 @@ _HELM_VALUES: dict[str, object] = {
     "namespace": DEFAULT_NAMESPACE,
     "image": DEFAULT_IMAGE,
     "replicas": DEFAULT_REPLICAS,
+    **{f"resources.{kind}.{r}": q for kind, rs in RESOURCES.items() for r, q in rs.items()},
 }
 #: the chart's switch between the two certificate modes (a template per mode where they differ)
 _HELM_CERT_MANAGER = ".Values.webhook.certManager.enabled"
@@ -148,7 +158,12 @@ def _cert_manager_volume() -> Obj:
     return {"name": CERT_VOLUME, "secret": {"secretName": CERT_SECRET}}
 
 
-def _container(args: list[str], image: str, cert_manager: bool = False) -> Obj:
+def _container(
+    args: list[str],
+    image: str,
+    cert_manager: bool = False,
+    resources: Mapping[str, Mapping[str, str]] = RESOURCES,
+) -> Obj:
     def probe(path: str, period: int, failures: int) -> Obj:
         return {
             "httpGet": {"path": path, "port": "health"},
@@ -176,10 +191,7 @@ def _container(args: list[str], image: str, cert_manager: bool = False) -> Obj:
         "startupProbe": probe("/healthz", 2, 30),
         "livenessProbe": probe("/healthz", 20, 3),
         "readinessProbe": probe(READINESS_PATH, 10, 3),
-        "resources": {
-            "requests": {"cpu": "50m", "memory": "128Mi"},
-            "limits": {"cpu": "500m", "memory": "256Mi"},
-        },
+        "resources": {kind: dict(quantities) for kind, quantities in resources.items()},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
@@ -244,11 +256,13 @@ def deployment(
     image: str,
     replicas: int,
     cert_manager: bool = False,
+    resources: Mapping[str, Mapping[str, str]] = RESOURCES,
 ) -> Obj:
     """One manager Deployment; ``maxSurge: 0`` keeps at most ``replicas`` pods (see docs/install.md)."""
     selector = _selector(watch, several)
     election_id = f"{LEADER_ELECTION_ID}-{watch}" if several else LEADER_ELECTION_ID
-    container = _container(_args(namespace, watch, election_id, cert_manager, image), image, cert_manager)
+    args = _args(namespace, watch, election_id, cert_manager, image)
+    container = _container(args, image, cert_manager, resources)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -363,12 +377,14 @@ def install_objects(
     image: str = DEFAULT_IMAGE,
     replicas: int = DEFAULT_REPLICAS,
     cert_manager: bool = False,
+    resources: Mapping[str, Mapping[str, str]] = RESOURCES,
 ) -> list[Obj]:
     """Everything an install needs, in apply order (Namespace and CRD first).
 
     A PodDisruptionBudget (``minAvailable: 1``) comes with each manager when ``replicas >= 2``: with
     one replica it would forbid every voluntary eviction. ``cert_manager``: the webhook's
     certificate from cert-manager (which must be installed) instead of the operator's own.
+    ``resources``: the manager container's requests and limits (:data:`RESOURCES`).
     """
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, not {replicas}")
@@ -393,6 +409,7 @@ def install_objects(
                 image=image,
                 replicas=replicas,
                 cert_manager=cert_manager,
+                resources=resources,
             )
         )
         if replicas >= 2:
@@ -451,8 +468,12 @@ def helm_template(text: str) -> str:
 
 
 def _chart_objects(*, cert_manager: bool = False) -> list[Obj]:
+    resources = {k: {r: _SENTINEL.format(f"resources.{k}.{r}") for r in rs} for k, rs in RESOURCES.items()}
     objs = install_objects(
-        namespace=_SENTINEL.format("namespace"), image=_SENTINEL.format("image"), cert_manager=cert_manager
+        namespace=_SENTINEL.format("namespace"),
+        image=_SENTINEL.format("image"),
+        cert_manager=cert_manager,
+        resources=resources,
     )
     for o in objs:
         if o["kind"] == "Deployment":
@@ -485,6 +506,20 @@ def _templates() -> dict[str, str]:
     return {n: helm_template(t) for n, t in out.items()}
 
 
+def _nested(flat: dict[str, object]) -> dict[str, object]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}`` (the chart's values.yaml from :data:`_HELM_VALUES`)."""
+    out: dict[str, object] = {}
+    for dotted, value in flat.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            assert isinstance(child, dict)
+            node = child
+        node[leaf] = value
+    return out
+
+
 def _chart() -> dict[str, str]:
     chart = {
         "apiVersion": "v2",
@@ -502,10 +537,12 @@ def _chart() -> dict[str, str]:
         "#   namespace, install the CRD from `mlops-platform manifests --namespace NAME` instead.\n"
         "# image: the operator image built from the repository's Dockerfile.\n"
         "# replicas: >= 2 (one leader, warm standbys); the PodDisruptionBudget keeps one.\n"
+        "# resources: the manager's requests and limits; the memory limit holds 5,000 InferenceServices\n"
+        '#   per replica; raise it (or shard, docs/sharding.md) beyond (docs/install.md, "Sizing").\n'
         "# webhook.certManager.enabled: the conversion webhook's certificate from cert-manager (an Issuer\n"
         "#   and a Certificate) instead of the operator's own; annotate the CRD for cert-manager's CA\n"
         "#   injector yourself (docs/install-cert-manager.md).\n"
-        + generated.dump([{**_HELM_VALUES, "webhook": {"certManager": {"enabled": False}}}])
+        + generated.dump([{**_nested(_HELM_VALUES), "webhook": {"certManager": {"enabled": False}}}])
     )
     files = {
         "Chart.yaml": HEADER + generated.dump([chart]),
