@@ -63,10 +63,10 @@ READINESS_PATH = "/readyz"
 TERMINATION_GRACE_SECONDS = int(manager.Options.graceful_shutdown_timeout) + 15
 WATCH_NAMESPACE_LABEL = "mlops.platform/watch-namespace"
 #: the manager's CPU and memory (the chart's ``resources``), sized from the scale benchmark with every
-#: child kind on (docs/measurements.md, "Sizing the operator"; docs/install.md): RSS grows about
-#: MEMORY_PER_ISVC_KIB per InferenceService over an idle ~70 MiB, so the limit holds 5,000 per
-#: replica with headroom for a restart's initial sync; the CPU limit is one core, which the single
-#: Python thread never outgrows (a lower one throttles the initial sync of thousands of objects)
+#: child kind on (docs/benchmarks/scale-operator-memory.md; docs/install.md, "Sizing"): RSS 147 MiB at
+#: 1,000 InferenceServices and 369 MiB at 5,000 (about 55 MiB per 1,000), so the request is the RSS
+#: of 5,000 per replica and the limit twice it; the CPU limit is one core, which the single Python
+#: thread never outgrows (a lower one throttles the initial sync of thousands of objects)
 RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "100m", "memory": "384Mi"},
     "limits": {"cpu": "1000m", "memory": "768Mi"},
