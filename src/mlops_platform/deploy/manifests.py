@@ -159,10 +159,7 @@ def _cert_manager_volume() -> Obj:
 
 
 def _container(
-    args: list[str],
-    image: str,
-    cert_manager: bool = False,
-    resources: Mapping[str, Mapping[str, str]] = RESOURCES,
+    args: list[str], image: str, cert_manager: bool, resources: Mapping[str, Mapping[str, str]]
 ) -> Obj:
     def probe(path: str, period: int, failures: int) -> Obj:
         return {
@@ -255,8 +252,8 @@ def deployment(
     several: bool,
     image: str,
     replicas: int,
-    cert_manager: bool = False,
-    resources: Mapping[str, Mapping[str, str]] = RESOURCES,
+    cert_manager: bool,
+    resources: Mapping[str, Mapping[str, str]],
 ) -> Obj:
     """One manager Deployment; ``maxSurge: 0`` keeps at most ``replicas`` pods (see docs/install.md)."""
     selector = _selector(watch, several)
