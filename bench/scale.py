@@ -565,6 +565,11 @@ class Run:
     #: the API server's ClusterIP allocations from the first create until all children existed
     #: (:func:`allocations`): count and seconds, in all and in their IPAddress POSTs and etcd creates
     allocations_until_children: dict[str, float] = field(default_factory=dict)
+    #: every request the API server served from the first create until all children existed
+    #: (:func:`server_requests`: every client's), "<VERB> <resource>" -> [count, handler seconds]
+    server_requests_until_children: dict[str, list[float]] = field(default_factory=dict)
+    #: the same from the first create until all Ready
+    server_requests_until_ready: dict[str, list[float]] = field(default_factory=dict)
     #: ours: garbage collections during the idle spec changes, per generation (count, seconds,
     #: slow = paused >= 50 ms); Impl.gc_pauses
     gc_during_changes: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -592,6 +597,38 @@ def apiserver_applies(text: str) -> Counter[str]:
             sub = labels.get("subresource", "")
             out[labels.get("resource", "?") + (f"/{sub}" if sub else "")] += int(v)
     return out
+
+
+def server_requests(text: str) -> dict[str, tuple[int, float]]:
+    """Every request the API server served so far, keyed "<VERB> <resource>[/<subresource>]"
+    (``apiserver_request_total``, every client's: the implementation's and the control plane's):
+    (count, seconds its handler took in all, from ``apiserver_request_duration_seconds``; WATCH
+    and CONNECT, long-running, have no duration)."""
+    counts: Counter[str] = Counter()
+    seconds: dict[str, float] = {}
+
+    def key(labels: dict[str, str]) -> str:
+        sub = labels.get("subresource", "")
+        return f"{labels.get('verb', '?')} {labels.get('resource', '?')}" + (f"/{sub}" if sub else "")
+
+    for labels, v in samples(text, "apiserver_request_total"):
+        counts[key(labels)] += int(v)
+    for labels, v in samples(text, "apiserver_request_duration_seconds_sum"):
+        seconds[key(labels)] = seconds.get(key(labels), 0.0) + v
+    return {k: (counts[k], seconds.get(k, 0.0)) for k in counts}
+
+
+def server_requests_diff(
+    after: dict[str, tuple[int, float]], before: dict[str, tuple[int, float]]
+) -> dict[str, list[float]]:
+    """``after - before`` of :func:`server_requests`, the kinds with requests in between, most
+    handler seconds first."""
+    out = {}
+    for k, (n, s) in after.items():
+        n0, s0 = before.get(k, (0, 0.0))
+        if n > n0:
+            out[k] = [n - n0, round(s - s0, 3)]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
 
 
 def pod_writes(text: str) -> Counter[str]:
@@ -1065,6 +1102,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             text0 = await apiserver_metrics(client)
             api0, watch0, pods0 = apiserver_applies(text0), watch_events(text0), pod_writes(text0)
             restarts0, alloc0 = watch_restarts(text0), allocations(text0)
+            served0 = server_requests(text0)
             cpu_at_start = cpu_snapshot(args.cluster_name, impl)
             t0 = time.monotonic()
             with tqdm(total=n, desc=f"{impl_name} N={n}: create", unit="isvc", leave=False) as bar:
@@ -1080,10 +1118,14 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                     raise
                 run.children_s = t_children - t0
                 cpu_at_children = cpu_snapshot(args.cluster_name, impl)
-                alloc = allocations(await apiserver_metrics(client))
+                text_children = await apiserver_metrics(client)
+                alloc = allocations(text_children)
                 run.allocations_until_children = {
                     k: round(v - alloc0[k], 3) for k, v in sorted(alloc.items())
                 }
+                run.server_requests_until_children = server_requests_diff(
+                    server_requests(text_children), served0
+                )
                 await creating
             log(f"{impl_name} N={n}: all children exist after {run.children_s:.1f} s")
             with tqdm(total=n, desc=f"{impl_name} N={n}: Ready", unit="isvc", leave=False) as bar:
@@ -1096,6 +1138,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             cpu_at_ready = cpu_snapshot(args.cluster_name, impl)
             text_ready = await apiserver_metrics(client)
             run.watch_until_ready = watch_diff(watch_events(text_ready), watch0)
+            run.server_requests_until_ready = server_requests_diff(server_requests(text_ready), served0)
             run.pod_writes_until_ready = dict(sorted((pod_writes(text_ready) - pods0).items()))
             run.watch_restarts_until_ready = dict(sorted((watch_restarts(text_ready) - restarts0).items()))
             run.cpu_until_ready = cpu_between(cpu_at_start, cpu_at_ready)
@@ -1162,6 +1205,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
         if failure := await check_same_children(client, n):
             log(f"{impl_name} N={n}: {failure}")
             run.failures.append(failure)
+        if failure := await check_same_status(client, n, all_children=args.all_children):
+            log(f"{impl_name} N={n}: {failure}")
+            run.failures.append(failure)
         await observer.stop()
         if failure := await check_stored_versions(client, "at the end of the run"):
             log(f"{impl_name} N={n}: {failure}")
@@ -1200,6 +1246,69 @@ async def check_same_children(client: Client, n: int) -> str | None:
         diffs = diff.differences(ours["spec"]["template"], live["spec"]["template"])
         problems += [f"{build.name(target)} template.{d}" for d in diffs[:5]]
     return f"not the children our builders make: {'; '.join(problems)}" if problems else None
+
+
+#: the status fields :func:`check_same_status` compares (every one the operator writes but
+#: ``lastReconcileTime``, a time)
+STATUS_FIELDS = (
+    "observedGeneration",
+    "replicas",
+    "readyReplicas",
+    "replicasSummary",
+    "selector",
+    "url",
+    "activeVersion",
+)
+
+
+async def check_same_status(client: Client, n: int, *, all_children: bool = False) -> str | None:
+    """Why the run fails if the implementation's InferenceService status is not the one the operator
+    computes from the same live children (``status.compute``: its conditions' type, status, reason
+    and message and every field but ``lastReconcileTime``), for one InferenceService of each runtime
+    (one of them with an HPA), read at the end of the run; else None. A status is stored, validated
+    and sent on every write and watch event, and its weight shows in the API server's CPU (seven
+    conditions cost it about 3 ms more per status write than one, docs/measurements.md): the
+    reference wrote Ready alone until 2026-12-05. ``all_children``: the operator ran with
+    :data:`ALL_CHILDREN` (its monitoring and NetworkPolicy children on), else with
+    :data:`DEFAULT_CHILDREN`."""
+    from mlops_platform import api
+    from mlops_platform.controllers.inferenceservice import children, status
+    from mlops_platform.controllers.inferenceservice.children import base
+    from mlops_platform.runtime.transport import client as rclient
+
+    ctx = base.BuildContext(monitoring=all_children, network_policy=all_children)
+    problems = []
+    for i in range(min(n, len(FRAMEWORKS))):
+        name = f"bench-{i:04d}"
+        try:
+            raw = await client.get(api.RESOURCE, name, NAMESPACE)
+            isvc = api.decode(raw)
+            observed = []
+            for slot in base.slots(isvc, children.CHILDREN):
+                want = slot.child.build(slot.target, ctx) if slot.target.component.present else None
+                live = None
+                if want is not None:
+                    try:
+                        live = await client.get(slot.child.kind.resource(), slot.name, NAMESPACE)
+                    except rclient.ApiError as e:
+                        if e.status != 404:
+                            raise
+                observed.append(status.Observed(slot, want, live))
+        except rclient.ApiError as e:  # a run's failure, not the matrix's end
+            problems.append(f"{name}: {e}")
+            continue
+        have = raw.get("status") or {}
+        ours = status.compute(isvc, have, observed, [], None, ctx)
+        for f in STATUS_FIELDS:
+            if have.get(f) != ours.get(f):
+                problems.append(f"{name} status.{f} {have.get(f)!r}, ours {ours.get(f)!r}")
+        shape = ("type", "status", "reason", "message")
+        got = [tuple(c.get(k) for k in shape) for c in have.get("conditions") or []]
+        want_conds = [tuple(c.get(k) for k in shape) for c in ours["conditions"]]
+        for c in sorted(set(got) ^ set(want_conds)):
+            which = "has" if c in got else "lacks"
+            problems.append(f"{name} {which} condition {'/'.join(str(x) for x in c)}")
+    return f"not the status the operator computes: {'; '.join(problems[:8])}" if problems else None
 
 
 async def check_stored_versions(client: Client, when: str) -> str | None:

@@ -302,3 +302,52 @@ async def test_a_deployment_that_is_not_there_fails_the_run_not_the_matrix() -> 
     assert failure is not None
     assert failure.startswith("not the children our builders make: bench-0000: ")
     assert "bench-0002" in failure
+
+
+async def test_a_status_other_than_the_operators_fails_the_run() -> None:
+    from mlops_platform import api
+    from mlops_platform.controllers.inferenceservice import children, status
+    from mlops_platform.controllers.inferenceservice.children import base
+    from mlops_platform.testing.fakes import FakeClient
+
+    client = FakeClient()
+    ctx = base.BuildContext(monitoring=False)
+    for i in range(3):
+        raw = scale.inference_service(scale.NAMESPACE, i)
+        raw["metadata"] |= {"uid": f"uid-{i}", "generation": 1}
+        isvc = api.decode(raw)
+        observed = []
+        for slot in base.slots(isvc, children.CHILDREN):
+            want = slot.child.build(slot.target, ctx) if slot.target.component.present else None
+            live = None
+            if want is not None:
+                live = {**want, "metadata": {**want["metadata"], "generation": 1}}
+                if want["kind"] == "Deployment":
+                    live["status"] = {
+                        "observedGeneration": 1,
+                        "replicas": 1,
+                        "updatedReplicas": 1,
+                        "readyReplicas": 1,
+                        "availableReplicas": 1,
+                    }
+                elif want["kind"] == "Service":
+                    live["spec"] = {**want["spec"], "clusterIP": f"10.96.0.{i + 1}"}
+                await client.create(slot.child.kind.resource(), live)
+            observed.append(status.Observed(slot, want, live))
+        raw["status"] = status.compute(isvc, {}, observed, [], None, ctx)
+        if i == 1:  # what the reference wrote before 2026-12-05: Ready alone
+            raw["status"] = {
+                "observedGeneration": 1,
+                "replicas": 1,
+                "readyReplicas": 1,
+                "conditions": [c for c in raw["status"]["conditions"] if c["type"] == "Ready"],
+            }
+        await client.create(api.RESOURCE, raw)
+    failure = await scale.check_same_status(client, 5000)
+    assert failure is not None
+    assert failure.startswith(
+        "not the status the operator computes: bench-0001 status.replicasSummary None, ours '1/1'"
+    )
+    assert "bench-0001 lacks condition AutoscalerReady/True/NotRequired/fixed replica count" in failure
+    assert "bench-0000" not in failure and "bench-0002" not in failure
+    assert await scale.check_same_status(client, 1) is None  # bench-0000 alone: the operator's own
