@@ -1665,6 +1665,21 @@ def render(runs: Sequence[Run]) -> str:
         out.append(markdown_table(
             ["impl", "N", "children s", "allocations", "allocating s", "of the span", "per allocation ms",
              "IPAddress POST ms", "of it etcd ms", "rest ms"], allocating))  # fmt: skip
+    served = [r for r in runs if r.server_requests_until_children]
+    kinds = sorted(
+        {k for r in served for k in r.server_requests_until_children if not k.startswith(("WATCH", "GET /"))},
+        key=lambda k: -max(r.server_requests_until_children.get(k, [0, 0])[0] / r.count for r in served),
+    )[:12]
+    if kinds:
+        out.append("\nWhat the API server served from the first create until all children existed, every "
+                   "client's (the implementation's and the control plane's; `apiserver_request_total`), "
+                   "per InferenceService, the most frequent kinds:\n")  # fmt: skip
+        out.append(markdown_table(["impl", "N", *kinds], [
+            [r.impl, str(r.count), *(
+                f"{r.server_requests_until_children[k][0] / r.count:.2f}"
+                if k in r.server_requests_until_children else "-" for k in kinds)]
+            for r in served
+        ]))  # fmt: skip
     closed = [
         [r.impl, str(r.count),
          ", ".join(f"{k} {v}" for k, v in r.watch_restarts_until_ready.items()) or "none"]
