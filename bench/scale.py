@@ -602,8 +602,8 @@ def apiserver_applies(text: str) -> Counter[str]:
 def server_requests(text: str) -> dict[str, tuple[int, float]]:
     """Every request the API server served so far, keyed "<VERB> <resource>[/<subresource>]"
     (``apiserver_request_total``, every client's: the implementation's and the control plane's):
-    (count, seconds its handler took in all, from ``apiserver_request_duration_seconds``; WATCH
-    and CONNECT, long-running, have no duration)."""
+    (count, seconds its handler took in all, from ``apiserver_request_duration_seconds``; a WATCH
+    counts once it ended, with the seconds it lasted: a span, not work)."""
     counts: Counter[str] = Counter()
     seconds: dict[str, float] = {}
 

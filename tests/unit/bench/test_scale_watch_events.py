@@ -50,7 +50,7 @@ def test_the_requests_served_are_counted_per_verb_and_resource_with_their_second
     before, after = scale.server_requests(SERVED_BEFORE), scale.server_requests(SERVED_AFTER)
     assert after["APPLY services"] == (32, 12.5)  # every code
     assert after["APPLY inferenceservices/status"] == (5, 0.25)
-    assert after["WATCH pods"] == (3, 0.0)  # long-running: no duration
+    assert after["WATCH pods"] == (3, 0.0)  # a count without a duration sample
     got = scale.server_requests_diff(after, before)
     # the most handler seconds first; a kind with no new request is left out
     assert list(got.items()) == [("APPLY services", [22, 10.0]), ("WATCH pods", [3, 0.0])]
