@@ -29,3 +29,7 @@ def test_characters_yaml_refuses_or_folds_are_escaped_and_the_string_is_the_same
 def test_a_body_without_them_is_sent_as_it_is() -> None:
     body = msgspec.json.encode({"spec": {"uri": "s3://models/ünï/1"}})
     assert yaml_safe_json(body) is body
+
+
+def test_an_ascii_body_with_del_is_escaped_too() -> None:
+    assert yaml_safe_json(msgspec.json.encode({"k": "a\x7fb"})) == b'{"k":"a\\u007fb"}'
