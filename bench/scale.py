@@ -1640,21 +1640,15 @@ def render(runs: Sequence[Run]) -> str:
         out.append("\nWatch events the API server sent from the first create until all Ready, to every "
                    "watcher (control plane and implementation): thousands of events / MB, "
                    "per resource:\n")  # fmt: skip
-        out.append(markdown_table(["impl", "N", *watched], [
-            [r.impl, str(r.count), *(
-                f"{r.watch_until_ready[k][0] / 1000:.1f} / {r.watch_until_ready[k][1] / 1e6:.1f}"
-                if k in r.watch_until_ready else "-" for k in watched)]
-            for r in runs if r.watch_until_ready
-        ]))  # fmt: skip
+        out.append(keyed_table(
+            runs, lambda r: r.watch_until_ready, watched, lambda r, v: f"{v[0] / 1000:.1f} / {v[1] / 1e6:.1f}"
+        ))  # fmt: skip
     pod_verbs = sorted({k for r in runs for k in r.pod_writes_until_ready})
     if pod_verbs:
         out.append("\nPod writes the API server took from the first create until all Ready "
                    "(`apiserver_request_total`; the control plane's: kwok, the scheduler, the "
                    "ReplicaSet controller), per verb and subresource:\n")  # fmt: skip
-        out.append(markdown_table(["impl", "N", *pod_verbs], [
-            [r.impl, str(r.count), *(str(r.pod_writes_until_ready.get(k, 0)) for k in pod_verbs)]
-            for r in runs if r.pod_writes_until_ready
-        ]))  # fmt: skip
+        out.append(keyed_table(runs, lambda r: r.pod_writes_until_ready, pod_verbs, lambda r, v: str(v), "0"))
     allocating = [
         allocation_row(r) for r in runs if r.children_s and r.allocations_until_children.get("count")
     ]
@@ -1678,12 +1672,9 @@ def render(runs: Sequence[Run]) -> str:
         out.append("\nWhat the API server served from the first create until all children existed, every "
                    "client's (the implementation's and the control plane's; `apiserver_request_total`), "
                    "per InferenceService, the most frequent kinds:\n")  # fmt: skip
-        out.append(markdown_table(["impl", "N", *kinds], [
-            [r.impl, str(r.count), *(
-                f"{r.server_requests_until_children[k][0] / r.count:.2f}"
-                if k in r.server_requests_until_children else "-" for k in kinds)]
-            for r in served
-        ]))  # fmt: skip
+        out.append(keyed_table(
+            served, lambda r: r.server_requests_until_children, kinds, lambda r, v: f"{v[0] / r.count:.2f}"
+        ))  # fmt: skip
     closed = [
         [r.impl, str(r.count),
          ", ".join(f"{k} {v}" for k, v in r.watch_restarts_until_ready.items()) or "none"]
@@ -1765,6 +1756,26 @@ def render(runs: Sequence[Run]) -> str:
             ["N", "CPU s per replica", "CPU s all", "takeover s", "lease s",
              "orphan change p50 ms", "orphan change p99 ms"], sharded))  # fmt: skip
     return "\n".join(out)
+
+
+def keyed_table(
+    runs: Sequence[Run],
+    values: Callable[[Run], Mapping[str, Any]],
+    keys: Sequence[str],
+    cell: Callable[[Run, Any], str],
+    missing: str = "-",
+) -> str:
+    """A table of one row per run with a per-key figure (``values(run)``: watch events per
+    resource, pod writes per verb, requests per kind, ...) in columns ``keys``, ``cell`` formatting
+    each; a run without any is left out."""
+    return markdown_table(
+        ["impl", "N", *keys],
+        [
+            [r.impl, str(r.count), *(cell(r, values(r)[k]) if k in values(r) else missing for k in keys)]
+            for r in runs
+            if values(r)
+        ],
+    )
 
 
 def allocation_row(r: Run) -> list[str]:
