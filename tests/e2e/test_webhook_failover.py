@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 
 from mlops_platform.api import crd
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import conversionload, plugin, ports, wait, webhook
+from mlops_platform.testing import conversionload, operator, plugin, ports, wait, webhook
 
 SECRET = ("mlops-system", "mlops-platform-webhook-tls-failover")
 ELECTION_ID = "webhook-failover-test"
@@ -42,85 +39,56 @@ RETRIES = 1
 #: conversions the survivor must answer after the kill, and cycles each worker runs after it
 AFTER_KILL = 20
 CYCLES_AFTER = 2
-SERVED = re.compile(
-    r'^controller_runtime_webhook_requests_total\{code="200",webhook="/convert"\} (\S+)$', re.M
-)
 
 
-class Replica:
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], metrics: str, health: str, log: Path):
-        self.name, self.proc, self.metrics, self.health, self.log = name, proc, metrics, health, log
+SERVED_SAMPLE = 'controller_runtime_webhook_requests_total{code="200",webhook="/convert"}'
 
-    def served(self) -> float:
-        """Conversions this replica answered 200 (its controller-runtime webhook counter)."""
-        try:
-            with urllib.request.urlopen(self.metrics, timeout=2) as r:
-                text = r.read().decode()
-        except OSError:
-            return 0.0
-        m = SERVED.search(text)
-        return float(m.group(1)) if m else 0.0
 
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.health, timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+async def served(replica: operator.Process) -> float:
+    """Conversions ``replica`` answered 200 (its controller-runtime webhook counter); 0 while its
+    metrics do not answer (it has just started, or it is gone)."""
+    try:
+        return await replica.metric(SERVED_SAMPLE) or 0.0
+    except httpx.HTTPError:
+        return 0.0
 
 
 @contextlib.asynccontextmanager
 async def _replicas(
     kube_cluster: Path, c: rclient.Client, namespace: str, tmp_path: Path
-) -> AsyncIterator[list[Replica]]:
+) -> AsyncIterator[list[operator.Process]]:
     """Two replicas reconciling ``namespace`` (not the load's: their status writes would make the
     load's updates conflict), serving the webhook on one port."""
     port = ports.free_port()
     address = f"https://127.0.0.1:{port}/convert"
     await webhook.ensure_namespace(c, SECRET[0])
     await crd.install(c, webhook_url=address)
-    replicas: list[Replica] = []
+    replicas: list[operator.Process] = []
+    flags = (
+        "--namespace", namespace,
+        "--leader-elect", "--leader-election-namespace", namespace,
+        "--leader-election-id", ELECTION_ID,
+        "--no-readiness-requires-leadership",
+        "--no-monitoring",
+        "--webhook-bind-address", f"127.0.0.1:{port}",
+        "--webhook-reuse-port",
+        "--webhook-secret", "/".join(SECRET),
+    )  # fmt: skip
     try:
         for name in ("a", "b"):
-            health, metrics = ports.free_port(), ports.free_port()
-            cmd = [
-                sys.executable, "-m", "mlops_platform.cli", "run",
-                "--kubeconfig", str(kube_cluster),
-                "--namespace", namespace,
-                "--leader-elect", "--leader-election-namespace", namespace,
-                "--leader-election-id", ELECTION_ID,
-                "--no-readiness-requires-leadership",
-                "--no-monitoring",
-                "--health-probe-bind-address", f"127.0.0.1:{health}",
-                "--metrics-bind-address", f"127.0.0.1:{metrics}",
-                "--webhook-bind-address", f"127.0.0.1:{port}",
-                "--webhook-reuse-port",
-                "--webhook-secret", "/".join(SECRET),
-            ]  # fmt: skip
-            log = tmp_path / f"operator-{name}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)  # noqa: ASYNC220
-            replicas.append(
-                Replica(
-                    name,
-                    proc,
-                    f"http://127.0.0.1:{metrics}/metrics",
-                    f"http://127.0.0.1:{health}/readyz",
-                    log,
-                )
-            )
-        await wait.until(
-            lambda: all(r.ready() for r in replicas), timeout=90, interval=0.2, what="both replicas ready"
-        )
+            replicas.append(operator.start(kube_cluster, tmp_path / f"operator-{name}.log", *flags))
+
+        async def both_ready() -> bool:
+            for r in replicas:
+                assert r.proc.poll() is None, f"{r.log.name} exited {r.proc.returncode}: {r.tail()}"
+            return all(await asyncio.gather(*(r.ready() for r in replicas)))
+
+        try:
+            await wait.until(both_ready, timeout=90, retry_on=(), what="both replicas ready")
+        except TimeoutError as e:
+            raise AssertionError(
+                "\n".join([str(e), *(f"--- {r.log.name}:\n{r.tail(40)}" for r in replicas)])
+            ) from e
 
         async def converting() -> bool:
             return await webhook.ca_bundle(c) == await webhook.stored_bundle(
@@ -130,8 +98,7 @@ async def _replicas(
         await wait.until(converting, timeout=60, what="the API server converts through the replicas")
         yield replicas
     finally:
-        for r in replicas:
-            await asyncio.to_thread(r.stop)
+        await asyncio.gather(*(r.stop(20) for r in replicas))
 
 
 @pytest.mark.timeout(300)
@@ -159,19 +126,27 @@ async def test_the_serving_replica_going_away_fails_no_conversion(
                 workers = [asyncio.create_task(load.worker(k)) for k in range(WORKERS)]
                 try:
                     # both serve once the load runs; the victim holds the API server's connections
-                    await wait.until(
-                        lambda: sum(r.served() for r in replicas) >= 50, timeout=60, what="50 conversions"
+
+                    async def total() -> bool:
+                        return sum(await asyncio.gather(*(served(r) for r in replicas))) >= 50
+
+                    await wait.until(total, timeout=60, what="50 conversions")
+                    counts = {r.log.name: await served(r) for r in replicas}
+                    victim, survivor = sorted(replicas, key=lambda r: counts[r.log.name], reverse=True)
+                    victim_served, before, cycles = (
+                        counts[victim.log.name],
+                        await served(survivor),
+                        load.cycles,
                     )
-                    victim, survivor = sorted(replicas, key=lambda r: r.served(), reverse=True)
-                    victim_served = victim.served()
-                    before, cycles = survivor.served(), load.cycles
-                    victim.proc.send_signal(sig)
+                    victim.kill(sig)
                     killed = time.monotonic()
                     await asyncio.to_thread(victim.proc.wait)
+
+                    async def survived() -> bool:
+                        return await served(survivor) >= before + AFTER_KILL
+
                     await wait.until(
-                        lambda: survivor.served() >= before + AFTER_KILL,
-                        timeout=60,
-                        what=f"{AFTER_KILL} conversions by the survivor after the kill",
+                        survived, timeout=60, what=f"{AFTER_KILL} conversions by the survivor after the kill"
                     )
                     load.stopping = True
                     await asyncio.wait_for(asyncio.gather(*workers), 60)
@@ -180,9 +155,10 @@ async def test_the_serving_replica_going_away_fails_no_conversion(
                     for task in workers:
                         task.cancel()
                     await asyncio.gather(*workers, return_exceptions=True)
+                after = await served(survivor) - before
                 summary = (
-                    f"victim {victim.name} had answered {victim_served:.0f} conversions, the survivor "
-                    f"{before:.0f} before the kill and {survivor.served() - before:.0f} in the "
+                    f"victim {victim.log.name} had answered {victim_served:.0f} conversions, the survivor "
+                    f"{before:.0f} before the kill and {after:.0f} in the "
                     f"{ran_after:.1f}s after it; {load.requests} client requests, {load.cycles} cycles "
                     f"({load.cycles - cycles} after the kill); answers {dict(load.answers)}"
                 )

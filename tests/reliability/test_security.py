@@ -256,10 +256,6 @@ def _start(kubeconfig: Path, log: Path, namespace: str, ports: Mapping[str, int]
     )
 
 
-def _tail(log: Path, lines: int = 20) -> str:
-    return "\n".join(log.read_text().splitlines()[-lines:])
-
-
 async def _tls_versions(port: int, ca_pem: str) -> dict[str, str]:
     """TLS version asked -> what the server at ``port`` negotiated (or why it refused)."""
     out = {}
@@ -308,7 +304,7 @@ async def test_security_basics(
             try:
 
                 async def ready() -> bool:
-                    assert proc.proc.poll() is None, f"the operator exited: {_tail(log)}"
+                    assert proc.proc.poll() is None, f"the operator exited: {proc.tail()}"
                     return await proc.ready()
 
                 await wait.until(
@@ -337,7 +333,7 @@ async def test_security_basics(
                 metrics = await proc.metrics()
             finally:
                 code = await proc.stop()
-        assert code == 0, f"the operator exited with {code}: {_tail(log)}"
+        assert code == 0, f"the operator exited with {code}: {proc.tail()}"
         deployment = await c.get(resources.DEPLOYMENT, "delivered-predictor", ns)
         volumes = deployment["spec"]["template"]["spec"].get("volumes") or []
         assert {"secretName": STORAGE_SECRET} in [

@@ -78,6 +78,13 @@ class Process:
                 out.append(json.loads(line))
         return out
 
+    def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of its log, for a failure message."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as e:
+            return f"(no log: {e})"
+
     async def ready(self) -> bool:
         """Whether ``/readyz`` answers 200."""
         try:
