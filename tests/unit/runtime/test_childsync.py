@@ -11,6 +11,7 @@ from mlops_platform.runtime import diff
 from mlops_platform.runtime.control import childsync
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport import shape as rshape
 from mlops_platform.testing import fakes
 
 Obj = dict[str, Any]
@@ -143,6 +144,31 @@ async def test_create_when_absent() -> None:
     assert client.keys == [("apply", "configmaps", "w-config", None)]
     assert out.live is not None and out.live["metadata"]["uid"]  # what the server answered
     assert client.calls[0].body == want
+
+
+async def test_the_answer_is_decoded_into_the_shape_the_cache_holds_the_kind_in() -> None:
+    """An apply's answer carries ``managedFields`` (half of a Deployment's JSON): decoded into the
+    cache's shape of the kind, it is never built, and what :meth:`compare` reads is all there."""
+
+    class WithManagedFields(fakes.FakeClient):
+        def _store(self, res: rclient.Resource, obj: Obj, subresource: str | None = None) -> Obj:
+            stored = super()._store(res, obj, subresource)
+            stored["metadata"]["managedFields"] = [{"manager": "test-manager", "fieldsV1": {"f:data": {}}}]
+            return stored
+
+    client = WithManagedFields()
+    shape = rshape.shape({"data": None})
+    shaped = childsync.ChildSyncer(
+        client, field_manager="test-manager", hash_annotation=HASH, shape_of={CM: shape}.get
+    )
+    want = shaped.prepare(desired(), OWNER)
+    out = await shaped.ensure(CM, want, None)
+    assert out.live is not None and "managedFields" not in out.live["metadata"]
+    assert not diff.differences(want, out.live)  # nothing the desired object sets is missing
+    assert [c.verb for c in client.calls] == ["apply"]  # so no overwrite followed
+    # without a shape the answer is whole
+    whole = await syncer(client).ensure(CM, prepared(client, desired(a="2")), out.live)
+    assert whole.live is not None and "managedFields" in whole.live["metadata"]
 
 
 @pytest.mark.parametrize(

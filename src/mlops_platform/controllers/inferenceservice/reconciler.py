@@ -395,7 +395,7 @@ class InferenceServiceReconciler:
         self.kinds = optional_kinds
         self.ctx = ctx
         self.syncer = childsync.ChildSyncer(
-            client, field_manager=labels.MANAGER, hash_annotation=HASH_ANNOTATION
+            client, field_manager=labels.MANAGER, hash_annotation=HASH_ANNOTATION, shape_of=cache.shape_of
         )
         #: the watch filter of owned kinds that drops the echoes of our own writes
         self.own_writes = OwnWrites()
@@ -722,8 +722,14 @@ class InferenceServiceReconciler:
             "metadata": {"name": objects.name(raw), "namespace": objects.namespace(raw)},
             "status": {**new, "lastReconcileTime": conditions.now_rfc3339()},
         }
+        shape = self.cache.shape_of(ISVC)  # the answer stands in for the cached object (own_status)
         answer = await self.client.apply(
-            ISVC, body, field_manager=labels.MANAGER, force=True, subresource="status"
+            ISVC,
+            body,
+            field_manager=labels.MANAGER,
+            force=True,
+            subresource="status",
+            decoder=shape.object if shape is not None else None,
         )
         self.own_status.wrote(raw, answer)
         return answer

@@ -136,6 +136,10 @@ class Cache:
             raise RuntimeError(f"shape({resource.kind}) after its informer was created")
         self._shapes[resource] = shape
 
+    def shape_of(self, resource: rclient.Resource) -> rshape.Shape | None:
+        """The shape objects of ``resource`` are cached in (:meth:`shape`), if any."""
+        return self._shapes.get(resource)
+
     def _key(self, resource: rclient.Resource) -> tuple[rclient.Resource, str | None]:
         return resource, self.namespace if resource.namespaced else None
 

@@ -28,6 +28,7 @@ from typing import Literal
 from mlops_platform.runtime import diff, objects
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import shape as rshape
 
 log = logging.getLogger("mlops_platform.runtime.control.childsync")
 Action = Literal["none", "created", "updated", "deleted"]
@@ -82,10 +83,21 @@ def prepare(desired: Obj, owner: Obj, hash_annotation: str) -> Obj:
 
 
 class ChildSyncer:
-    def __init__(self, client: rclient.Client, *, field_manager: str, hash_annotation: str) -> None:
+    def __init__(
+        self,
+        client: rclient.Client,
+        *,
+        field_manager: str,
+        hash_annotation: str,
+        shape_of: Callable[[rclient.Resource], rshape.Shape | None] | None = None,
+    ) -> None:
+        """``shape_of``: the shape the cache holds objects of a kind in (``Cache.shape_of``); an
+        apply's answer is decoded into it (what :meth:`compare` reads of a live object is there,
+        ``managedFields`` is not built)."""
         self.client = client
         self.field_manager = field_manager
         self.hash_annotation = hash_annotation
+        self._shape_of = shape_of
 
     def prepare(self, desired: Obj, owner: Obj) -> Obj:
         """``desired`` with the controller owner reference and the desired-hash annotation (in place)."""
@@ -136,7 +148,14 @@ class ChildSyncer:
 
     async def _apply_or_overwrite(self, resource: rclient.Resource, desired: Obj, live: Obj | None) -> Obj:
         try:
-            applied = await self.client.apply(resource, desired, field_manager=self.field_manager, force=True)
+            shape = self._shape_of(resource) if self._shape_of is not None else None
+            applied = await self.client.apply(
+                resource,
+                desired,
+                field_manager=self.field_manager,
+                force=True,
+                decoder=shape.object if shape is not None else None,
+            )
         except rclient.ApiError as e:
             # an apply that cannot merge with entries another manager added (409/422 on a list
             # entry): fall through to overwriting the differing paths of the live object

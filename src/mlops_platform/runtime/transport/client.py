@@ -259,8 +259,10 @@ class Client:
         force: bool = True,
         subresource: str | None = None,
         dry_run: bool = False,
+        decoder: msgspec.json.Decoder[Any] | None = None,
     ) -> JSON:
-        """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name)."""
+        """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name); the
+        answer decoded by ``decoder`` if given (a shape's ``object``: what a cache of the kind keeps)."""
         meta = obj["metadata"]
         ns, name = meta.get("namespace"), meta["name"]
         params = {
@@ -274,6 +276,7 @@ class Client:
             params=params,
             body=obj,
             content_type="application/apply-patch+yaml",
+            decoder=decoder,
             **self._meta(res, ns, name, subresource),
         )
 

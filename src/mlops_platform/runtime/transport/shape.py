@@ -57,10 +57,12 @@ def _typed(name: str, fields: Fields) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """The decoders of a LIST page and of a watch event line into the fields a shape keeps."""
+    """The decoders of a LIST page, of a watch event line and of one object (a write's answer)
+    into the fields a shape keeps."""
 
     page: msgspec.json.Decoder[Any]
     _event: msgspec.json.Decoder[Any]
+    object: msgspec.json.Decoder[Any]
 
     def event(self, line: bytes) -> dict[str, Any]:
         """A watch event: its object shaped, unless it is an ``ERROR`` (a Status: decoded whole)."""
@@ -79,7 +81,7 @@ def shape(fields: Fields) -> Shape:
         "Page", {"apiVersion": Any, "kind": Any, "metadata": Any, "items": cast(Any, list)[obj]}, total=False
     )
     event = cast(Any, TypedDict)("Event", {"type": Any, "object": obj}, total=False)
-    return Shape(msgspec.json.Decoder(page), msgspec.json.Decoder(event))
+    return Shape(msgspec.json.Decoder(page), msgspec.json.Decoder(event), msgspec.json.Decoder(obj))
 
 
 #: the shape of kinds whose top level is ``spec`` and ``status`` (Deployments, Services, custom
