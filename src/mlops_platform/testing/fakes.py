@@ -210,13 +210,13 @@ class FakeClient(rclient.Client):
         force: bool = True,
         subresource: str | None = None,
         dry_run: bool = False,
-        decoder: msgspec.json.Decoder[Any] | None = None,
+        shape: rshape.Shape | None = None,
     ) -> JSON:
         meta = obj["metadata"]
         self._call("apply", res, meta["name"], meta.get("namespace"), subresource, obj)
         stored = self._store(res, obj, subresource)
         # the answer as the real client decodes it: into the caller's shape if it names one
-        return stored if decoder is None else rshape.decode(decoder, msgspec.json.encode(stored))
+        return stored if shape is None else rshape.decode(shape.object, msgspec.json.encode(stored))
 
     async def patch(
         self,

@@ -722,14 +722,13 @@ class InferenceServiceReconciler:
             "metadata": {"name": objects.name(raw), "namespace": objects.namespace(raw)},
             "status": {**new, "lastReconcileTime": conditions.now_rfc3339()},
         }
-        shape = self.cache.shape_of(ISVC)  # the answer stands in for the cached object (own_status)
         answer = await self.client.apply(
             ISVC,
             body,
             field_manager=labels.MANAGER,
             force=True,
             subresource="status",
-            decoder=shape.object if shape is not None else None,
+            shape=self.cache.shape_of(ISVC),  # the answer stands in for the cached object (own_status)
         )
         self.own_status.wrote(raw, answer)
         return answer

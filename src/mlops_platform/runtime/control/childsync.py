@@ -148,13 +148,12 @@ class ChildSyncer:
 
     async def _apply_or_overwrite(self, resource: rclient.Resource, desired: Obj, live: Obj | None) -> Obj:
         try:
-            shape = self._shape_of(resource) if self._shape_of is not None else None
             applied = await self.client.apply(
                 resource,
                 desired,
                 field_manager=self.field_manager,
                 force=True,
-                decoder=shape.object if shape is not None else None,
+                shape=self._shape_of(resource) if self._shape_of is not None else None,
             )
         except rclient.ApiError as e:
             # an apply that cannot merge with entries another manager added (409/422 on a list

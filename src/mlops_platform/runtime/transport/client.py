@@ -259,10 +259,10 @@ class Client:
         force: bool = True,
         subresource: str | None = None,
         dry_run: bool = False,
-        decoder: msgspec.json.Decoder[Any] | None = None,
+        shape: rshape.Shape | None = None,
     ) -> JSON:
-        """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name); the
-        answer decoded by ``decoder`` if given (a shape's ``object``: what a cache of the kind keeps)."""
+        """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name). With
+        ``shape``, the answer holds only the fields it keeps (:mod:`.shape`), as a cache of the kind."""
         meta = obj["metadata"]
         ns, name = meta.get("namespace"), meta["name"]
         params = {
@@ -276,7 +276,7 @@ class Client:
             params=params,
             body=obj,
             content_type="application/apply-patch+yaml",
-            decoder=decoder,
+            decoder=shape.object if shape is not None else None,
             **self._meta(res, ns, name, subresource),
         )
 
