@@ -42,6 +42,12 @@ with the ratios to the raw writer taken round by round (each implementation agai
 writer of the same round, so a machine that is slower for a while slows both): on a busy 2-core
 machine one run of the same code varies by 10 % or more, more than the targets' margins.
 
+``--nice K`` starts every implementation under ``nice -n K``: where the control plane and the
+implementation share the machine's CPUs, the control plane runs first whenever both want a CPU, so
+the implementation's own CPU no longer takes time from it (as on a cluster whose control plane has
+its own machines); runs take longer, the raw writer's most, and the implementations' ratios change
+(docs/measurements.md, "The control plane first for the CPU"). Compare such runs with each other.
+
 Output: a Markdown table on stdout; ``--out DIR`` (default ``docs/benchmarks``) gets
 ``scale.json`` (every figure), ``scale.md`` (the tables and the machine) and PNG plots
 (time to Ready vs N, requests per InferenceService, RSS vs N). Progress bars on stderr.
@@ -267,7 +273,9 @@ def start_impl(
     extra: Sequence[str] = (),
     tag: str = "",
     children: Sequence[str] = DEFAULT_CHILDREN,
+    nice: int = 0,
 ) -> Impl:
+    """Start one implementation; ``nice`` > 0: under ``nice -n`` (``--nice``)."""
     port = free_port()
     log_path = log_dir / f"{name}-{tag or concurrency or workers}.log"
     report: Path | None = None
@@ -294,6 +302,8 @@ def start_impl(
         ]  # fmt: skip
     else:
         raise ValueError(name)
+    if nice:
+        cmd = ["nice", "-n", str(nice), *cmd]
     log(f"starting {name}: {' '.join(cmd)}")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
@@ -403,14 +413,16 @@ class Group:
 
 
 def start_group(
-    kubeconfig: str, log_dir: Path, workers: int, children: Sequence[str] = DEFAULT_CHILDREN
+    kubeconfig: str, log_dir: Path, workers: int, children: Sequence[str] = DEFAULT_CHILDREN, nice: int = 0
 ) -> Group:
     extra = [
         "--shards", str(SHARDS), "--leader-election-namespace", LEASE_NAMESPACE,
         "--lease-duration", str(LEASE_DURATION), "--retry-period", "1", "--leader-election-id", "bench",
     ]  # fmt: skip
     members = [
-        start_impl("operator", kubeconfig, log_dir, workers, 0, extra, tag=f"shard-{i}", children=children)
+        start_impl(
+            "operator", kubeconfig, log_dir, workers, 0, extra, tag=f"shard-{i}", children=children, nice=nice
+        )
         for i in range(SHARDS)
     ]
     return Group("sharded", members)
@@ -1078,7 +1090,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
         impl: Impl | Group
         if impl_name == "sharded":
             await client.create(resources.NAMESPACE, {"metadata": {"name": LEASE_NAMESPACE}})
-            impl = start_group(kubeconfig, log_dir, args.workers, operator_children(args))
+            impl = start_group(kubeconfig, log_dir, args.workers, operator_children(args), args.nice)
         else:
             impl = start_impl(
                 impl_name,
@@ -1087,6 +1099,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 args.workers,
                 concurrency if impl_name == "raw" else 0,
                 children=operator_children(args),
+                nice=args.nice,
             )
         try:
             if isinstance(impl, Group):
@@ -1440,7 +1453,9 @@ async def restart_with_changes(
     """Restart the operator with N objects present and change specs during its initial sync (with
     ``--changes 0``, the restart alone: its initial sync's time and memory)."""
     stop_impl(impl)
-    fresh = start_impl("operator", kubeconfig, log_dir, args.workers, 0, children=operator_children(args))
+    fresh = start_impl(
+        "operator", kubeconfig, log_dir, args.workers, 0, children=operator_children(args), nice=args.nice
+    )
     t0 = time.monotonic()
     await wait_impl_started(fresh)
     if args.changes > 0:
@@ -1906,6 +1921,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="the operator also builds its ServiceMonitor, PrometheusRule and NetworkPolicy (--monitoring "
         "--network-policy); the raw writer and the reference build none: compare such runs with each other",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        choices=range(20),
+        metavar="0-19",
+        help="start each implementation under `nice -n` this: on a machine where the control plane and "
+        "the implementation share the CPUs, the control plane runs first whenever both want one "
+        "(docs/measurements.md, 'The control plane first for the CPU'); 0: equal priority",
     )
     p.add_argument("--cluster-name", default="mlops-bench-scale")
     p.add_argument("--keep-cluster", action="store_true")

@@ -351,3 +351,20 @@ async def test_a_status_other_than_the_operators_fails_the_run() -> None:
     assert "bench-0001 lacks condition AutoscalerReady/True/NotRequired/fixed replica count" in failure
     assert "bench-0000" not in failure and "bench-0002" not in failure
     assert await scale.check_same_status(client, 1) is None  # bench-0000 alone: the operator's own
+
+
+def test_nice_starts_each_implementation_under_nice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[list[str]] = []
+
+    class Popen:
+        def __init__(self, cmd: list[str], **_: object) -> None:
+            started.append(cmd)
+
+    monkeypatch.setattr(scale.subprocess, "Popen", Popen)
+    scale.start_impl("raw", "kc", tmp_path, 16, 256, nice=10)
+    scale.start_impl("operator", "kc", tmp_path, 16, 0)
+    assert started[0][:3] == ["nice", "-n", "10"] and started[0][3:5] == [scale.sys.executable, "-m"]
+    assert started[1][0] == scale.sys.executable  # 0: not under nice
+    assert scale.parse_args(["--nice", "10"]).nice == 10 and scale.parse_args([]).nice == 0
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--nice", "20"])  # nice's range is 0-19
