@@ -45,7 +45,7 @@ machine one run of the same code varies by 10 % or more, more than the targets' 
 ``--nice K`` starts every implementation under ``nice -n K``: where the control plane and the
 implementation share the machine's CPUs, the control plane runs first whenever both want a CPU, so
 the implementation's own CPU no longer takes time from it (as on a cluster whose control plane has
-its own machines); runs take longer, the raw writer's most, and the implementations' ratios change
+its own machines); the raw writer's and the reference's runs take longer, and the ratios change
 (docs/measurements.md, "The control plane first for the CPU"). Compare such runs with each other.
 
 Output: a Markdown table on stdout; ``--out DIR`` (default ``docs/benchmarks``) gets

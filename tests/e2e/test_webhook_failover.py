@@ -133,11 +133,8 @@ async def test_the_serving_replica_going_away_fails_no_conversion(
                     await wait.until(total, timeout=60, what="50 conversions")
                     counts = {r.log.name: await served(r) for r in replicas}
                     victim, survivor = sorted(replicas, key=lambda r: counts[r.log.name], reverse=True)
-                    victim_served, before, cycles = (
-                        counts[victim.log.name],
-                        await served(survivor),
-                        load.cycles,
-                    )
+                    victim_served = counts[victim.log.name]
+                    before, cycles = await served(survivor), load.cycles
                     victim.kill(sig)
                     killed = time.monotonic()
                     await asyncio.to_thread(victim.proc.wait)

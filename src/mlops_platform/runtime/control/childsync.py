@@ -89,11 +89,11 @@ class ChildSyncer:
         *,
         field_manager: str,
         hash_annotation: str,
-        shape_of: Callable[[rclient.Resource], rshape.Shape | None] | None = None,
+        shape_of: Callable[[rclient.Resource], rshape.Shape | None] = lambda _: None,
     ) -> None:
         """``shape_of``: the shape the cache holds objects of a kind in (``Cache.shape_of``); an
         apply's answer is decoded into it (what :meth:`compare` reads of a live object is there,
-        ``managedFields`` is not built)."""
+        ``managedFields`` is not built); by default none: the answer whole."""
         self.client = client
         self.field_manager = field_manager
         self.hash_annotation = hash_annotation
@@ -153,7 +153,7 @@ class ChildSyncer:
                 desired,
                 field_manager=self.field_manager,
                 force=True,
-                shape=self._shape_of(resource) if self._shape_of is not None else None,
+                shape=self._shape_of(resource),
             )
         except rclient.ApiError as e:
             # an apply that cannot merge with entries another manager added (409/422 on a list
