@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from mlops_platform.devcluster import crds, nodes, usage
+from mlops_platform.devcluster import chaos, cluster, crds, nodes, usage
 from mlops_platform.runtime import objects, quantity
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -210,3 +211,24 @@ async def test_rbac_is_enforced_and_service_account_tokens_are_signed(
         resource="subjectaccessreviews",
     )
     assert review["status"]["allowed"] is False  # RBAC on: no binding, no access
+
+
+async def test_dev_up_starts_again_a_component_that_is_not_running(
+    admin_client: rclient.Client, local_cluster_name: str
+) -> None:
+    """kwokctl never restarts a component, and metrics-server exits when kube-apiserver does not
+    answer yet as it starts (a loaded machine). ``dev up`` finds it not running and starts it again
+    (``kwokctl start cluster``, its stale PID file removed) before it waits for its port."""
+    before = cluster.component_pid(local_cluster_name, "metrics-server")
+    chaos.stop_component(local_cluster_name, "metrics-server")
+    assert not cluster.component_running(local_cluster_name, "metrics-server")
+    await asyncio.to_thread(cluster.up, local_cluster_name)
+    assert cluster.component_running(local_cluster_name, "metrics-server")
+    assert cluster.component_pid(local_cluster_name, "metrics-server") != before
+    path = "/apis/metrics.k8s.io/v1beta1/nodes"
+
+    async def served() -> bool:  # the aggregator proxies to metrics-server: 503 while it is down
+        answer = await admin_client.request("GET", path, resource="nodes.metrics.k8s.io")
+        return bool(answer["kind"] == "NodeMetricsList")
+
+    await wait.until(served, timeout=60, what="the metrics API served by the restarted metrics-server")

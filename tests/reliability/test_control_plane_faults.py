@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_platform.controllers.inferenceservice import controller
-from mlops_platform.devcluster import chaos
+from mlops_platform.devcluster import chaos, cluster
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import isvc, operator, reliability, wait, webhook
 
@@ -255,7 +255,7 @@ class Supervisor:
 
     def check(self) -> None:
         for spec in self.components:
-            if not chaos.running(self.cluster_name, spec.name):
+            if not cluster.component_running(self.cluster_name, spec.name):
                 chaos.start_component(self.cluster_name, spec)
                 self.restarts[spec.name] += 1
         if self.operator.proc.poll() is not None:

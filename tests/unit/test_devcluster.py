@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -276,3 +278,98 @@ async def test_a_start_holds_the_lock_until_every_component_listens(
             await cluster._ports_bound("x", timeout=0.5)
         silent.listen()
         await cluster._ports_bound("x", timeout=5)  # both listen now: returns
+
+
+def _one_component_cluster(tmp_path: Path, port: int) -> None:
+    config = {
+        "kind": "KwokctlConfiguration",
+        "components": [{"name": "metrics-server", "ports": [{"name": "https", "port": port}]}],
+    }
+    (tmp_path / "clusters" / "x" / "logs").mkdir(parents=True)
+    (tmp_path / "clusters" / "x" / "pids").mkdir()
+    (tmp_path / "clusters" / "x" / "kwok.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "clusters" / "x" / "logs" / "metrics-server.log").write_text(
+        "I1205 starting\n"
+        "panic: unable to load configmap based request-header-client-ca-file: connection refused\n"
+    )
+
+
+async def test_a_component_that_exited_before_it_listened_is_started_again_once_the_api_serves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """metrics-server panics when kube-apiserver does not answer yet as it starts (CI: a loaded
+    machine), and kwokctl never restarts it: the start did, and waited 180 s for a port nobody would
+    bind. Now its process is found gone (its PID file names a zombie), and once kube-apiserver serves
+    ``kwokctl start cluster`` starts it again, without its stale PID file."""
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+    serves = False
+
+    async def api_serves(name: str, timeout: float = 3.0) -> bool:
+        return serves
+
+    monkeypatch.setattr(cluster, "_api_serves", api_serves)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        _one_component_cluster(tmp_path, server.getsockname()[1])
+        pid = cluster.pid_file("x", "metrics-server")
+        pid.write_text("999999999")  # no such process
+        calls: list[tuple[str, ...]] = []
+
+        def kwokctl(bins: Any, *args: str, check: bool = True) -> Any:
+            calls.append(args)
+            assert not pid.exists(), "kwokctl starts only components without a live PID"
+            pid.write_text(str(os.getpid()))  # running again
+            server.listen()
+            return subprocess.CompletedProcess(args, 0, "", "")
+
+        monkeypatch.setattr(cluster, "_kwokctl", kwokctl)
+        with pytest.raises(TimeoutError, match="not listening: metrics-server"):
+            await cluster._ports_bound("x", 0.5, binaries.Binaries({}), 0.0)
+        assert calls == []  # not while kube-apiserver does not serve: it would exit again
+        serves = True
+        await cluster._ports_bound("x", 5, binaries.Binaries({}), 0.0)
+    assert calls == [("start", "cluster", "--name", "x")]
+    assert cluster.component_running("x", "metrics-server")
+    err = capsys.readouterr().err
+    assert "metrics-server is not running (its log's last line: panic: unable to load configmap" in err
+
+
+async def test_a_component_that_keeps_exiting_fails_the_start_with_its_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+
+    async def api_serves(name: str, timeout: float = 3.0) -> bool:
+        return True
+
+    monkeypatch.setattr(cluster, "_api_serves", api_serves)
+    calls: list[tuple[str, ...]] = []
+
+    def kwokctl(bins: Any, *args: str, check: bool = True) -> Any:
+        calls.append(args)  # starts it, and it exits again at once
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(cluster, "_kwokctl", kwokctl)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        _one_component_cluster(tmp_path, silent.getsockname()[1])
+        with pytest.raises(RuntimeError, match="metrics-server of cluster 'x' exited 4 times") as e:
+            await cluster._ports_bound("x", 30, binaries.Binaries({}), 0.0)
+    assert "panic: unable to load configmap" in str(e.value)
+    assert len(calls) == cluster.COMPONENT_RESTARTS
+
+
+def test_a_zombie_is_not_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kwokctl's own check (signal 0) counts a zombie as running; ours does not."""
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+    (tmp_path / "clusters" / "x" / "pids").mkdir(parents=True)
+    child = subprocess.Popen(["true"])
+    try:
+        cluster.pid_file("x", "c").write_text(str(child.pid))
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it has exited, not reaped: a zombie
+        os.kill(child.pid, 0)  # signal 0 reaches a zombie
+        assert not cluster.component_running("x", "c")
+        cluster.pid_file("x", "c").write_text(str(os.getpid()))
+        assert cluster.component_running("x", "c")
+    finally:
+        child.wait()

@@ -30,13 +30,11 @@ class StoppedComponent:
     env: dict[str, str]
 
 
-def _pid_file(name: str, component: str) -> Path:
-    return cluster.cluster_dir(name) / "pids" / f"{component}.pid"
-
-
 def pid_of(name: str, component: str) -> int:
-    pid = int(_pid_file(name, component).read_text().strip())
-    os.kill(pid, 0)  # raises if it is not running
+    """The PID of the component's running process; raises if it is not running."""
+    pid = cluster.component_pid(name, component)
+    if not cluster.component_running(name, component):
+        raise ProcessLookupError(f"{component} of {name!r} (pid {pid}) is not running")
     return pid
 
 
@@ -48,16 +46,6 @@ def component_spec(name: str, component: str) -> StoppedComponent:
     argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
     env = dict(kv.decode().split("=", 1) for kv in (proc / "environ").read_bytes().split(b"\0") if b"=" in kv)
     return StoppedComponent(component, argv, os.readlink(proc / "cwd"), env)
-
-
-def running(name: str, component: str) -> bool:
-    """Whether the component's process (its pid file) is alive: not gone, not a zombie."""
-    try:
-        pid = pid_of(name, component)
-        stat = (Path("/proc") / str(pid) / "stat").read_text()
-    except (OSError, ValueError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def stop_component(name: str, component: str, *, sig: signal.Signals = signal.SIGKILL) -> StoppedComponent:
@@ -87,7 +75,7 @@ def start_component(name: str, stopped: StoppedComponent) -> int:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    _pid_file(name, stopped.name).write_text(str(proc.pid))
+    cluster.pid_file(name, stopped.name).write_text(str(proc.pid))
     return proc.pid
 
 

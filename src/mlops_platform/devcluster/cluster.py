@@ -14,6 +14,7 @@ usage at run time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import json
@@ -234,19 +235,20 @@ def exists(name: str) -> bool:
     return (cluster_dir(name) / "kwok.yaml").is_file()
 
 
-def _api_ready(name: str, timeout: float = 3.0) -> bool:
+async def _api_serves(name: str, timeout: float = 3.0) -> bool:
+    """Whether the cluster's kube-apiserver passes ``/readyz``."""
     if not kubeconfig_path(name).is_file():
         return False
+    async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
+        try:
+            await c.request("GET", "/readyz", resource="readyz", timeout=timeout)
+            return True
+        except Exception:
+            return False
 
-    async def probe() -> bool:
-        async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
-            try:
-                await c.request("GET", "/readyz", resource="readyz", timeout=timeout)
-                return True
-            except Exception:
-                return False
 
-    return asyncio.run(probe())
+def _api_ready(name: str, timeout: float = 3.0) -> bool:
+    return asyncio.run(_api_serves(name, timeout))
 
 
 def up(
@@ -268,6 +270,7 @@ def up(
     bins = binaries.find()
     if exists(name) and _api_ready(name):
         _log(f"cluster {name!r} is already running", started)
+        asyncio.run(_ports_bound(name, wait, bins, started))
     else:
         with _ports_lock(name, started):
             if exists(name):
@@ -283,7 +286,7 @@ def up(
                 _create(bins, name, wait, started, unthrottled, metrics_server)
             # kwokctl returns before every component listens (metrics-server binds seconds later):
             # a cluster started meanwhile would count down to the same free port
-            asyncio.run(_ports_bound(name, wait))
+            asyncio.run(_ports_bound(name, wait, bins, started))
     asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
@@ -327,17 +330,83 @@ def _listening(port: int) -> bool:
         return False
 
 
-async def _ports_bound(name: str, timeout: float) -> None:
-    """Until every component of the cluster listens on its ports."""
+def pid_file(name: str, component: str) -> Path:
+    """Where kwokctl keeps the PID of the component's process."""
+    return cluster_dir(name) / "pids" / f"{component}.pid"
+
+
+def component_pid(name: str, component: str) -> int:
+    """The PID kwokctl (or :mod:`~mlops_platform.devcluster.chaos`) last started the component as."""
+    return int(pid_file(name, component).read_text().strip())
+
+
+def component_running(name: str, component: str) -> bool:
+    """Whether the component's process is alive: not gone, not a zombie (kwokctl's own check,
+    signal 0, counts a zombie as running, and would not start it again)."""
+    try:
+        stat = (Path("/proc") / str(component_pid(name, component)) / "stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _log_tail(name: str, component: str, lines: int = 5) -> str:
+    path = cluster_dir(name) / "logs" / f"{component}.log"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+#: how many times a start gives a component that exited another go before it fails
+COMPONENT_RESTARTS = 3
+
+
+async def _ports_bound(
+    name: str, timeout: float, bins: binaries.Binaries | None = None, started: float | None = None
+) -> None:
+    """Until every component of the cluster listens on its ports.
+
+    kwokctl starts every component at once and never restarts one; metrics-server exits (a panic:
+    ``unable to load configmap based request-header-client-ca-file ... connection refused``) when
+    kube-apiserver does not answer yet as it starts, which happens on a loaded machine (``make
+    test`` starts its clusters beside the unit tests). A component that exited before it listened
+    is started again (``kwokctl start cluster``: only the components not running) once kube-apiserver
+    serves, up to :data:`COMPONENT_RESTARTS` times; then the start fails with its log's last lines.
+    Without ``bins``, nothing is restarted."""
     ports = component_ports(name)
+    restarts: collections.Counter[str] = collections.Counter()
 
-    def bound() -> bool:
-        missing = [f"{c}:{p}" for c, ps in ports.items() for p in ps if not _listening(p)]
-        if missing:
-            raise ConnectionError(f"not listening: {', '.join(missing)}")
-        return True
+    async def bound() -> bool:
+        missing = {c: [p for p in ps if not _listening(p)] for c, ps in ports.items()}
+        missing = {c: ps for c, ps in missing.items() if ps}
+        if not missing:
+            return True
+        exited = [c for c in missing if not component_running(name, c)]
+        if bins is not None and exited and await _api_serves(name):
+            for c in exited:
+                if restarts[c] >= COMPONENT_RESTARTS:
+                    raise RuntimeError(
+                        f"{c} of cluster {name!r} exited {restarts[c] + 1} times before it listened;"
+                        f" the last lines of its log:\n{_log_tail(name, c)}"
+                    )
+                restarts[c] += 1
+                last = _log_tail(name, c, lines=1)[-300:]
+                _log(f"{c} is not running (its log's last line: {last}); starting it again", started)
+                pid_file(name, c).unlink(missing_ok=True)  # kwokctl starts what has no live PID
+            result = await asyncio.to_thread(_kwokctl, bins, "start", "cluster", "--name", name, check=False)
+            if result.returncode != 0:
+                raise RuntimeError(f"kwokctl start cluster {name} failed: {result.stderr.strip()[-500:]}")
+        listed = ", ".join(f"{c}:{p}" for c, ps in missing.items() for p in ps)
+        raise ConnectionError(f"not listening: {listed}")
 
-    await rwait.until(bound, timeout=timeout, interval=0.2, what=f"every component of {name!r} listening")
+    await rwait.until(
+        bound,
+        timeout=timeout,
+        interval=0.2,
+        what=f"every component of {name!r} listening",
+        retry_on=(ConnectionError,),
+    )
 
 
 def _create(
