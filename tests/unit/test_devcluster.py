@@ -275,9 +275,9 @@ async def test_a_start_holds_the_lock_until_every_component_listens(
         )
         assert cluster.component_ports("x") == {"kube-apiserver": [up], "metrics-server": [down]}
         with pytest.raises(TimeoutError, match=f"not listening: metrics-server:{down}'"):
-            await cluster._ports_bound("x", timeout=0.5)
+            await cluster._ports_bound("x", 0.5, binaries.Binaries({}), 0.0)  # no kubeconfig: no restart
         silent.listen()
-        await cluster._ports_bound("x", timeout=5)  # both listen now: returns
+        await cluster._ports_bound("x", 5, binaries.Binaries({}), 0.0)  # both listen now: returns
 
 
 def _one_component_cluster(tmp_path: Path, port: int) -> None:
@@ -353,7 +353,9 @@ async def test_a_component_that_keeps_exiting_fails_the_start_with_its_log(
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         _one_component_cluster(tmp_path, silent.getsockname()[1])
-        with pytest.raises(RuntimeError, match="metrics-server of cluster 'x' exited 4 times") as e:
+        with pytest.raises(
+            RuntimeError, match="metrics-server of cluster 'x' exited again after 3 restarts"
+        ) as e:
             await cluster._ports_bound("x", 30, binaries.Binaries({}), 0.0)
     assert "panic: unable to load configmap" in str(e.value)
     assert len(calls) == cluster.COMPONENT_RESTARTS

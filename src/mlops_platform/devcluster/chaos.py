@@ -32,10 +32,9 @@ class StoppedComponent:
 
 def pid_of(name: str, component: str) -> int:
     """The PID of the component's running process; raises if it is not running."""
-    pid = cluster.component_pid(name, component)
     if not cluster.component_running(name, component):
-        raise ProcessLookupError(f"{component} of {name!r} (pid {pid}) is not running")
-    return pid
+        raise ProcessLookupError(f"{component} of cluster {name!r} is not running")
+    return cluster.component_pid(name, component)
 
 
 def component_spec(name: str, component: str) -> StoppedComponent:

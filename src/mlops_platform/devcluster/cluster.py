@@ -362,9 +362,7 @@ def _log_tail(name: str, component: str, lines: int = 5) -> str:
 COMPONENT_RESTARTS = 3
 
 
-async def _ports_bound(
-    name: str, timeout: float, bins: binaries.Binaries | None = None, started: float | None = None
-) -> None:
+async def _ports_bound(name: str, timeout: float, bins: binaries.Binaries, started: float) -> None:
     """Until every component of the cluster listens on its ports.
 
     kwokctl starts every component at once and never restarts one; metrics-server exits (a panic:
@@ -372,8 +370,7 @@ async def _ports_bound(
     kube-apiserver does not answer yet as it starts, which happens on a loaded machine (``make
     test`` starts its clusters beside the unit tests). A component that exited before it listened
     is started again (``kwokctl start cluster``: only the components not running) once kube-apiserver
-    serves, up to :data:`COMPONENT_RESTARTS` times; then the start fails with its log's last lines.
-    Without ``bins``, nothing is restarted."""
+    serves, up to :data:`COMPONENT_RESTARTS` times; then the start fails with its log's last lines."""
     ports = component_ports(name)
     restarts: collections.Counter[str] = collections.Counter()
 
@@ -383,11 +380,11 @@ async def _ports_bound(
         if not missing:
             return True
         exited = [c for c in missing if not component_running(name, c)]
-        if bins is not None and exited and await _api_serves(name):
+        if exited and await _api_serves(name):
             for c in exited:
                 if restarts[c] >= COMPONENT_RESTARTS:
                     raise RuntimeError(
-                        f"{c} of cluster {name!r} exited {restarts[c] + 1} times before it listened;"
+                        f"{c} of cluster {name!r} exited again after {restarts[c]} restarts;"
                         f" the last lines of its log:\n{_log_tail(name, c)}"
                     )
                 restarts[c] += 1
