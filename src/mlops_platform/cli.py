@@ -115,8 +115,18 @@ def main() -> None:
     default=None,
     help="hold exactly this partition, in [0, --shards) (default: a fair share, rebalanced live)",
 )
-@click.option("--health-probe-bind-address", default="127.0.0.1:8081", show_default=True)
-@click.option("--metrics-bind-address", default="127.0.0.1:8080", show_default=True)
+@click.option(
+    "--health-probe-bind-address",
+    default="127.0.0.1:8081",
+    show_default=True,
+    help="HOST:PORT of /healthz and /readyz; port 0: one the kernel picks (logged: 'serving'); 0: off",
+)
+@click.option(
+    "--metrics-bind-address",
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="HOST:PORT of /metrics; port 0: one the kernel picks (logged: 'serving'); 0: off",
+)
 @click.option(
     "--runtime-config", type=click.Path(exists=True, dir_okay=False), help="YAML overriding the runtime table"
 )

@@ -141,7 +141,11 @@ async def _fail_over(
     c: rclient.Client, ns: str, group: Group, sig: signal.Signals, n: int, last: dict[str, str]
 ) -> Failover:
     leader = group.by_identity(group.holder())
-    standby = next(p for p in group.replicas.started if p.proc.poll() is None and p is not leader)
+    standbys = [p for p in group.replicas.started if p.proc.poll() is None and p is not leader]
+    assert standbys, "no standby runs: " + "; ".join(
+        f"{p.identity}: {p.tail(3)}" for p in group.replicas.started
+    )
+    standby = standbys[0]
     await wait.until(lambda: _synced(standby), timeout=TIMEOUT, what=f"standby {standby.identity} synced")
     writer = Writer(last)
     writing = asyncio.create_task(writer.run(c, ns, f"f{n}"))

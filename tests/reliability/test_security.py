@@ -231,7 +231,7 @@ def requests_made(metrics: str) -> dict[tuple[str, str, str], int]:
     return out
 
 
-def _start(kubeconfig: Path, log: Path, namespace: str, ports: Mapping[str, int]) -> operator.Process:
+def _start(kubeconfig: Path, log: Path, namespace: str) -> operator.Process:
     """``mlops-platform run`` with no bind flag: its ServiceAccount's kubeconfig, the namespace its
     RBAC allows, the webhook Secret its Role names, debug logs to ``log``."""
     with log.open("ab") as out:
@@ -247,13 +247,7 @@ def _start(kubeconfig: Path, log: Path, namespace: str, ports: Mapping[str, int]
             stderr=out,
             env={**os.environ, "PYTHONPATH": str(_SRC)},
         )  # fmt: skip
-    return operator.Process(
-        proc,
-        f"{socket.gethostname()}_{proc.pid}",
-        ports["health_probe_bind_address"],
-        ports["metrics_bind_address"],
-        log,
-    )
+    return operator.Process(proc, f"{socket.gethostname()}_{proc.pid}", log)  # its ports: from its log
 
 
 async def _tls_versions(port: int, ca_pem: str) -> dict[str, str]:
@@ -300,7 +294,7 @@ async def test_security_basics(
             # the API server calls the process under test (its default webhook address) meanwhile
             await crd.install(c, webhook_url=f"https://{binds['webhook_bind_address']}{crd.WEBHOOK_PATH}")
             started = time.monotonic()
-            proc = _start(kubeconfig, log, ns, ports)
+            proc = _start(kubeconfig, log, ns)
             try:
 
                 async def ready() -> bool:
@@ -322,6 +316,10 @@ async def test_security_basics(
                 ready_s = time.monotonic() - started
                 # (a) every listening socket of the process is on loopback, at the defaults
                 sockets = listening(proc.proc.pid)
+                logged = {
+                    "health_probe_bind_address": proc.health_port,
+                    "metrics_bind_address": proc.metrics_port,
+                }
                 # (b) TLS versions: the webhook, and the control accepting all of them
                 hook_secret = await c.get(resources.SECRET, serve.SECRET[1], ns)
                 pems = {k: base64.b64decode(v).decode() for k, v in hook_secret["data"].items()}
@@ -350,6 +348,9 @@ async def test_security_basics(
     assert {proto for proto, _, _ in sockets} <= {"tcp"}, f"not TCP over IPv4 only: {sockets}"
     assert {address for _, address, _ in sockets} == {LOOPBACK}, f"not loopback only: {sockets}"
     assert sorted(port for _, _, port in sockets) == sorted(ports.values()), (sockets, binds)
+    assert logged == {k: ports[k] for k in logged}, (
+        f"its log's serving lines: {logged}, the defaults: {binds}"
+    )
     # (b)
     print(f"security: TLS handshakes with the webhook {hook_versions}; with the control {control_versions}")
     accepted = {"TLSv1": "TLSv1", "TLSv1_1": "TLSv1.1", "TLSv1_2": "TLSv1.2", "TLSv1_3": "TLSv1.3"}

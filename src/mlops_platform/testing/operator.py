@@ -26,7 +26,6 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import wait
-from mlops_platform.testing.ports import free_port
 
 _SRC = Path(__file__).resolve().parents[2]  # the directory holding this package (``src``)
 
@@ -61,14 +60,29 @@ async def running(
 @dataclasses.dataclass
 class Process:
     """One ``mlops-platform run`` process: its JSON log (stderr) in ``log``, probes and metrics on
-    loopback ports of its own."""
+    loopback ports the kernel gave it (``127.0.0.1:0``), as its log's ``serving`` lines say."""
 
     proc: subprocess.Popen[bytes]
     identity: str  # its leader-election identity (hostname_pid)
-    health_port: int
-    metrics_port: int
     log: Path
     killed_at: float | None = None  # wall clock (time.time), to compare with log timestamps
+    _ports: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def _port(self, server: str) -> int | None:
+        """The port its ``server`` listens on, once it has logged it."""
+        if server not in self._ports:
+            for line in self.lines():
+                if line.get("msg") == "serving" and "server" in line:
+                    self._ports[line["server"]] = int(line["address"].rsplit(":", 1)[1])
+        return self._ports.get(server)
+
+    @property
+    def health_port(self) -> int | None:
+        return self._port("health probe")
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._port("metrics")
 
     def lines(self) -> list[dict[str, Any]]:
         """Its JSON log lines so far."""
@@ -87,6 +101,8 @@ class Process:
 
     async def ready(self) -> bool:
         """Whether ``/readyz`` answers 200."""
+        if self.health_port is None:
+            return False
         try:
             async with httpx.AsyncClient(timeout=2) as http:
                 return (await http.get(f"http://127.0.0.1:{self.health_port}/readyz")).status_code == 200
@@ -95,6 +111,8 @@ class Process:
 
     async def metrics(self) -> str:
         """Its ``/metrics`` text."""
+        if self.metrics_port is None:
+            raise ConnectionError(f"operator {self.identity} has not logged its metrics port yet")
         async with httpx.AsyncClient(timeout=5) as http:
             return (await http.get(f"http://127.0.0.1:{self.metrics_port}/metrics")).text
 
@@ -131,23 +149,23 @@ class Process:
 
 def start(kubeconfig: Path, log: Path, *args: str, env: Mapping[str, str] | None = None) -> Process:
     """Start ``mlops-platform run --kubeconfig KUBECONFIG ARGS...`` from this checkout's sources,
-    its probes and metrics on free loopback ports (``args`` must not set them), stderr appended
-    to ``log``. The caller stops it (:meth:`Process.stop`)."""
-    health, metrics = free_port(), free_port()
+    its probes and metrics on loopback ports the kernel picks as it binds (``args`` must not set
+    them: a port picked free beforehand can be taken by another process's connection meanwhile),
+    stderr appended to ``log``. The caller stops it (:meth:`Process.stop`)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "mlops_platform.cli", "run",
                 "--kubeconfig", str(kubeconfig),
-                "--health-probe-bind-address", f"127.0.0.1:{health}",
-                "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                "--health-probe-bind-address", "127.0.0.1:0",
+                "--metrics-bind-address", "127.0.0.1:0",
                 *args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=out,
             env={**os.environ, "PYTHONPATH": str(_SRC), **(env or {})},
         )  # fmt: skip
-    return Process(proc, f"{socket.gethostname()}_{proc.pid}", health, metrics, log)
+    return Process(proc, f"{socket.gethostname()}_{proc.pid}", log)
 
 
 def elected(

@@ -105,3 +105,23 @@ async def test_the_manager_serves_its_loops_tasks_once_running() -> None:
     finally:
         mgr.stop()
         await asyncio.wait_for(running, 10)
+
+
+async def test_the_manager_logs_the_address_each_server_bound(caplog: pytest.LogCaptureFixture) -> None:
+    """Port 0 lets the kernel pick (a port picked free beforehand can be taken by another process's
+    connection before the bind: a test's operator replica once died of it); the log says which."""
+    caplog.set_level("INFO", logger="mlops_platform.runtime.control.manager")
+    options = rmanager.Options(health_probe_address=("127.0.0.1", 0), metrics_address=("127.0.0.1", 0))
+    mgr = rmanager.Manager(fakes.FakeClient(), options)
+    running = asyncio.create_task(mgr.run())
+    try:
+        await wait.until(mgr.is_ready, timeout=10, what="manager ready")
+        served = {r.server: r.address for r in caplog.records if r.getMessage() == "serving"}
+        assert served == {
+            "health probe": f"127.0.0.1:{mgr.health_port}",
+            "metrics": f"127.0.0.1:{mgr.metrics_port}",
+        }
+        assert 0 not in (mgr.health_port, mgr.metrics_port)
+    finally:
+        mgr.stop()
+        await asyncio.wait_for(running, 10)

@@ -444,5 +444,7 @@ class Manager:
         if o.metrics_address:
             host, port = o.metrics_address
             self._metrics_server = rmetrics.metrics_server(self.metrics.registry, host, port)
-        for s in self._servers:
-            await s.start()
+        for what, server in (("health probe", self._health_server), ("metrics", self._metrics_server)):
+            if server is not None:
+                await server.start()  # port 0: the kernel picks one; the log says which
+                log.info("serving", extra={"server": what, "address": f"{server.host}:{server.port}"})
