@@ -66,12 +66,13 @@ class Process:
     identity: str  # its leader-election identity (hostname_pid)
     log: Path
     killed_at: float | None = None  # wall clock (time.time), to compare with log timestamps
+    log_start: int = 0  # where its lines begin in ``log`` (appended to: an earlier process's come first)
     _ports: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def _port(self, server: str) -> int | None:
         """The port its ``server`` listens on, once it has logged it."""
         if server not in self._ports:
-            for line in self.lines():
+            for line in self.lines(own=True):
                 if line.get("msg") == "serving" and "server" in line:
                     self._ports[line["server"]] = int(line["address"].rsplit(":", 1)[1])
         return self._ports.get(server)
@@ -84,10 +85,11 @@ class Process:
     def metrics_port(self) -> int | None:
         return self._port("metrics")
 
-    def lines(self) -> list[dict[str, Any]]:
-        """Its JSON log lines so far."""
+    def lines(self, *, own: bool = False) -> list[dict[str, Any]]:
+        """The JSON lines of its log so far; ``own``: only this process's."""
         out = []
-        for line in self.log.read_text().splitlines():
+        text = self.log.read_bytes()[self.log_start if own else 0 :].decode(errors="replace")
+        for line in text.splitlines():
             with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
         return out
@@ -152,6 +154,7 @@ def start(kubeconfig: Path, log: Path, *args: str, env: Mapping[str, str] | None
     its probes and metrics on loopback ports the kernel picks as it binds (``args`` must not set
     them: a port picked free beforehand can be taken by another process's connection meanwhile),
     stderr appended to ``log``. The caller stops it (:meth:`Process.stop`)."""
+    log_start = log.stat().st_size if log.exists() else 0
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [
@@ -165,7 +168,7 @@ def start(kubeconfig: Path, log: Path, *args: str, env: Mapping[str, str] | None
             stderr=out,
             env={**os.environ, "PYTHONPATH": str(_SRC), **(env or {})},
         )  # fmt: skip
-    return Process(proc, f"{socket.gethostname()}_{proc.pid}", log)
+    return Process(proc, f"{socket.gethostname()}_{proc.pid}", log, log_start=log_start)
 
 
 def elected(
