@@ -109,6 +109,7 @@ from bench._common import (
     write_json,
 )
 from bench.operator_footprint import FRAMEWORKS, inference_service, max_replicas
+from mlops_platform.devcluster import logs
 from mlops_platform.testing.ports import free_port
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class Impl:
         return parse_requests(fetch(self.metrics_url))
 
     def tail(self, n: int = 30) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        return logs.tail(self.log_path, n)
 
     def gc_pauses(self) -> dict[str, dict[str, float]]:
         """Ours only: per generation, the garbage collections so far, their seconds in all, and how

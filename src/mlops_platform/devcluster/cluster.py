@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from mlops_platform.devcluster import binaries, crds, gomod, nodes, usage
+from mlops_platform.devcluster import binaries, crds, gomod, logs, nodes, usage
 from mlops_platform.runtime import objects
 from mlops_platform.runtime import wait as rwait
 from mlops_platform.runtime.transport import client as rclient
@@ -351,11 +351,7 @@ def component_running(name: str, component: str) -> bool:
 
 
 def _log_tail(name: str, component: str, lines: int = 5) -> str:
-    path = cluster_dir(name) / "logs" / f"{component}.log"
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as e:
-        return f"(no log: {e})"
+    return logs.tail(cluster_dir(name) / "logs" / f"{component}.log", lines)
 
 
 #: how many times a start gives a component that exited another go before it fails

@@ -47,7 +47,7 @@ import aiohttp
 import obstore
 from obstore.store import GCSStore, S3Store
 
-from mlops_platform.devcluster import binaries
+from mlops_platform.devcluster import binaries, logs
 from mlops_platform.testing.ports import free_port
 from mlops_platform.testing.wait import until
 
@@ -74,10 +74,7 @@ class ServerProcess:
     log_path: Path
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return logs.tail(self.log_path, lines)
 
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``STOP_TIMEOUT``; reaped either way."""

@@ -22,6 +22,7 @@ import httpx2 as httpx
 
 from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.devcluster import logs
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -72,7 +73,7 @@ class Process:
     def _port(self, server: str) -> int | None:
         """The port its ``server`` listens on, once it has logged it."""
         if server not in self._ports:
-            for line in self.lines(own=True):
+            for line in self.lines():
                 if line.get("msg") == "serving" and "server" in line:
                     self._ports[line["server"]] = int(line["address"].rsplit(":", 1)[1])
         return self._ports.get(server)
@@ -85,21 +86,17 @@ class Process:
     def metrics_port(self) -> int | None:
         return self._port("metrics")
 
-    def lines(self, *, own: bool = False) -> list[dict[str, Any]]:
-        """The JSON lines of its log so far; ``own``: only this process's."""
+    def lines(self) -> list[dict[str, Any]]:
+        """Its JSON log lines so far (not those of a process before it in the same file)."""
         out = []
-        text = self.log.read_bytes()[self.log_start if own else 0 :].decode(errors="replace")
-        for line in text.splitlines():
+        for line in self.log.read_bytes()[self.log_start :].decode(errors="replace").splitlines():
             with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
         return out
 
     def tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines of its log, for a failure message."""
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError as e:
-            return f"(no log: {e})"
+        return logs.tail(self.log, lines)
 
     async def ready(self) -> bool:
         """Whether ``/readyz`` answers 200."""

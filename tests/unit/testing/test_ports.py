@@ -39,11 +39,16 @@ def test_a_port_that_is_taken_is_not_handed_out(monkeypatch: pytest.MonkeyPatch,
         assert ports.free_port() != port
 
 
-@pytest.mark.parametrize("content", [None, "1024 65535", "garbage"])
+@pytest.mark.parametrize("content", [None, "1024 65535", "garbage", ""])
 def test_without_room_below_the_range_the_kernel_picks(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: str | None
 ) -> None:
     if content is not None:
         (tmp_path / "range").write_text(content)
     monkeypatch.setattr(ports, "EPHEMERAL_RANGE", tmp_path / "range")
+
+    def no_pick_below(*args: object) -> int:
+        raise AssertionError("picked below a range it could not read or that leaves no room")
+
+    monkeypatch.setattr(ports.random, "randrange", no_pick_below)
     assert _bindable(ports.free_port())
