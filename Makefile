@@ -25,7 +25,8 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## create .venv with the package and dev tools
 
-binaries: ## build (or reuse cached) etcd, kube-*, kubectl, kwok from pinned Go modules
+binaries: ## build (or reuse cached) etcd, kube-*, kubectl, kwok, the real node's kubelet, containerd, CNI... from pinned Go modules; the node's Debian packages
+	@hack/install-node-packages
 	@hack/build-control-plane
 
 cluster-up: venv binaries ## start the local control plane (idempotent)
