@@ -626,7 +626,9 @@ async def amain(a: argparse.Namespace) -> Result:
     with tempfile.TemporaryDirectory(prefix="mlops-bench-conversion-") as tmp:
         try:
             dev_cluster_down(a.cluster_name)  # a fresh cluster: nothing stored at another version
-            kubeconfig, _ = dev_cluster_up(a.cluster_name, "--nodes", "1", "--without-metrics-server")
+            kubeconfig, _ = dev_cluster_up(
+                a.cluster_name, "--nodes", "1", "--without-metrics-server", "--real-nodes", "0"
+            )
             t0 = time.monotonic()
             m0 = read_machine()
             await asyncio.wait_for(measure(a, kubeconfig, Path(tmp) / "webhook.log", result), a.timeout)

@@ -33,8 +33,9 @@ process whose command line names the kubeconfig's directory: etcd, kube-*, kwok)
 load from other processes is visible. The rest is a difference of tick-sampled (``/proc/stat``) and
 per-process accounting and can come out slightly negative.
 
-The local dev cluster's Service range is 10.96.0.0/16 (``devcluster.cluster.SERVICE_CIDR``); a cluster
-created before that change had kube-apiserver's default /24, which fits only 253 Services.
+The local dev cluster's Service range is a /17 of its address block (``devcluster.realnode.addressing``:
+32,765 Services); a cluster created before blocks had 10.96.0.0/16, and one before that kube-apiserver's
+default /24, which fits only 253 Services.
 
 The run is collect (the phases, as a ``Footprint``) -> summarise (the figures) -> render (the tables).
 
@@ -95,8 +96,8 @@ MAX_REPLICAS = (1, 1, 2, 3)
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 REQUESTS_METRIC = "rest_client_requests_by_resource_total"
 RECONCILE_METRIC = "controller_runtime_reconcile_total"
-#: the dev cluster's --service-cluster-ip-range 10.96.0.0/16, less network, broadcast and `kubernetes`
-DEV_CLUSTER_MAX_SERVICES = 2**16 - 3
+#: the dev cluster's --service-cluster-ip-range (a /17 of its block), less network, broadcast and `kubernetes`
+DEV_CLUSTER_MAX_SERVICES = 2**15 - 3
 RequestKey = tuple[str, str, str]  # (verb, resource, code)
 
 
@@ -883,7 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"warning: the dev cluster's service range fits {DEV_CLUSTER_MAX_SERVICES} Services; "
                 f"--count {args.count} will not all get Ready"
             )
-        kubeconfig, up_seconds = dev_cluster_up(args.cluster_name)
+        kubeconfig, up_seconds = dev_cluster_up(args.cluster_name, "--real-nodes", "0")
         result["cluster_up_seconds"] = up_seconds
         started_cluster = True
     log_dir = Path(tempfile.mkdtemp(prefix="mlops-bench-op-"))

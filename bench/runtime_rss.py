@@ -584,7 +584,7 @@ def collect_cache(args: argparse.Namespace) -> CacheMeasurement:
     started_cluster = False
     kubeconfig: str = args.kubeconfig or ""
     if not kubeconfig:
-        kubeconfig, _ = dev_cluster_up(args.cluster_name)
+        kubeconfig, _ = dev_cluster_up(args.cluster_name, "--real-nodes", "0")
         started_cluster = True
     teardown = started_cluster and not args.keep_cluster
     try:

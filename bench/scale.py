@@ -1067,7 +1067,7 @@ def fresh_cluster(name: str, n: int) -> str:
     # no metrics-server (and upstream's HPA timing): the cluster the recorded figures were taken on;
     # with it, half of N InferenceServices' HPAs would be synced every 5 s against real metrics
     cmd = [*cli_binary(), "dev", "up", "--name", name, "--nodes", str(nodes_for(n)), "--unthrottled"]
-    cmd.append("--without-metrics-server")
+    cmd += ["--without-metrics-server", "--real-nodes", "0"]  # thousands of pods: kwok nodes only
     log(f"fresh cluster: {' '.join(cmd)}")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]

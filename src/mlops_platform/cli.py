@@ -685,6 +685,15 @@ _name = click.option("--name", default="mlops-dev", show_default=True, help="clu
     help="fake CPU nodes, 250 pods each (besides the 2 GPU nodes); added to a running cluster too",
 )
 @click.option(
+    "--real-nodes",
+    type=click.IntRange(min=0, max=10),
+    default=1,
+    show_default=True,
+    help="real worker nodes (kubelet, containerd, kube-proxy in namespaces of their own; tainted: only "
+    "pods that tolerate mlops.platform/real-node run there); added to a running cluster too; 0 for "
+    "scale benchmarks",
+)
+@click.option(
     "--unthrottled",
     is_flag=True,
     help="no client QPS limits in controller-manager and scheduler, no in-flight limits in the API "
@@ -701,6 +710,7 @@ def up(
     without_crds: bool,
     wait: float,
     cpu_nodes: int,
+    real_nodes: int,
     unthrottled: bool,
     without_metrics_server: bool,
 ) -> None:
@@ -713,6 +723,7 @@ def up(
             install_crds=not without_crds,
             wait=wait,
             cpu_nodes=cpu_nodes,
+            real_nodes=real_nodes,
             unthrottled=unthrottled,
             metrics_server=not without_metrics_server,
         )

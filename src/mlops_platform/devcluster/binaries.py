@@ -229,3 +229,45 @@ def object_store_server(name: str, build: bool = True) -> Path:
     if not cached.is_file():
         raise FileNotFoundError(f"hack/build-control-plane --object-stores-only did not produce {cached}")
     return cached
+
+
+# The real worker node's tools (devcluster.realnode) -> their versions.env key; kubelet and kube-proxy
+# are in the control plane's directory (the same k8s.io/kubernetes).
+NODE_TOOLS = {
+    "containerd": "CONTAINERD_VERSION",
+    "cni-plugins": "CNI_PLUGINS_VERSION",
+    "kube-router": "KUBE_ROUTER_VERSION",
+    "coredns": "COREDNS_VERSION",
+}
+_NODE_FILES = {
+    "containerd": ("containerd", "containerd-shim-runc-v2", "ctr"),
+    "cni-plugins": ("bridge", "host-local", "loopback", "portmap"),
+    "kube-router": ("kube-router",),
+    "coredns": ("coredns",),
+}
+
+
+def node_tool_dir(tool: str) -> Path:
+    """Where ``hack/build-control-plane`` puts a node tool: ``<cache>/bin/<tool>-<version>``."""
+    return cache_root() / "bin" / f"{tool}-{versions()[NODE_TOOLS[tool]]}"
+
+
+def node_tools(build: bool = True) -> dict[str, Path]:
+    """The real node's tool directories and kubelet/kube-proxy, built (``hack/build-control-plane
+    --node-only``, minutes when cold) when missing and allowed."""
+
+    def missing() -> list[Path]:
+        files = [node_tool_dir(t) / f for t, fs in _NODE_FILES.items() for f in fs]
+        files += [cache_bin_dir() / "kubelet", cache_bin_dir() / "kube-proxy"]
+        return [f for f in files if not f.is_file()]
+
+    if missing():
+        root = repo_root()
+        if not build or root is None:
+            how = "run `hack/build-control-plane --node-only`" if root else "use a source checkout"
+            raise FileNotFoundError(f"real node binaries missing: {', '.join(map(str, missing()))}: {how}")
+        subprocess.run([str(root / "hack" / "build-control-plane"), "--node-only"], check=True)
+        if missing():
+            raise FileNotFoundError(f"hack/build-control-plane --node-only did not produce {missing()}")
+    found = {t: node_tool_dir(t) for t in NODE_TOOLS}
+    return found | {"kubelet": cache_bin_dir() / "kubelet", "kube-proxy": cache_bin_dir() / "kube-proxy"}

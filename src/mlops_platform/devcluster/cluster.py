@@ -32,6 +32,8 @@ from typing import Any
 import yaml
 
 from mlops_platform.devcluster import binaries, crds, gomod, logs, nodes, usage
+from mlops_platform.devcluster.realnode import addons, addressing, fabric
+from mlops_platform.devcluster.realnode import node as realnode
 from mlops_platform.runtime import objects
 from mlops_platform.runtime import wait as rwait
 from mlops_platform.runtime.transport import client as rclient
@@ -145,6 +147,8 @@ def kwokctl_config(
     metrics_server: bool = True,
     metrics_server_manifests: str | None = None,
     audit_policy: str | None = None,
+    block: addressing.Block | None = None,
+    pki_dir: Path | None = None,
 ) -> str:
     """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML).
 
@@ -161,6 +165,14 @@ def kwokctl_config(
 
     ``audit_policy``: the file holding :data:`AUDIT_POLICY` (kwokctl copies it into the cluster and
     points kube-apiserver's ``--audit-policy-file`` and ``--audit-log-path`` at it and its log).
+
+    ``block``: the cluster's address block (:mod:`~mlops_platform.devcluster.realnode.addressing`):
+    its Service range, and what real nodes need of the API server: it advertises the fabric's
+    address (the ``kubernetes`` Service's endpoint, where pods reach it), its serving certificate
+    names that address and the ``kubernetes`` Service IP, it reaches kubelets with the admin client
+    certificate (``pki_dir``, kwokctl's) at their ``InternalIP`` only (never a node name, which it
+    would resolve through the machine's DNS), and kwok manages only the fake nodes (annotated
+    ``kwok.x-k8s.io/node=fake``), never a real node or its pods.
 
     Always: the built-in storage version migration API and its controller (``FEATURE_GATES``,
     ``RUNTIME_CONFIG``)."""
@@ -196,6 +208,24 @@ def kwokctl_config(
             },
         ],
     }
+    if block is not None and pki_dir is not None:
+        conf["componentsPatches"][0]["extraArgs"] = [
+            {"key": "service-cluster-ip-range", "value": block.service_cidr},
+            {"key": "advertise-address", "value": block.api_address},
+            {"key": "kubelet-client-certificate", "value": str(pki_dir / "admin.crt")},
+            {"key": "kubelet-client-key", "value": str(pki_dir / "admin.key")},
+            {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+        ]
+        conf["options"]["kubeApiserverCertSANs"] = [block.api_address, block.kubernetes_service_ip]
+        conf["componentsPatches"].append(
+            {
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-annotation-selector", "value": nodes.FAKE_NODE_SELECTOR},
+                ],
+            }
+        )
     if audit_policy is not None:
         conf["options"]["kubeAuditPolicy"] = audit_policy
         conf["componentsPatches"][0]["extraArgs"].append(
@@ -259,12 +289,15 @@ def up(
     cpu_nodes: int = nodes.CPU_NODES,
     unthrottled: bool = False,
     metrics_server: bool = True,
+    real_nodes: int = 1,
 ) -> Path:
     """Start (or reuse) the cluster ``name``; return its kubeconfig path.
 
     ``cpu_nodes``: fake CPU nodes (each fits :data:`nodes.PODS_PER_NODE` pods), added to a running
-    cluster too; ``unthrottled`` (see :func:`kwokctl_config`) and ``metrics_server`` (metrics-server,
-    kwok's Metric and resource-usage CRDs, the default usage) apply when the cluster is created."""
+    cluster too; ``real_nodes``: real worker nodes (:mod:`~mlops_platform.devcluster.realnode`),
+    added to a running cluster too; ``unthrottled`` (see :func:`kwokctl_config`) and
+    ``metrics_server`` (metrics-server, kwok's Metric and resource-usage CRDs, the default usage)
+    apply when the cluster is created."""
     started = time.monotonic()
     _log("resolving control-plane binaries", started)
     bins = binaries.find()
@@ -284,10 +317,19 @@ def up(
                     _create(bins, name, wait, started, unthrottled, metrics_server)
             else:
                 _create(bins, name, wait, started, unthrottled, metrics_server)
+            block = fabric.block_of(workdir(), name)
+            if block is not None:  # the fabric and the API bridge, before another cluster starts
+                _log(
+                    f"the cluster's network: {block.network} (fabric namespace, one veth to the host)",
+                    started,
+                )
+                fabric.Fabric(name, cluster_dir(name), block, _api_port(name)).up()
             # kwokctl returns before every component listens (metrics-server binds seconds later):
             # a cluster started meanwhile would count down to the same free port
             asyncio.run(_ports_bound(name, wait, bins, started))
     asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
+    if real_nodes:
+        _real_nodes(name, real_nodes, wait, started)
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
 
@@ -402,16 +444,66 @@ async def _ports_bound(name: str, timeout: float, bins: binaries.Binaries, start
     )
 
 
+def _api_port(name: str) -> int:
+    server = yaml.safe_load(kubeconfig_path(name).read_text())["clusters"][0]["cluster"]["server"]
+    return int(server.rsplit(":", 1)[1])
+
+
+def _real_nodes(name: str, count: int, wait: float, started: float) -> None:
+    """Real nodes 0..count-1 up (the running ones are left alone), and Ready."""
+    block = fabric.block_of(workdir(), name)
+    if block is None:
+        raise RuntimeError(
+            f"cluster {name!r} was created before real nodes came (it has no address block):"
+            f" `mlops-platform dev down --name {name}` and up again"
+        )
+    tools = binaries.node_tools()
+    bins = realnode.NodeBinaries(
+        kubelet=tools["kubelet"],
+        kube_proxy=tools["kube-proxy"],
+        containerd_dir=tools["containerd"],
+        cni_dir=tools["cni-plugins"],
+        kube_router=tools["kube-router"] / "kube-router",
+    )
+    fab = fabric.Fabric(name, cluster_dir(name), block, _api_port(name))
+    fab.up()
+    _log(f"starting {count} real node(s): containerd, kubelet, kube-proxy (images built or cached)", started)
+    started_nodes = fab.up_nodes(count, bins, max_pods=realnode.MAX_PODS)
+    names = [n.name for n in started_nodes]
+
+    async def ready() -> None:
+        async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
+            await addons.install(c, block)
+            _log(
+                f"waiting for the real node(s) {', '.join(names)} to be Ready, then the cluster DNS", started
+            )
+            await nodes.wait_ready(c, names, timeout=wait, label_selector=realnode.SELECTOR)
+            await rwait.until(
+                lambda: addons.dns_available(c),
+                timeout=wait,
+                interval=0.5,
+                what="the cluster DNS (CoreDNS) Available",
+            )
+
+    asyncio.run(ready())
+
+
 def _create(
     bins: binaries.Binaries, name: str, wait: float, started: float, unthrottled: bool, metrics_server: bool
 ) -> None:
     workdir().mkdir(parents=True, exist_ok=True)
+    block = fabric.claim_block(workdir(), name)
     config_file = workdir() / f"{name}.kwokctl.yaml"
     policy_file = workdir() / f"{name}.audit-policy.yaml"
     policy_file.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
     config_file.write_text(
         kwokctl_config(
-            bins, unthrottled=unthrottled, metrics_server=metrics_server, audit_policy=str(policy_file)
+            bins,
+            unthrottled=unthrottled,
+            metrics_server=metrics_server,
+            audit_policy=str(policy_file),
+            block=block,
+            pki_dir=cluster_dir(name) / "pki",
         )
     )
     parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
@@ -514,7 +606,11 @@ def _pids(name: str) -> Iterator[int]:
 
 
 def down(name: str = DEFAULT_NAME) -> None:
-    """Delete the cluster ``name`` and make sure none of its processes is left."""
+    """Delete the cluster ``name`` and make sure none of its processes is left: its real nodes and
+    their namespaces, cgroups and state first, then the control plane."""
+    block = fabric.block_of(workdir(), name)
+    if block is not None:
+        fabric.Fabric(name, cluster_dir(name), block).down()
     if exists(name):
         bins = binaries.find(build=False, names=("kwokctl", "kubectl"))
         result = _kwokctl(bins, "delete", "cluster", "--name", name, check=False)
@@ -534,6 +630,7 @@ def down(name: str = DEFAULT_NAME) -> None:
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     (workdir() / f"{name}.kwokctl.yaml").unlink(missing_ok=True)
     (workdir() / f"{name}.audit-policy.yaml").unlink(missing_ok=True)
+    fabric.release_block(workdir(), name)
     _log(f"cluster {name!r} is down; no process left")
 
 

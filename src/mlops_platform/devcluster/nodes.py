@@ -15,6 +15,9 @@ CPU_NODES = 3
 GPU_NODES = 2
 GPUS_PER_NODE = 8
 POOL_LABEL = "mlops.platform/pool"
+#: what marks a fake node; kwok manages only the nodes it selects (never a real node)
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+FAKE_NODE_SELECTOR = f"{FAKE_NODE_ANNOTATION}=fake"
 RESOURCE_METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"
 
 # Upstream kwok stages (files of sigs.k8s.io/kwok at the pinned version), the same set kwokctl
@@ -45,7 +48,7 @@ def _node(name: str, pool: str, extra: dict[str, str]) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "annotations": {
-                "kwok.x-k8s.io/node": "fake",
+                FAKE_NODE_ANNOTATION: "fake",
                 "node.alpha.kubernetes.io/ttl": "0",
                 # where metrics-server scrapes this node's resource metrics: kwok serves them per node
                 # (the path of upstream's Metric ``metrics-resource``; kwokctl's own nodes carry it too)
@@ -86,12 +89,14 @@ def is_ready(node: dict[str, Any]) -> bool:
     return objects.condition_is(node, "Ready")
 
 
-async def wait_ready(c: rclient.Client, names: list[str], *, timeout: float) -> None:
+async def wait_ready(
+    c: rclient.Client, names: list[str], *, timeout: float, label_selector: str = "type=kwok"
+) -> None:
     """Wait until every named node reports Ready=True (TimeoutError names the laggards)."""
     pending = set(names)
 
     async def all_ready() -> bool:
-        listing = await c.list(resources.NODE, label_selector="type=kwok")
+        listing = await c.list(resources.NODE, label_selector=label_selector)
         ready = {objects.name(n) for n in listing.get("items", []) if is_ready(n)}
         pending.clear()
         pending.update(set(names) - ready)

@@ -1,0 +1,248 @@
+"""Starting and stopping a real node: containerd, kubelet and kube-proxy inside the node's namespaces.
+
+A node's files live in ``<cluster dir>/realnodes/<node>/`` (its private ``/var/lib``, ``/var/log``,
+``/run`` and ``/etc/cni`` under ``fs/``, its configs, credentials, logs and PID files); its processes
+in its cgroup root. :meth:`RealNode.down` kills every process of that cgroup root (daemons, shims,
+pods), then removes the cgroups, the mount namespace and the network namespace: nothing is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from mlops_platform.devcluster.realnode import configs, images, netns, pki
+from mlops_platform.devcluster.realnode.addressing import Block
+
+NODE_PREFIX = "real-node-"
+LABELS = {configs.REAL_NODE_LABEL: "true", "mlops.platform/pool": "real", "type": "real"}
+SELECTOR = "type=real"
+#: pods a real node admits (kubelet's maxPods); docs/dev-cluster.md says what the machine holds
+MAX_PODS = 30
+RUNC = Path("/usr/sbin/runc")
+SYSTEM_PATH = (
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+)  # Debian's runc (docs/dev-cluster.md: why not a module build)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeBinaries:
+    kubelet: Path
+    kube_proxy: Path
+    containerd_dir: Path  # containerd, containerd-shim-runc-v2, ctr
+    cni_dir: Path
+    kube_router: Path
+
+    @property
+    def ctr(self) -> Path:
+        return self.containerd_dir / "ctr"
+
+
+COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
+#: kube-router's flags: its network-policy controller only (its router, service proxy and
+#: load-balancer allocator stay off: they are what its published advisories concern)
+KUBE_ROUTER_FLAGS = (
+    "--run-firewall=true",
+    "--run-router=false",
+    "--run-service-proxy=false",
+    "--run-loadbalancer=false",
+    "--health-port=20244",
+    "--metrics-port=0",
+    "--v=1",
+)
+
+
+def node_name(index: int) -> str:
+    return f"{NODE_PREFIX}{index}"
+
+
+class RealNode:
+    """Node ``index`` of the cluster ``cluster`` (whose files are under ``cluster_dir``)."""
+
+    def __init__(self, cluster: str, cluster_dir: Path, block: Block, index: int) -> None:
+        self.cluster, self.block, self.index = cluster, block, index
+        self.name = node_name(index)
+        self.root = cluster_dir / "realnodes" / self.name
+        self.fs = self.root / "fs"
+        self.mount = netns.MountNamespace(self.root)
+        self.cgroup = netns.CgroupRoot(f"mlops.{cluster}.{self.name}")
+        self.cluster_pki = cluster_dir / "pki"
+
+    # -- where things are, seen from the host
+    def log_path(self, component: str) -> Path:
+        return self.root / "logs" / f"{component}.log"
+
+    def _pid_file(self, component: str) -> Path:
+        return self.root / "pids" / f"{component}.pid"
+
+    def pid(self, component: str) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(self._pid_file(component).read_text())
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return pid
+        return None
+
+    @property
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    # -- lifecycle
+    def up(self, bins: NodeBinaries, server: str, max_pods: int) -> None:
+        """Namespaces, configs, credentials; containerd with the local images; kubelet, kube-proxy,
+        kube-router. A node whose components all run is left alone (``dev up`` on a running
+        cluster); one whose components are partly gone has the missing ones started again."""
+        if all(self.pid(c) is not None for c in COMPONENTS):
+            return
+        self.cgroup.up()
+        netns.node_net_up(self.block, self.index)
+        self.mount.up()
+        argv = self._configure(bins, server, max_pods)
+        self._start("containerd", argv["containerd"], bins)
+        self._wait_containerd(bins)
+        self.import_images(bins, [images.archive(r) for r in images.ALL])
+        for component in COMPONENTS[1:]:
+            self._start(component, argv[component], bins)
+
+    def _configure(self, bins: NodeBinaries, server: str, max_pods: int) -> dict[str, list[str]]:
+        """Write every component's configuration and credentials; return their command lines."""
+        conf, cni_conf, pki_dir = self.root / "config", self.root / "cni", self.root / "pki"
+        for d in (conf, cni_conf):
+            d.mkdir(parents=True, exist_ok=True)
+        conflist = configs.cni_conflist(block=self.block, index=self.index)
+        (cni_conf / "10-mlops-pods.conflist").write_text(conflist)
+        containerd = configs.containerd_config(
+            cni_bin_dir=bins.cni_dir, cni_conf_dir=cni_conf, runc=RUNC, pause_image=images.PAUSE.ref
+        )
+        (conf / "containerd.toml").write_text(containerd)
+        kubeconfigs = {
+            who.file: pki.write_kubeconfig(pki_dir, self.cluster_pki, who, server)
+            for who in (pki.kubelet(self.name), pki.KUBE_PROXY, pki.KUBE_ROUTER)
+        }
+        kubelet = configs.kubelet_config(
+            block=self.block, ca_file=pki_dir / "ca.crt", cgroup_root=self.cgroup.path, max_pods=max_pods
+        )
+        (conf / "kubelet.yaml").write_text(yaml.safe_dump(kubelet, sort_keys=False))
+        proxy = configs.kube_proxy_config(
+            block=self.block, node_name=self.name, kubeconfig=kubeconfigs["kube-proxy"]
+        )
+        (conf / "kube-proxy.yaml").write_text(yaml.safe_dump(proxy, sort_keys=False))
+        labels = ",".join(f"{k}={v}" for k, v in LABELS.items())
+        return {
+            "containerd": [
+                str(bins.containerd_dir / "containerd"),
+                "--config",
+                str(conf / "containerd.toml"),
+            ],
+            "kubelet": [
+                str(bins.kubelet),
+                f"--config={conf / 'kubelet.yaml'}",
+                f"--kubeconfig={kubeconfigs['kubelet']}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.block.node_address(self.index)}",
+                f"--node-labels={labels}",
+                "--v=1",
+            ],
+            "kube-proxy": [str(bins.kube_proxy), f"--config={conf / 'kube-proxy.yaml'}", "--v=1"],
+            "kube-router": [
+                str(bins.kube_router),
+                f"--kubeconfig={kubeconfigs['kube-router']}",
+                f"--hostname-override={self.name}",
+                f"--service-cluster-ip-range={self.block.service_cidr}",
+                *KUBE_ROUTER_FLAGS,
+            ],
+        }
+
+    def _start(self, component: str, argv: list[str], bins: NodeBinaries) -> int:
+        running = self.pid(component)
+        if running is not None:
+            return running
+        for d in ("logs", "pids"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        env = {
+            # containerd finds its shim here; kube-router its ipset and iptables (Debian's)
+            "PATH": os.pathsep.join([str(bins.containerd_dir), *SYSTEM_PATH]),
+            "HOME": "/root",
+        }
+        with self.log_path(component).open("ab") as log:
+            proc = subprocess.Popen(
+                [*netns.nsenter_prefix(self.block, self.index, self.mount), *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.cgroup.adopt(proc.pid)
+        self._pid_file(component).write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def ctr(self, bins: NodeBinaries, *args: str) -> str:
+        """``ctr`` against the node's containerd, from inside the node (the socket's path as the host
+        sees it can be longer than a unix socket address may be)."""
+        prefix = netns.nsenter_prefix(self.block, self.index, self.mount)
+        ctr = [str(bins.ctr), "--address", configs.CONTAINERD_SOCKET, "--namespace", "k8s.io"]
+        return netns.run(*prefix, *ctr, *args)
+
+    def _wait_containerd(self, bins: NodeBinaries, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.ctr(bins, "version")
+                return
+            except RuntimeError as e:
+                if self.pid("containerd") is None:
+                    raise RuntimeError(
+                        f"containerd of {self.name} exited: {_tail(self.log_path('containerd'))}"
+                    ) from e
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"containerd of {self.name} not answering after {timeout:.0f}s: {e}"
+                    ) from e
+            time.sleep(0.2)
+
+    def import_images(self, bins: NodeBinaries, archives: list[Path]) -> None:
+        """Import image archives into the node's containerd (a present image is imported again: a
+        no-op for its content); the pause image is pinned (never garbage-collected)."""
+        for tar in archives:
+            self.ctr(bins, "images", "import", str(tar))
+        self.ctr(bins, "images", "label", images.PAUSE.ref, "io.cri-containerd.pinned=pinned")
+
+    def down(self) -> None:
+        """Stop everything of the node and remove its state; idempotent."""
+        for component in reversed(COMPONENTS):
+            pid = self.pid(component)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        _wait_gone([p for c in COMPONENTS if (p := self.pid(c))], 10.0)
+        self.cgroup.down()
+        self.mount.down()
+        netns.node_net_down(self.block, self.index)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+        time.sleep(0.1)
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    from mlops_platform.devcluster import logs
+
+    return logs.tail(path, lines)

@@ -1,0 +1,221 @@
+"""The local cluster's real worker node runs pods for real: processes, logs, exec, port-forward,
+Services, crashes, memory limits, images that are not there, and real resource metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from mlops_platform.devcluster import binaries
+from mlops_platform.devcluster.realnode import node as realnode
+from mlops_platform.runtime import objects, quantity
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import realnode as rn
+from mlops_platform.testing import wait
+
+Kubectl = Any
+
+
+async def _ready_server(
+    c: rclient.Client, ns: str, name: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    await c.create(resources.POD, rn.server(name, labels), ns)
+    return await rn.wait_pod(c, ns, name, rn.is_ready, what="Ready (its readiness probe passes)")
+
+
+async def test_the_real_node_is_ready_tainted_and_reached_by_its_ip(admin_client: rclient.Client) -> None:
+    listing = await admin_client.list(resources.NODE, label_selector=realnode.SELECTOR)
+    real = listing["items"]
+    assert [objects.name(n) for n in real] == ["real-node-0"]
+    node = real[0]
+    assert objects.condition_is(node, "Ready")
+    assert {"key": "mlops.platform/real-node", "value": "true", "effect": "NoSchedule"} in node["spec"][
+        "taints"
+    ]
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+    assert re.fullmatch(r"10\.2\d\d\.0\.10", addresses["InternalIP"]), addresses
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"].startswith("v1.36") and info["containerRuntimeVersion"].startswith(
+        "containerd://2."
+    )
+    # kwok does not manage it: its own kubelet heartbeats and reports its real capacity
+    assert "kwok.x-k8s.io/node" not in (node["metadata"].get("annotations") or {})
+
+
+async def test_a_pod_really_runs_with_logs_exec_and_port_forward(
+    admin_client: rclient.Client, namespace: str, kubectl: Kubectl, kube_cluster: Path
+) -> None:
+    pod = await _ready_server(admin_client, namespace, "web")
+    assert pod["spec"]["nodeName"] == "real-node-0"
+    assert pod["status"]["podIP"].startswith(pod["status"]["hostIP"].rsplit(".", 2)[0])
+    rc, out, err = await kubectl("logs", "-n", namespace, "web")
+    assert rc == 0 and "serving on 8080" in out, err
+    rc, out, err = await kubectl(
+        "exec",
+        "-n",
+        namespace,
+        "web",
+        "--",
+        "python3",
+        "-c",
+        "import os; print(open('/proc/1/cmdline').read().split(chr(0))[0], os.uname().nodename)",
+    )
+    # PID 1 of the pod's own PID namespace is the server's python3: a real process, in its own UTS
+    assert rc == 0 and out.split() == ["python3", "web"], (out, err)
+    async with (
+        _port_forward(kube_cluster, namespace, "pod/web", 8080) as port,
+        aiohttp.ClientSession() as s,
+        s.get(f"http://127.0.0.1:{port}/hello") as r,
+    ):
+        assert (r.status, await r.text()) == (200, "web /hello")
+
+
+@contextlib.asynccontextmanager
+async def _port_forward(kubeconfig: Path, namespace: str, target: str, port: int) -> AsyncIterator[int]:
+    """``kubectl port-forward`` to a free local port on 127.0.0.1 (through the API server and the
+    kubelet); yields the local port once it forwards."""
+    proc = await asyncio.create_subprocess_exec(
+        str(binaries.find(build=False, names=("kubectl",))["kubectl"]),
+        "--kubeconfig",
+        str(kubeconfig),
+        "port-forward",
+        "-n",
+        namespace,
+        "--address",
+        "127.0.0.1",
+        target,
+        f":{port}",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        found = re.search(r"127\.0\.0\.1:(\d+) ->", line)
+        assert found, line
+        yield int(found.group(1))
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_a_service_s_cluster_ip_and_dns_name_answer_from_another_pod(
+    admin_client: rclient.Client, namespace: str, kubectl: Kubectl
+) -> None:
+    await _ready_server(admin_client, namespace, "backend", {"app": "backend"})
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "backend"},
+        "spec": {"selector": {"app": "backend"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    live = await admin_client.create(resources.SERVICE, svc, namespace)
+    await _ready_server(admin_client, namespace, "client")
+    rc, out = await rn.exec_fetch(
+        kubectl, namespace, "client", f"http://{live['spec']['clusterIP']}/via-service"
+    )
+    assert (rc, out) == (0, "backend /via-service")  # kube-proxy's rules, in the node's namespace
+    # the cluster DNS (CoreDNS) resolves the name status.url carries, and the pod's search path the short one
+    for host in (f"backend.{namespace}.svc.cluster.local", "backend"):
+        rc, out = await rn.exec_fetch(kubectl, namespace, "client", f"http://{host}/via-dns")
+        assert (rc, out) == (0, "backend /via-dns"), host
+
+
+async def test_a_crashing_container_really_goes_into_crash_loop_back_off(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    await admin_client.create(
+        resources.POD, rn.pod("crash", ["python3", "-c", "import sys; print('bye'); sys.exit(3)"]), namespace
+    )
+
+    def backing_off(p: dict[str, Any]) -> bool:
+        st = rn.container_status(p)
+        return (st.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
+
+    pod = await rn.wait_pod(admin_client, namespace, "crash", backing_off, what="CrashLoopBackOff")
+    last = rn.container_status(pod)["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) == (3, "Error")
+
+
+async def test_a_too_small_memory_limit_really_gets_oom_killed(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    hog = "b = bytearray(256 * 2**20); print('allocated', flush=True); import time; time.sleep(60)"
+    await admin_client.create(
+        resources.POD, rn.pod("hog", ["python3", "-c", hog], limits={"memory": "48Mi"}), namespace
+    )
+
+    def oom_killed(p: dict[str, Any]) -> bool:
+        st = rn.container_status(p)
+        done = (
+            (st.get("lastState") or {}).get("terminated") or (st.get("state") or {}).get("terminated") or {}
+        )
+        return done.get("reason") == "OOMKilled"
+
+    pod = await rn.wait_pod(admin_client, namespace, "hog", oom_killed, what="OOMKilled")
+    assert rn.container_status(pod)["restartCount"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "reason"), [("Never", "ErrImageNeverPull"), ("IfNotPresent", "ImagePullBackOff")]
+)
+async def test_an_image_that_is_not_on_the_node_is_never_pulled_from_anywhere(
+    admin_client: rclient.Client, namespace: str, policy: str, reason: str
+) -> None:
+    """No registry is reachable from the node (its fabric has no route out): a missing image gets the
+    kubelet's own reason."""
+    manifest = rn.pod("absent", ["true"], image="mlops.local/absent:1", pull_policy=policy)
+    await admin_client.create(resources.POD, manifest, namespace)
+    reasons: set[str] = set()
+
+    def waiting(p: dict[str, Any]) -> bool:
+        r = (rn.container_status(p).get("state") or {}).get("waiting", {}).get("reason")
+        if r:
+            reasons.add(r)
+        return r == reason
+
+    await rn.wait_pod(admin_client, namespace, "absent", waiting, what=reason)
+    assert reasons <= {reason, "ErrImagePull", "ContainerCreating"}, reasons
+
+
+async def test_metrics_server_reports_the_real_cpu_of_a_pod(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    burn = "while True: pass"
+    await admin_client.create(
+        resources.POD,
+        rn.pod("burn", ["python3", "-c", burn], limits={"cpu": "300m", "memory": "64Mi"}),
+        namespace,
+    )
+    await rn.wait_pod(
+        admin_client,
+        namespace,
+        "burn",
+        lambda p: (p.get("status") or {}).get("phase") == "Running",
+        what="Running",
+    )
+    path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/burn"
+    seen: list[str] = []
+
+    async def busy() -> bool:
+        try:
+            m = await admin_client.request("GET", path, resource="pods.metrics.k8s.io")
+        except rclient.ApiError as e:
+            if e.not_found:  # no sample yet
+                return False
+            raise
+        cpu = m["containers"][0]["usage"]["cpu"]
+        seen.append(cpu)
+        return quantity.parse(cpu) >= Decimal("0.15")  # a busy loop under a 300m limit
+
+    await wait.until(busy, timeout=120, interval=2, what="the metrics API's CPU of pod burn >= 150m")
+    assert seen
