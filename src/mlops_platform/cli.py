@@ -771,6 +771,23 @@ def load(
         click.echo(f"{r.namespace}\t{selector}\t{', '.join(parts)} of request")
 
 
+@dev.command(name="import-image")
+@_name
+@click.argument("images", nargs=-1, required=True)
+def import_image(name: str, images: tuple[str, ...]) -> None:
+    """Build (or take from the cache) local images and import them into every real node, e.g.
+    `dev import-image mlserver`. Prints each image's reference (use it with imagePullPolicy
+    IfNotPresent)."""
+    from mlops_platform.devcluster import cluster
+
+    try:
+        refs = cluster.import_images(name, list(images))
+    except (ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    for ref in refs:
+        click.echo(ref)
+
+
 @dev.command()
 @_name
 def down(name: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -182,12 +183,20 @@ def test_each_node_s_pods_get_addresses_from_its_own_range_without_masquerade() 
     assert bridge["ipam"]["ranges"] == [[{"subnet": b.pod_cidr(1), "gateway": b.pod_gateway(1)}]]
 
 
-def test_images_carry_the_local_registry_name_and_change_key_with_their_inputs() -> None:
+def test_images_carry_the_local_registry_name_and_change_key_with_their_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert images.PAUSE.ref == "mlops.local/pause:3.10"
     assert all(r.ref.startswith("mlops.local/") for r in images.ALL)
-    assert images.PYTHON.key() != images.PAUSE.key()
-    assert images.PAUSE.key(b"a") != images.PAUSE.key(b"b")
-    assert images.PYTHON.key() == images.PYTHON.key()
+    assert images.PYTHON.key() == images.PYTHON.key() != images.PAUSE.key()
+    other_base = dataclasses.replace(images.PYTHON, debian_packages=("python3", "curl"))
+    assert other_base.key() != images.PYTHON.key()
+    assert dataclasses.replace(images.MLSERVER, base=other_base).key() != images.MLSERVER.key()
+    before = images.MLSERVER.key()
+    pins = tmp_path / "pins.txt"
+    pins.write_text("mlserver==1.7.2\n")
+    monkeypatch.setattr(images, "_requirements", lambda recipe: pins)
+    assert images.MLSERVER.key() != before  # a pin changed: another image
 
 
 def _rsa_ca() -> tuple[bytes, bytes]:
@@ -274,3 +283,34 @@ def test_the_cluster_dns_is_kubeadm_s_on_the_real_node_with_the_local_image_and_
     rules = addons.kube_router_objects()[0]["rules"]
     assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in rules)  # read-only
     assert addons.kube_router_objects()[1]["subjects"][0]["name"] == pki.KUBE_ROUTER.user
+
+
+def _pins(name: str) -> dict[str, str]:
+    path = ROOT / "src/mlops_platform/devcluster/realnode/requirements" / name
+    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return dict(ln.split("==", 1) for ln in lines)
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_operator_image_pins_every_runtime_dependency_of_the_project() -> None:
+    pins = {_normal(k): v for k, v in _pins("operator.txt").items()}
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {_normal(re.split(r"[<>=!~\[;\s]", d, maxsplit=1)[0]) for d in declared}
+    assert names <= set(pins), f"refresh requirements/operator.txt: {sorted(names - set(pins))} unpinned"
+    assert images.OPERATOR.base is images.PYTHON and images.OPERATOR.project
+    assert "--config.user=65532:65532" in images.OPERATOR.config  # non-root, as the Dockerfile
+
+
+def test_the_model_server_image_has_upstream_s_pins_of_mlserver_1_7_1() -> None:
+    pins = {_normal(k): v for k, v in _pins("mlserver-1.7.1.txt").items()}
+    assert pins["mlserver"] == pins["mlserver-sklearn"] == pins["mlserver-xgboost"] == "1.7.1"
+    # upstream's poetry.lock at the 1.7.1 tag
+    assert (pins["scikit-learn"], pins["xgboost"], pins["uvloop"]) == ("1.5.2", "2.1.2", "0.21.0")
+    assert "nvidia-nccl-cu12" not in pins  # multi-GPU only: the real node has no GPU
+    assert images.MLSERVER.ref == "mlops.local/mlserver:1.7.1"
+    assert images.by_name(["mlserver"]) == [images.MLSERVER]
+    with pytest.raises(ValueError, match="no local image nope: the images are pause, python"):
+        images.by_name(["nope"])

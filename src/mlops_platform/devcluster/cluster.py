@@ -32,8 +32,7 @@ from typing import Any
 import yaml
 
 from mlops_platform.devcluster import binaries, crds, gomod, logs, nodes, usage
-from mlops_platform.devcluster.realnode import addons, addressing, fabric
-from mlops_platform.devcluster.realnode import node as realnode
+from mlops_platform.devcluster.realnode import addressing, fabric, lifecycle
 from mlops_platform.runtime import objects
 from mlops_platform.runtime import wait as rwait
 from mlops_platform.runtime.transport import client as rclient
@@ -299,6 +298,10 @@ def up(
     ``metrics_server`` (metrics-server, kwok's Metric and resource-usage CRDs, the default usage)
     apply when the cluster is created."""
     started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        _log(msg, started)
+
     _log("resolving control-plane binaries", started)
     bins = binaries.find()
     if exists(name) and _api_ready(name):
@@ -317,19 +320,14 @@ def up(
                     _create(bins, name, wait, started, unthrottled, metrics_server)
             else:
                 _create(bins, name, wait, started, unthrottled, metrics_server)
-            block = fabric.block_of(workdir(), name)
-            if block is not None:  # the fabric and the API bridge, before another cluster starts
-                _log(
-                    f"the cluster's network: {block.network} (fabric namespace, one veth to the host)",
-                    started,
-                )
-                fabric.Fabric(name, cluster_dir(name), block, _api_port(name)).up()
+            # the fabric and the API bridge, before another cluster starts
+            lifecycle.bridge(workdir(), name, cluster_dir(name), kubeconfig_path(name), progress)
             # kwokctl returns before every component listens (metrics-server binds seconds later):
             # a cluster started meanwhile would count down to the same free port
             asyncio.run(_ports_bound(name, wait, bins, started))
     asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
     if real_nodes:
-        _real_nodes(name, real_nodes, wait, started)
+        lifecycle.start(workdir(), name, cluster_dir(name), kubeconfig_path(name), real_nodes, wait, progress)
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
     return kubeconfig_path(name)
 
@@ -444,48 +442,12 @@ async def _ports_bound(name: str, timeout: float, bins: binaries.Binaries, start
     )
 
 
-def _api_port(name: str) -> int:
-    server = yaml.safe_load(kubeconfig_path(name).read_text())["clusters"][0]["cluster"]["server"]
-    return int(server.rsplit(":", 1)[1])
-
-
-def _real_nodes(name: str, count: int, wait: float, started: float) -> None:
-    """Real nodes 0..count-1 up (the running ones are left alone), and Ready."""
-    block = fabric.block_of(workdir(), name)
-    if block is None:
-        raise RuntimeError(
-            f"cluster {name!r} was created before real nodes came (it has no address block):"
-            f" `mlops-platform dev down --name {name}` and up again"
-        )
-    tools = binaries.node_tools()
-    bins = realnode.NodeBinaries(
-        kubelet=tools["kubelet"],
-        kube_proxy=tools["kube-proxy"],
-        containerd_dir=tools["containerd"],
-        cni_dir=tools["cni-plugins"],
-        kube_router=tools["kube-router"] / "kube-router",
-    )
-    fab = fabric.Fabric(name, cluster_dir(name), block, _api_port(name))
-    fab.up()
-    _log(f"starting {count} real node(s): containerd, kubelet, kube-proxy (images built or cached)", started)
-    started_nodes = fab.up_nodes(count, bins, max_pods=realnode.MAX_PODS)
-    names = [n.name for n in started_nodes]
-
-    async def ready() -> None:
-        async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
-            await addons.install(c, block)
-            _log(
-                f"waiting for the real node(s) {', '.join(names)} to be Ready, then the cluster DNS", started
-            )
-            await nodes.wait_ready(c, names, timeout=wait, label_selector=realnode.SELECTOR)
-            await rwait.until(
-                lambda: addons.dns_available(c),
-                timeout=wait,
-                interval=0.5,
-                what="the cluster DNS (CoreDNS) Available",
-            )
-
-    asyncio.run(ready())
+def import_images(name: str, names: list[str]) -> list[str]:
+    """Build (or take from the cache) the named local images and import them into every real node
+    of the cluster (:func:`lifecycle.import_images`); return their references."""
+    if not exists(name):
+        raise RuntimeError(f"cluster {name!r} does not exist: `mlops-platform dev up --name {name}`")
+    return lifecycle.import_images(workdir(), name, cluster_dir(name), names)
 
 
 def _create(
@@ -608,9 +570,7 @@ def _pids(name: str) -> Iterator[int]:
 def down(name: str = DEFAULT_NAME) -> None:
     """Delete the cluster ``name`` and make sure none of its processes is left: its real nodes and
     their namespaces, cgroups and state first, then the control plane."""
-    block = fabric.block_of(workdir(), name)
-    if block is not None:
-        fabric.Fabric(name, cluster_dir(name), block).down()
+    lifecycle.stop(workdir(), name, cluster_dir(name))
     if exists(name):
         bins = binaries.find(build=False, names=("kwokctl", "kubectl"))
         result = _kwokctl(bins, "delete", "cluster", "--name", name, check=False)

@@ -54,6 +54,7 @@ def pod(
     limits: dict[str, str] | None = None,
     image: str = IMAGE,
     pull_policy: str = "IfNotPresent",
+    restart_policy: str = "Always",
 ) -> dict[str, Any]:
     """A Pod for the real node; ``http_ready``: a readiness probe on :8080 (the :data:`SERVER`)."""
     container: dict[str, Any] = {
@@ -70,7 +71,12 @@ def pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {"app": name}},
-        "spec": {**PLACEMENT, "terminationGracePeriodSeconds": 1, "containers": [container]},
+        "spec": {
+            **PLACEMENT,
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+        },
     }
 
 
@@ -121,3 +127,22 @@ async def exec_fetch(
         "exec", "-n", namespace, pod_name, "--", "python3", "-c", FETCH, url, str(timeout)
     )
     return rc, (out + err).strip()
+
+
+async def run_once(
+    c: rclient.Client, kubectl: Callable[..., Any], namespace: str, manifest: dict[str, Any]
+) -> tuple[str, str]:
+    """Create a pod whose ``restartPolicy`` is ``Never`` and wait until it ends; (its phase, its log)."""
+    await c.create(resources.POD, manifest, namespace)
+    name = manifest["metadata"]["name"]
+    done = await wait_pod(
+        c,
+        namespace,
+        name,
+        lambda p: (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+        what="ended",
+    )
+    rc, out, err = await kubectl("logs", "-n", namespace, name)
+    if rc != 0:
+        raise RuntimeError(f"kubectl logs {name}: {err}")
+    return done["status"]["phase"], out

@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mlops_platform.devcluster import binaries
+from mlops_platform.devcluster import binaries, cluster
+from mlops_platform.devcluster.realnode import images
 from mlops_platform.devcluster.realnode import node as realnode
 from mlops_platform.runtime import objects, quantity
 from mlops_platform.runtime.transport import client as rclient
@@ -219,3 +220,50 @@ async def test_metrics_server_reports_the_real_cpu_of_a_pod(
 
     await wait.until(busy, timeout=120, interval=2, what="the metrics API's CPU of pod burn >= 150m")
     assert seen
+
+
+async def test_the_model_server_image_is_built_here_and_runs_on_the_node(
+    admin_client: rclient.Client, namespace: str, local_cluster_name: str, kubectl: Kubectl
+) -> None:
+    """MLServer 1.7.1 with its scikit-learn and XGBoost runtimes, from Debian's and PyPI's packages at
+    upstream's pins, imported on demand (``dev import-image mlserver``)."""
+    refs = await asyncio.to_thread(cluster.import_images, local_cluster_name, ["mlserver"])
+    assert refs == [images.MLSERVER.ref] == ["mlops.local/mlserver:1.7.1"]
+    check = (
+        "import mlserver, mlserver_sklearn, mlserver_xgboost, sklearn, xgboost;"
+        " print(mlserver.__version__, sklearn.__version__, xgboost.__version__)"
+    )
+    manifest = rn.pod(
+        "mlserver",
+        ["python", "-c", check],
+        image=images.MLSERVER.ref,
+        restart_policy="Never",
+        limits={"memory": "512Mi"},  # numpy, scipy, scikit-learn and xgboost loaded at once
+    )
+    phase, out = await rn.run_once(admin_client, kubectl, namespace, manifest)
+    assert phase == "Succeeded", out
+    assert out.split() == ["1.7.1", "1.5.2", "2.1.2"]  # upstream's image's versions
+
+
+async def test_the_operator_image_is_built_here_and_runs_as_non_root_without_pip(
+    admin_client: rclient.Client, namespace: str, local_cluster_name: str, kubectl: Kubectl
+) -> None:
+    """The operator and storage initializer image, the Dockerfile's recipe made here: this checkout's
+    wheel and its pinned dependencies in a venv, non-root, no pip (``dev import-image mlops-platform``)."""
+    refs = await asyncio.to_thread(cluster.import_images, local_cluster_name, ["mlops-platform"])
+    assert refs == [images.OPERATOR.ref]
+    check = (
+        "import os, importlib.util, mlops_platform.cli, mlops_platform.storage;"
+        " print(os.getuid(), importlib.util.find_spec('pip') is None)"
+    )
+    manifest = rn.pod(
+        "operator",
+        ["python", "-c", check],
+        image=images.OPERATOR.ref,
+        restart_policy="Never",
+        limits={"memory": "256Mi"},
+    )
+    manifest["spec"]["securityContext"] = {"runAsNonRoot": True}  # the kubelet checks the image's user
+    phase, out = await rn.run_once(admin_client, kubectl, namespace, manifest)
+    assert phase == "Succeeded", out
+    assert out.split() == ["65532", "True"]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mlops_platform.devcluster.realnode import addressing, netns
+from mlops_platform.devcluster.realnode import addressing, images, netns
 from mlops_platform.devcluster.realnode.addressing import Block
 from mlops_platform.devcluster.realnode.node import NodeBinaries, RealNode
 
@@ -96,6 +96,15 @@ class Fabric:
             node.up(bins, self.server, max_pods)
             started.append(node)
         return started
+
+    def import_images(self, bins: NodeBinaries, recipes: list[images.Recipe]) -> None:
+        """The images built (or cached) and imported into every node."""
+        archives = [images.archive(r) for r in recipes]
+        nodes = self.nodes()
+        if not nodes:
+            raise RuntimeError(f"cluster {self.cluster!r} has no real node to import images into")
+        for node in nodes:
+            node.import_images(bins, archives)
 
     def down(self) -> None:
         """Every node down, then the bridge and the fabric; idempotent."""

@@ -1,22 +1,28 @@
 """The images a real node runs, built on this machine and imported into its containerd: no registry.
 
-Each image is a :class:`Recipe` whose inputs (its build steps, pinned package lists, the Debian suite,
-this module's version of the steps) hash to its cache key: ``<cache>/images/<name>-<hash>/image.tar``
-is built once and imported into every node. The root filesystem is made with mmdebstrap from
-Debian's packages (the machine's apt sources), packed as an OCI image by umoci and turned into an
-archive containerd imports by skopeo; no image JSON is written by hand. What each image holds is
-recorded next to it (``packages.txt``: ``dpkg-query`` of its root filesystem).
+Each image is a :class:`Recipe` whose inputs (its steps, pinned package lists, the Debian suite, its
+base's key, this module's version of the steps) hash to its cache key: ``<cache>/images/<name>-<key>/``
+holds its OCI layout (``oci/``, what an image built on it starts from) and ``image.tar`` (what
+``ctr images import`` reads), built once and imported into every node. Root filesystems come from
+Debian's packages (mmdebstrap, with the machine's apt sources), Python packages from PyPI as wheels
+at pinned versions (``pip wheel`` on this machine, installed into the image offline, no pip left in
+it); umoci packs the OCI image (an image built on another adds one layer) and skopeo writes the
+archive. No image JSON is written by hand. Next to each: ``packages.txt``, what it holds (``dpkg-query``
+and ``pip freeze`` of its root filesystem).
 
 - :data:`PAUSE`: the pod sandbox, Kubernetes' own ``build/pause/linux/pause.c`` from the pinned
   ``k8s.io/kubernetes`` module, compiled statically;
 - :data:`PYTHON`: Debian bookworm (minbase) with python3 and CA certificates: the base of the test
   workloads and of the images built on it;
-- :data:`COREDNS`: the cluster DNS, the pinned CoreDNS binary (static) alone, as upstream's image.
+- :data:`COREDNS`: the cluster DNS, the pinned CoreDNS binary (static) alone, as upstream's image;
+- :data:`MLSERVER`: MLServer 1.7.1 with its scikit-learn and XGBoost runtimes, on :data:`PYTHON`,
+  at the versions upstream's image of that release installs (``requirements/mlserver-1.7.1.txt``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import shutil
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import resources as importlib_resources
 from pathlib import Path
 
 from mlops_platform.devcluster import binaries, gomod
@@ -31,52 +38,145 @@ from mlops_platform.devcluster import binaries, gomod
 #: the registry-less name every local image carries (never an upstream image's name)
 REGISTRY = "mlops.local"
 DEBIAN_SUITE = "bookworm"
-_STEPS_VERSION = "1"  # bump when the build steps below change what an image holds
+_STEPS_VERSION = "2"  # bump when the build steps below change what an image holds
+VENV = "/opt/venv"
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     name: str  # repository under REGISTRY
     tag: str
-    debian_packages: tuple[str, ...] = ()  # empty: no Debian root filesystem (a static binary)
+    description: str
     config: tuple[str, ...] = ()  # umoci config arguments
-    description: str = ""
+    debian_packages: tuple[str, ...] = ()  # a Debian root filesystem with these
     tool: str = ""  # a node tool (binaries.NODE_TOOLS) whose binary of that name is the image's /<tool>
+    base: Recipe | None = None  # an image this one adds a layer to
+    requirements: str = ""  # a pinned pip requirements file (``requirements/``) installed in VENV
+    project: bool = False  # this checkout's own wheel too (the source tree is an input)
 
     @property
     def ref(self) -> str:
         return f"{REGISTRY}/{self.name}:{self.tag}"
 
-    def key(self, extra: bytes = b"") -> str:
-        data = json.dumps([_STEPS_VERSION, DEBIAN_SUITE, dataclasses.asdict(self)]).encode() + extra
+    def key(self) -> str:
+        fields = dataclasses.asdict(self) | {"base": self.base.key() if self.base else None}
+        data = json.dumps([_STEPS_VERSION, DEBIAN_SUITE, fields]).encode() + _inputs(self)
         return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _inputs(recipe: Recipe) -> bytes:
+    """What else an image is made of: the files its steps read."""
+    data = b""
+    if recipe.name == "pause":
+        data += _pause_source().read_bytes()
+    if recipe.tool:
+        data += binaries.node_tool_dir(recipe.tool).name.encode()
+    if recipe.requirements:
+        data += _requirements(recipe).read_bytes()
+    if recipe.project:
+        data += _source_digest().encode()
+    return data
+
+
+def _project_root() -> Path:
+    root = binaries.repo_root()
+    if root is None:
+        raise FileNotFoundError("the project's image is built from a source checkout")
+    return root
+
+
+def _source_digest() -> str:
+    """What the project's wheel is made of: pyproject.toml, README.md and the package's files."""
+    root = _project_root()
+    files = [root / "pyproject.toml", root / "README.md"]
+    files += sorted(p for p in (root / "src").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 PAUSE = Recipe(
     "pause",
     "3.10",
+    "the pod sandbox (Kubernetes' pause.c, static)",
     config=("--config.entrypoint=/pause", "--config.user=65535:65535"),
-    description="the pod sandbox (Kubernetes' pause.c, static)",
 )
 PYTHON = Recipe(
     "python",
     f"3.11-{DEBIAN_SUITE}",
-    debian_packages=("python3", "ca-certificates"),
+    "Debian minbase with python3",
     config=(
         "--config.workingdir=/",
         "--config.env=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "--config.cmd=python3",
     ),
-    description="Debian minbase with python3",
+    debian_packages=("python3", "ca-certificates"),
 )
 COREDNS = Recipe(
     "coredns",
     binaries.versions()["COREDNS_VERSION"],
+    "the cluster DNS (the pinned CoreDNS, static)",
     config=("--config.entrypoint=/coredns", "--config.exposedports=53/udp", "--config.exposedports=53/tcp"),
-    description="the cluster DNS (the pinned CoreDNS, static)",
     tool="coredns",
 )
-ALL = (PAUSE, PYTHON, COREDNS)
+MLSERVER = Recipe(
+    "mlserver",
+    "1.7.1",
+    "MLServer 1.7.1 with its scikit-learn and XGBoost runtimes",
+    config=(
+        f"--config.env=PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--config.env=PYTHONUNBUFFERED=1",
+        "--config.workingdir=/",
+        "--clear=config.cmd",
+        "--config.cmd=mlserver",
+        "--config.cmd=start",
+        "--config.cmd=/mnt/models",
+        "--config.exposedports=8080/tcp",
+        "--config.exposedports=8081/tcp",
+        "--config.exposedports=8082/tcp",
+    ),
+    base=PYTHON,
+    requirements="mlserver-1.7.1.txt",
+)
+#: the operator and the storage initializer (the Dockerfile's recipe: a venv with the project's wheel
+#: and its pinned dependencies, no pip, non-root)
+OPERATOR = Recipe(
+    "mlops-platform",
+    "0.1.0",
+    "the operator and storage initializer (this checkout)",
+    config=(
+        f"--config.env=PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--config.env=PYTHONUNBUFFERED=1",
+        "--config.env=PYTHONDONTWRITEBYTECODE=1",
+        "--config.env=HOME=/tmp",
+        "--config.user=65532:65532",
+        "--config.workingdir=/",
+        "--clear=config.cmd",
+        "--config.entrypoint=mlops-platform",
+        "--config.entrypoint=run",
+        "--config.exposedports=8080/tcp",
+        "--config.exposedports=8081/tcp",
+        "--config.label=org.opencontainers.image.title=mlops-platform",
+        "--config.label=org.opencontainers.image.licenses=Apache-2.0",
+    ),
+    base=PYTHON,
+    requirements="operator.txt",
+    project=True,
+)
+ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, OPERATOR)
+#: what every real node imports when it starts; the others are imported when asked for
+#: (:meth:`~mlops_platform.devcluster.realnode.fabric.Fabric.import_images`)
+NODE = (PAUSE, PYTHON, COREDNS)
+
+
+def by_name(names: list[str]) -> list[Recipe]:
+    """The recipes named (``mlserver``...); a name that is none of :data:`ALL` is an error naming them."""
+    known = {r.name: r for r in ALL}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no local image {', '.join(unknown)}: the images are {', '.join(known)}")
+    return [known[n] for n in names]
 
 
 def _log(msg: str) -> None:
@@ -87,43 +187,84 @@ def cache_dir() -> Path:
     return binaries.cache_root() / "images"
 
 
+def entry(recipe: Recipe) -> Path:
+    """The recipe's cache directory."""
+    return cache_dir() / f"{recipe.name}-{recipe.key()}"
+
+
 def _pause_source() -> Path:
     return gomod.module_dir("k8s", "k8s.io/kubernetes") / "build" / "pause" / "linux" / "pause.c"
 
 
+def _requirements(recipe: Recipe) -> Path:
+    files = importlib_resources.files("mlops_platform.devcluster.realnode").joinpath("requirements")
+    return Path(str(files.joinpath(recipe.requirements)))
+
+
 def archive(recipe: Recipe) -> Path:
-    """The recipe's image archive, built when its cache entry is missing."""
-    extra = _pause_source().read_bytes() if recipe is PAUSE else b""
-    if recipe.tool:
-        extra += binaries.node_tool_dir(recipe.tool).name.encode()
-    out = cache_dir() / f"{recipe.name}-{recipe.key(extra)}"
+    """The recipe's image archive, built (with its base) when its cache entry is missing. One build
+    of an image at a time on the machine (``make test`` starts two clusters at once): a second
+    caller waits for the first's result."""
+    out = entry(recipe)
     tar = out / "image.tar"
     if tar.is_file():
         return tar
+    if recipe.base is not None:
+        archive(recipe.base)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with (cache_dir() / f".{recipe.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tar.is_file():
+            _build(recipe, out, tar)
+    return tar
+
+
+def _build(recipe: Recipe, out: Path, tar: Path) -> None:
     started = time.monotonic()
     _log(f"building {recipe.ref} ({recipe.description}) into {out}")
-    cache_dir().mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # what a build that died left
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".build-") as tmp:
         work = Path(tmp)
-        rootfs = work / "rootfs"
-        packages = ""
+        layout, bundle = work / "oci", work / "bundle"
+        _start(recipe, layout, bundle)
+        rootfs = bundle / "rootfs"
         if recipe.debian_packages:
             _debian_rootfs(rootfs, recipe.debian_packages)
-            packages = _packages(rootfs)
-        else:
-            rootfs.mkdir()
         if recipe.tool:
             shutil.copy2(binaries.node_tool_dir(recipe.tool) / recipe.tool, rootfs / recipe.tool)
-        if recipe is PAUSE:
+        if recipe.name == "pause":
             _run("gcc", "-Os", "-static", "-o", str(rootfs / "pause"), str(_pause_source()))
             _run("strip", str(rootfs / "pause"))
-        _pack(work, rootfs, recipe)
+        if recipe.requirements:
+            _pip_install(rootfs, _requirements(recipe), work / "wheels", project=recipe.project)
+        packages = _packages(rootfs)
+        _finish(recipe, layout, bundle, work / "image.tar")
         out.mkdir(parents=True, exist_ok=True)
-        if packages:
-            (out / "packages.txt").write_text(packages)
+        (out / "packages.txt").write_text(packages)
+        shutil.move(str(layout), out / "oci")
         shutil.move(str(work / "image.tar"), tar)
     _log(f"built {recipe.ref} in {time.monotonic() - started:.0f}s ({tar.stat().st_size / 2**20:.0f} MiB)")
-    return tar
+
+
+def _start(recipe: Recipe, layout: Path, bundle: Path) -> None:
+    """An unpacked bundle to build in: the base image's, or an empty one."""
+    if recipe.base is not None:
+        shutil.copytree(entry(recipe.base) / "oci", layout, symlinks=True)
+        _run("umoci", "unpack", "--image", f"{layout}:{recipe.base.tag}", str(bundle))
+        return
+    _run("umoci", "init", "--layout", str(layout))
+    _run("umoci", "new", "--image", f"{layout}:{recipe.tag}")
+    _run("umoci", "unpack", "--image", f"{layout}:{recipe.tag}", str(bundle))
+    if recipe.debian_packages:
+        (bundle / "rootfs").rmdir()  # mmdebstrap makes it
+
+
+def _finish(recipe: Recipe, layout: Path, bundle: Path, tar: Path) -> None:
+    image = f"{layout}:{recipe.tag}"
+    _run("umoci", "repack", "--image", image, str(bundle))
+    _run("umoci", "config", "--image", image, "--architecture=amd64", "--os=linux", *recipe.config)
+    _run("umoci", "gc", "--layout", str(layout))
+    _run("skopeo", "copy", "--quiet", f"oci:{image}", f"docker-archive:{tar}:{recipe.ref}")
 
 
 def _debian_rootfs(rootfs: Path, packages: tuple[str, ...]) -> None:
@@ -144,30 +285,47 @@ def _debian_rootfs(rootfs: Path, packages: tuple[str, ...]) -> None:
     )
 
 
-def _packages(rootfs: Path) -> str:
-    return _run("dpkg-query", f"--admindir={rootfs}/var/lib/dpkg", "-W", "-f=${Package}\t${Version}\n")
-
-
-def _pack(work: Path, rootfs: Path, recipe: Recipe) -> None:
-    layout, bundle = work / "oci", work / "bundle"
-    image = f"oci:{layout}:{recipe.tag}"
-    _run("umoci", "init", "--layout", str(layout))
-    _run("umoci", "new", "--image", f"{layout}:{recipe.tag}")
-    _run("umoci", "unpack", "--image", f"{layout}:{recipe.tag}", str(bundle))
-    (bundle / "rootfs").rmdir()
-    rootfs.rename(bundle / "rootfs")
-    _run("umoci", "repack", "--image", f"{layout}:{recipe.tag}", str(bundle))
-    _run(
-        "umoci",
-        "config",
-        "--image",
-        f"{layout}:{recipe.tag}",
-        "--architecture=amd64",
-        "--os=linux",
-        *recipe.config,
+def _pip_install(rootfs: Path, requirements: Path, wheels: Path, *, project: bool = False) -> None:
+    """The requirements' wheels, fetched by this machine's pip (its index and certificates), installed
+    offline and exactly (``--no-deps``: the file pins every package) into a venv of the image's own
+    python; the wheel of pip that installs them is run from its file and never lands in the image.
+    ``project``: this checkout's wheel too (``pip wheel .``)."""
+    pip = [sys.executable, "-m", "pip"]
+    _run(*pip, "download", "--quiet", "--no-deps", "--dest", str(wheels), "pip")
+    wheel = [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir"]
+    if project:
+        _run(*wheel, str(wheels / "own"), str(_project_root()))
+    _run(*wheel, str(wheels), "-r", str(requirements))
+    inside = rootfs / "tmp" / "wheels"
+    shutil.copytree(wheels, inside)
+    shutil.copy2(requirements, inside / "requirements.txt")
+    pip_wheel = next(inside.glob("pip-*.whl")).name
+    own = " ".join(f"/tmp/wheels/own/{w.name}" for w in sorted((inside / "own").glob("*.whl")))
+    install = (
+        f"python3 -m venv --without-pip {VENV} && {VENV}/bin/python /tmp/wheels/{pip_wheel}/pip install"
+        " --quiet --no-cache-dir --no-index --no-deps --find-links /tmp/wheels"
+        f" -r /tmp/wheels/requirements.txt {own}"
     )
-    _run("umoci", "gc", "--layout", str(layout))
-    _run("skopeo", "copy", "--quiet", image, f"docker-archive:{work / 'image.tar'}:{recipe.ref}")
+    try:
+        _run("chroot", str(rootfs), "sh", "-euc", install)
+    finally:
+        shutil.rmtree(inside)
+
+
+def _packages(rootfs: Path) -> str:
+    listed = ""
+    if (rootfs / "var/lib/dpkg/status").is_file():
+        listed += _run("dpkg-query", f"--admindir={rootfs}/var/lib/dpkg", "-W", "-f=${Package}\t${Version}\n")
+    if (rootfs / VENV.removeprefix("/") / "bin/python").exists():
+        freeze = _run("chroot", str(rootfs), f"{VENV}/bin/python", "-c", _FREEZE)
+        listed += "".join(f"pip:{line}\n" for line in freeze.splitlines())
+    return listed
+
+
+_FREEZE = (
+    "import importlib.metadata as m;"
+    " print(*sorted(f'{d.name}\\t{d.version}' for d in m.distributions()), sep='\\n')"
+)
 
 
 def _run(*args: str) -> str:

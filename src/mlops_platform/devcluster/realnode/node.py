@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from mlops_platform.devcluster import binaries
 from mlops_platform.devcluster.realnode import configs, images, netns, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
@@ -26,7 +27,7 @@ NODE_PREFIX = "real-node-"
 LABELS = {configs.REAL_NODE_LABEL: "true", "mlops.platform/pool": "real", "type": "real"}
 SELECTOR = "type=real"
 #: pods a real node admits (kubelet's maxPods); docs/dev-cluster.md says what the machine holds
-MAX_PODS = 30
+MAX_PODS = 110  # kubelet's default
 RUNC = Path("/usr/sbin/runc")
 SYSTEM_PATH = (
     "/usr/local/sbin",
@@ -49,6 +50,18 @@ class NodeBinaries:
     @property
     def ctr(self) -> Path:
         return self.containerd_dir / "ctr"
+
+    @classmethod
+    def find(cls, build: bool = True) -> NodeBinaries:
+        """The pinned node binaries from the cache, built when missing and allowed."""
+        tools = binaries.node_tools(build=build)
+        return cls(
+            kubelet=tools["kubelet"],
+            kube_proxy=tools["kube-proxy"],
+            containerd_dir=tools["containerd"],
+            cni_dir=tools["cni-plugins"],
+            kube_router=tools["kube-router"] / "kube-router",
+        )
 
 
 COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
@@ -113,7 +126,7 @@ class RealNode:
         argv = self._configure(bins, server, max_pods)
         self._start("containerd", argv["containerd"], bins)
         self._wait_containerd(bins)
-        self.import_images(bins, [images.archive(r) for r in images.ALL])
+        self.import_images(bins, [images.archive(r) for r in images.NODE])
         for component in COMPONENTS[1:]:
             self._start(component, argv[component], bins)
 
