@@ -168,43 +168,52 @@ def _idle(name: str, seconds: float) -> dict[str, dict[str, float]]:
 
 
 async def _capacity(c: Any, max_pods: int, batch: int) -> dict[str, Any]:
+    """Pods created ``batch`` at a time until one is not admitted (or ``max_pods``); then, once every
+    admitted one runs, how many run and what the machine spent on it."""
     from mlops_platform.runtime.transport import resources
     from mlops_platform.testing import realnode as rn
+    from mlops_platform.testing import wait
 
     sleeper = ["python3", "-c", "import signal; signal.pause()"]
-    created = 0
-    t0 = time.monotonic()
-    m0 = read_machine()
-    while created < max_pods:
+    created, refusal = 0, None
+    t0, m0, avail0 = time.monotonic(), read_machine(), _mem_available()
+
+    async def pods() -> list[dict[str, Any]]:
+        items = (await c.list(resources.POD, NAMESPACE))["items"]
+        return [p for p in items if p["metadata"]["name"].startswith("cap-")]
+
+    async def settled() -> bool:
+        """Every created pod Running or refused."""
+        nonlocal refusal
+        items = await pods()
+        running = sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running")
+        refused = [r for p in items if (r := _not_admitted(p))]
+        refusal = refusal or (refused[0] if refused else None)
+        log(f"capacity: {created} created, {running} running, {len(refused)} not admitted")
+        return running + len(refused) == created
+
+    while created < max_pods and refusal is None:
         for i in range(created, min(created + batch, max_pods)):
             await c.create(resources.POD, rn.pod(f"cap-{i}", sleeper, limits={"memory": "32Mi"}), NAMESPACE)
         created = min(created + batch, max_pods)
-        deadline = time.monotonic() + 300
-        while True:
-            items = [
-                p
-                for p in (await c.list(resources.POD, NAMESPACE))["items"]
-                if p["metadata"]["name"].startswith("cap-")
-            ]
-            running = sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running")
-            refused = [p for p in items if _not_admitted(p)]
-            log(f"capacity: {created} created, {running} running, {len(refused)} not admitted")
-            if refused:
-                m1 = read_machine()
-                return {
-                    "admitted": running,
-                    "first_refusal": _not_admitted(refused[0]),
-                    "seconds": time.monotonic() - t0,
-                    "machine_cpus_busy": (m1.busy_seconds - m0.busy_seconds) / (time.monotonic() - t0),
-                }
-            if running == created:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"capacity: {created - running} of {created} pods neither running nor refused"
-                )
-            await asyncio.sleep(1)
-    return {"admitted": created, "first_refusal": None, "seconds": time.monotonic() - t0}
+        await wait.until(settled, timeout=300, interval=1, what=f"{created} pods Running or refused")
+    seconds = time.monotonic() - t0
+    running = sum(1 for p in await pods() if (p.get("status") or {}).get("phase") == "Running")
+    return {
+        "admitted": running,
+        "first_refusal": refusal,
+        "seconds": seconds,
+        "machine_cpus_busy": (read_machine().busy_seconds - m0.busy_seconds) / seconds,
+        "machine_memory_used_bytes": avail0 - _mem_available(),
+    }
+
+
+def _mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
 def _not_admitted(p: dict[str, Any]) -> str | None:
@@ -274,7 +283,11 @@ def render(r: dict[str, Any]) -> str:
     )
     cap = r["capacity"]
     refusal = cap["first_refusal"] or "none (the --max-pods bound)"
-    cap_line = f"{cap['admitted']} pods Running in {cap['seconds']:.0f} s; first refusal: {refusal}"
+    cap_line = (
+        f"{cap['admitted']} pods Running in {cap['seconds']:.0f} s (the machine's CPUs"
+        f" {cap['machine_cpus_busy']:.2f} busy meanwhile,"
+        f" {mib(cap['machine_memory_used_bytes'])} MiB more memory in use); the first refused: {refusal}"
+    )
     return (
         "# The real worker node\n\n"
         f"`{r['command']}` on {r['machine']['date']} ({r['machine']['cpus']} CPUs).\n\n"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
@@ -15,7 +17,7 @@ import aiohttp
 import pytest
 
 from mlops_platform.devcluster import binaries, cluster
-from mlops_platform.devcluster.realnode import images
+from mlops_platform.devcluster.realnode import fabric, images
 from mlops_platform.devcluster.realnode import node as realnode
 from mlops_platform.runtime import objects, quantity
 from mlops_platform.runtime.transport import client as rclient
@@ -267,3 +269,25 @@ async def test_the_operator_image_is_built_here_and_runs_as_non_root_without_pip
     phase, out = await rn.run_once(admin_client, kubectl, namespace, manifest)
     assert phase == "Succeeded", out
     assert out.split() == ["65532", "True"]
+
+
+@pytest.mark.parametrize("daemon", ["kube-router", "kubelet"])
+async def test_dev_up_starts_again_a_node_daemon_that_died(
+    admin_client: rclient.Client, local_cluster_name: str, daemon: str
+) -> None:
+    """Nothing restarts a node's daemon by itself (as kwokctl restarts no component); ``dev up`` on the
+    running cluster finds it gone and starts it again, and the node is whole (Ready, its policy
+    agent healthy) when it returns."""
+    block = fabric.block_of(cluster.workdir(), local_cluster_name)
+    assert block is not None
+    node = fabric.Fabric(local_cluster_name, cluster.cluster_dir(local_cluster_name), block).node(0)
+    before = node.pid(daemon)
+    assert before is not None
+    os.kill(before, signal.SIGKILL)
+    await wait.until(lambda: node.pid(daemon) is None, timeout=10, what=f"{daemon} gone")
+    await asyncio.to_thread(cluster.up, local_cluster_name)
+    after = node.pid(daemon)
+    assert after is not None and after != before
+    live = await admin_client.get(resources.NODE, node.name)
+    assert objects.condition_is(live, "Ready")
+    assert node.pid(realnode.POLICY_AGENT) is not None

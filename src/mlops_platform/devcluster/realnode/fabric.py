@@ -89,7 +89,8 @@ class Fabric:
         return RealNode(self.cluster, self.cluster_dir, self.block, index)
 
     def up_nodes(self, count: int, bins: NodeBinaries, max_pods: int) -> list[RealNode]:
-        """Nodes 0..count-1 up (existing ones keep running); nodes beyond ``count`` are left as they are."""
+        """Nodes 0..count-1 up (existing ones keep running); nodes beyond ``count`` are left as they
+        are. Their policy agents start once the nodes are registered (:meth:`RealNode.start_policy_agent`)."""
         started = []
         for i in range(count):
             node = self.node(i)

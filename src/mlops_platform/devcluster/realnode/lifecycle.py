@@ -7,9 +7,10 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import yaml
 
-from mlops_platform.devcluster import nodes
+from mlops_platform.devcluster import logs, nodes
 from mlops_platform.devcluster.realnode import addons, fabric, images
 from mlops_platform.devcluster.realnode import node as realnode
 from mlops_platform.devcluster.realnode.addressing import Block
@@ -53,7 +54,8 @@ def start(
     fab = fabric.Fabric(name, cluster_dir, block, api_port(kubeconfig))
     fab.up()
     log(f"starting {count} real node(s): containerd, kubelet, kube-proxy, kube-router")
-    started = fab.up_nodes(count, realnode.NodeBinaries.find(), max_pods=realnode.MAX_PODS)
+    bins = realnode.NodeBinaries.find()
+    started = fab.up_nodes(count, bins, max_pods=realnode.MAX_PODS)
     names = [n.name for n in started]
 
     async def ready() -> None:
@@ -61,6 +63,14 @@ def start(
             await addons.install(c, block)
             log(f"waiting for the real node(s) {', '.join(names)} to be Ready, then the cluster DNS")
             await nodes.wait_ready(c, names, timeout=wait, label_selector=realnode.SELECTOR)
+            for node in started:
+                node.start_policy_agent(bins)
+            await rwait.until(
+                lambda: _policy_agents_healthy(started),
+                timeout=wait,
+                interval=0.5,
+                what="the NetworkPolicy agent (kube-router) of every real node healthy",
+            )
             await rwait.until(
                 lambda: addons.dns_available(c),
                 timeout=wait,
@@ -85,3 +95,20 @@ def stop(workdir: Path, name: str, cluster_dir: Path) -> None:
     block = fabric.block_of(workdir, name)
     if block is not None:
         fabric.Fabric(name, cluster_dir, block).down()
+
+
+async def _policy_agents_healthy(started: list[realnode.RealNode]) -> bool:
+    """Every node's kube-router answers its health check; one that exited fails the wait at once."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as s:
+        for node in started:
+            if node.pid(realnode.POLICY_AGENT) is None:
+                raise RuntimeError(
+                    f"kube-router of {node.name} exited: {logs.tail(node.log_path(realnode.POLICY_AGENT), 3)}"
+                )
+            try:
+                async with s.get(node.policy_agent_health) as r:
+                    if r.status != 200:
+                        return False
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+    return True

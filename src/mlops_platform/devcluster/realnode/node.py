@@ -64,7 +64,11 @@ class NodeBinaries:
         )
 
 
+#: the node's daemons in start order; kube-router last, once the node is registered (it exits at
+#: start, "failed to identify the node", when its Node object does not exist yet)
 COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
+POLICY_AGENT = "kube-router"
+POLICY_AGENT_HEALTH_PORT = 20244
 #: kube-router's flags: its network-policy controller only (its router, service proxy and
 #: load-balancer allocator stay off: they are what its published advisories concern)
 KUBE_ROUTER_FLAGS = (
@@ -72,7 +76,7 @@ KUBE_ROUTER_FLAGS = (
     "--run-router=false",
     "--run-service-proxy=false",
     "--run-loadbalancer=false",
-    "--health-port=20244",
+    "--health-port=20244",  # POLICY_AGENT_HEALTH_PORT
     "--metrics-port=0",
     "--v=1",
 )
@@ -115,10 +119,11 @@ class RealNode:
 
     # -- lifecycle
     def up(self, bins: NodeBinaries, server: str, max_pods: int) -> None:
-        """Namespaces, configs, credentials; containerd with the local images; kubelet, kube-proxy,
-        kube-router. A node whose components all run is left alone (``dev up`` on a running
-        cluster); one whose components are partly gone has the missing ones started again."""
-        if all(self.pid(c) is not None for c in COMPONENTS):
+        """Namespaces, configs, credentials; containerd with the local images; kubelet, kube-proxy
+        (kube-router: :meth:`start_policy_agent`, once the node is registered). A node whose
+        daemons all run is left alone (``dev up`` on a running cluster); one whose daemons are
+        partly gone has the missing ones started again."""
+        if all(self.pid(c) is not None for c in COMPONENTS if c != POLICY_AGENT):
             return
         self.cgroup.up()
         netns.node_net_up(self.block, self.index)
@@ -127,8 +132,18 @@ class RealNode:
         self._start("containerd", argv["containerd"], bins)
         self._wait_containerd(bins)
         self.import_images(bins, [images.archive(r) for r in images.NODE])
-        for component in COMPONENTS[1:]:
+        for component in ("kubelet", "kube-proxy"):
             self._start(component, argv[component], bins)
+
+    def start_policy_agent(self, bins: NodeBinaries) -> None:
+        """kube-router, unless it runs: its configuration and credentials are :meth:`up`'s."""
+        if self.pid(POLICY_AGENT) is None:
+            self._start(POLICY_AGENT, self._commands(bins)[POLICY_AGENT], bins)
+
+    @property
+    def policy_agent_health(self) -> str:
+        """kube-router's health URL: on the node's address, which the host reaches through the fabric."""
+        return f"http://{self.block.node_address(self.index)}:{POLICY_AGENT_HEALTH_PORT}/healthz"
 
     def _configure(self, bins: NodeBinaries, server: str, max_pods: int) -> dict[str, list[str]]:
         """Write every component's configuration and credentials; return their command lines."""
@@ -141,18 +156,25 @@ class RealNode:
             cni_bin_dir=bins.cni_dir, cni_conf_dir=cni_conf, runc=RUNC, pause_image=images.PAUSE.ref
         )
         (conf / "containerd.toml").write_text(containerd)
-        kubeconfigs = {
-            who.file: pki.write_kubeconfig(pki_dir, self.cluster_pki, who, server)
-            for who in (pki.kubelet(self.name), pki.KUBE_PROXY, pki.KUBE_ROUTER)
-        }
+        for who in (pki.kubelet(self.name), pki.KUBE_PROXY, pki.KUBE_ROUTER):
+            pki.write_kubeconfig(pki_dir, self.cluster_pki, who, server)
         kubelet = configs.kubelet_config(
             block=self.block, ca_file=pki_dir / "ca.crt", cgroup_root=self.cgroup.path, max_pods=max_pods
         )
         (conf / "kubelet.yaml").write_text(yaml.safe_dump(kubelet, sort_keys=False))
         proxy = configs.kube_proxy_config(
-            block=self.block, node_name=self.name, kubeconfig=kubeconfigs["kube-proxy"]
+            block=self.block, node_name=self.name, kubeconfig=pki.kubeconfig_path(pki_dir, pki.KUBE_PROXY)
         )
         (conf / "kube-proxy.yaml").write_text(yaml.safe_dump(proxy, sort_keys=False))
+        return self._commands(bins)
+
+    def _commands(self, bins: NodeBinaries) -> dict[str, list[str]]:
+        """The daemons' command lines (their files are where :meth:`_configure` writes them)."""
+        conf, pki_dir = self.root / "config", self.root / "pki"
+        kubeconfigs = {
+            who.file: pki.kubeconfig_path(pki_dir, who)
+            for who in (pki.kubelet(self.name), pki.KUBE_PROXY, pki.KUBE_ROUTER)
+        }
         labels = ",".join(f"{k}={v}" for k, v in LABELS.items())
         return {
             "containerd": [

@@ -82,7 +82,11 @@ def write_kubeconfig(pki_dir: Path, cluster_pki: Path, who: Identity, server: st
     cert_file.write_bytes(cert)
     key_file.touch(mode=0o600)
     key_file.write_bytes(key)
-    path = pki_dir / f"{who.file}.kubeconfig"
+    path = kubeconfig_path(pki_dir, who)
     doc = configs.kubeconfig(server=server, ca_file=ca, cert_file=cert_file, key_file=key_file, user=who.user)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def kubeconfig_path(pki_dir: Path, who: Identity) -> Path:
+    return pki_dir / f"{who.file}.kubeconfig"
