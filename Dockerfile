@@ -2,6 +2,9 @@
 # The mlops-platform operator image: `docker build -t mlops-platform:0.1.0 .`
 # Stage 1 builds the wheels (ours and every dependency) and installs them into a venv; stage 2 is
 # the same slim base with that venv only: no compiler, no pip, no source tree, non-root.
+# The local cluster builds the same image without a Docker engine or registry
+# (mlops_platform.devcluster.realnode.images.OPERATOR: `mlops-platform dev import-image mlops-platform`);
+# tests/unit/test_realnode.py checks the two agree on user, entrypoint, ports and environment.
 
 FROM python:3.11-slim-bookworm AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \

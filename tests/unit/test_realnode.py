@@ -314,3 +314,24 @@ def test_the_model_server_image_has_upstream_s_pins_of_mlserver_1_7_1() -> None:
     assert images.by_name(["mlserver"]) == [images.MLSERVER]
     with pytest.raises(ValueError, match="no local image nope: the images are pause, python"):
         images.by_name(["nope"])
+
+
+def test_the_local_operator_image_agrees_with_the_dockerfile() -> None:
+    """One recipe in two forms (the Dockerfile for users' builders, images.OPERATOR for the local
+    cluster): the same user, entrypoint, ports and environment."""
+    docker = (ROOT / "Dockerfile").read_text()
+    final = docker.rsplit("\nFROM ", 1)[1]  # the last stage: what the image is
+    conf = images.OPERATOR.config
+    user = re.search(r"^USER (\S+)$", final, re.M)
+    assert user and f"--config.user={user.group(1)}" in conf
+    entry = re.search(r"^ENTRYPOINT (\[.*\])$", final, re.M)
+    assert entry
+    assert [c.split("=", 1)[1] for c in conf if c.startswith("--config.entrypoint=")] == json.loads(
+        entry.group(1)
+    )
+    exposed = re.search(r"^EXPOSE (.+)$", final, re.M)
+    assert exposed
+    assert {f"--config.exposedports={p}/tcp" for p in exposed.group(1).split()} <= set(conf)
+    for var in ("PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "HOME=/tmp"):
+        assert var in final and f"--config.env={var}" in conf, var
+    assert "pip uninstall --yes pip" in docker  # and the local image never has pip (tests/integration)
