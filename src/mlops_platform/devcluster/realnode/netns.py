@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -209,11 +210,11 @@ class MountNamespace:
             run("mount", "--make-private", str(self.dir))
         self.holder.touch()
         run("unshare", f"--mount={self.holder}", "--propagation", "slave", "true")
-        binds = [f"mount --bind {fs / d} /{d}" for d in private]
+        binds = [f"mount --bind {shlex.quote(str(fs / d))} /{d}" for d in private]
         for key, value in configs.KUBELET_SYSCTLS.items():
             f = self.sysctls / key.replace("/", ".")
             f.write_text(value + "\n")
-            binds.append(f"mount --bind -o ro {f} /proc/sys/{key}")
+            binds.append(f"mount --bind -o ro {shlex.quote(str(f))} /proc/sys/{key}")
         try:
             run("nsenter", f"--mount={self.holder}", "--", "sh", "-euc", " && ".join(binds))
         except RuntimeError:

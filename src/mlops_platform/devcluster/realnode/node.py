@@ -1,8 +1,9 @@
-"""Starting and stopping a real node: containerd, kubelet and kube-proxy inside the node's namespaces.
+"""Starting and stopping a real node: containerd, kubelet, kube-proxy and kube-router inside the
+node's namespaces.
 
-A node's files live in ``<cluster dir>/realnodes/<node>/`` (its private ``/var/lib``, ``/var/log``,
-``/run`` and ``/etc/cni`` under ``fs/``, its configs, credentials, logs and PID files); its processes
-in its cgroup root. :meth:`RealNode.down` kills every process of that cgroup root (daemons, shims,
+A node's files live in ``<cluster dir>/realnodes/<node>/`` (its private ``/var/lib``, ``/var/log``
+and ``/run`` under ``fs/``, its CNI configuration, configs, credentials, logs and PID files); its
+processes in its cgroup root. :meth:`RealNode.down` kills every process of that cgroup root (daemons, shims,
 pods), then removes the cgroups, the mount namespace and the network namespace: nothing is left.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from mlops_platform.devcluster import binaries
+from mlops_platform.devcluster import binaries, logs
 from mlops_platform.devcluster.realnode import configs, images, netns, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
@@ -28,15 +29,8 @@ LABELS = {configs.REAL_NODE_LABEL: "true", "mlops.platform/pool": "real", "type"
 SELECTOR = "type=real"
 #: pods a real node admits (kubelet's maxPods); docs/dev-cluster.md says what the machine holds
 MAX_PODS = 110  # kubelet's default
-RUNC = Path("/usr/sbin/runc")
-SYSTEM_PATH = (
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-)  # Debian's runc (docs/dev-cluster.md: why not a module build)
+RUNC = Path("/usr/sbin/runc")  # Debian's runc (docs/design.md: why not a module build)
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,7 +235,7 @@ class RealNode:
             except RuntimeError as e:
                 if self.pid("containerd") is None:
                     raise RuntimeError(
-                        f"containerd of {self.name} exited: {_tail(self.log_path('containerd'))}"
+                        f"containerd of {self.name} exited: {logs.tail(self.log_path('containerd'), 5)}"
                     ) from e
                 if time.monotonic() > deadline:
                     raise TimeoutError(
@@ -275,9 +269,3 @@ def _wait_gone(pids: list[int], timeout: float) -> None:
     while pids and time.monotonic() < deadline:
         pids = [p for p in pids if Path(f"/proc/{p}").exists()]
         time.sleep(0.1)
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    from mlops_platform.devcluster import logs
-
-    return logs.tail(path, lines)
