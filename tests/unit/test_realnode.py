@@ -67,6 +67,9 @@ def test_every_cluster_block_is_a_distinct_slash_16_with_its_parts_inside() -> N
     net = ipaddress.ip_network(b.network)
     parts = [b.service_cidr, b.pod_cidr(0), b.pod_cidr(addressing.MAX_NODES - 1), b.pod_cidrs]
     assert all(ipaddress.ip_network(p).subnet_of(net) for p in parts)  # type: ignore[arg-type]
+    fake = ipaddress.ip_network(b.fake_pod_cidr)
+    assert fake.subnet_of(ipaddress.ip_network(b.pod_cidrs))  # type: ignore[arg-type]
+    assert not fake.overlaps(ipaddress.ip_network(b.pod_cidr(addressing.MAX_NODES - 1)))
     # pods never in the Service range, nor the host's /30
     assert not ipaddress.ip_network(b.pod_cidrs).overlaps(ipaddress.ip_network(b.service_cidr))
     assert ipaddress.ip_address(b.host_address) not in ipaddress.ip_network(b.pod_cidrs)
@@ -119,6 +122,8 @@ def test_the_api_server_reaches_kubelets_by_ip_advertises_the_fabric_and_kwok_le
     assert kwok == {
         "manage-all-nodes": "false",
         "manage-nodes-with-annotation-selector": "kwok.x-k8s.io/node=fake",
+        "node-ip": "127.0.0.1",  # fake nodes reached by an IP too: where kwok serves their kubelet API
+        "cidr": "10.202.64.1/18",  # fake pods' addresses inside the block: routed into the fabric
     }
     assert all(n["metadata"]["annotations"][nodes.FAKE_NODE_ANNOTATION] == "fake" for n in nodes.fake_nodes())
     plain = _config()

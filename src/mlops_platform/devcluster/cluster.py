@@ -171,7 +171,8 @@ def kwokctl_config(
     names that address and the ``kubernetes`` Service IP, it reaches kubelets with the admin client
     certificate (``pki_dir``, kwokctl's) at their ``InternalIP`` only (never a node name, which it
     would resolve through the machine's DNS), and kwok manages only the fake nodes (annotated
-    ``kwok.x-k8s.io/node=fake``), never a real node or its pods.
+    ``kwok.x-k8s.io/node=fake``), never a real node or its pods, gives them the InternalIP
+    127.0.0.1 (where it serves their kubelet API) and their pods addresses inside the block.
 
     Always: the built-in storage version migration API and its controller (``FEATURE_GATES``,
     ``RUNTIME_CONFIG``)."""
@@ -222,6 +223,10 @@ def kwokctl_config(
                 "extraArgs": [
                     {"key": "manage-all-nodes", "value": "false", "override": True},
                     {"key": "manage-nodes-with-annotation-selector", "value": nodes.FAKE_NODE_SELECTOR},
+                    # the fake nodes' InternalIP is where kwok serves their kubelet API (the API
+                    # server reaches kubelets by InternalIP only); their pods' addresses are in the block
+                    {"key": "node-ip", "value": "127.0.0.1", "override": True},
+                    {"key": "cidr", "value": block.kwok_cidr},
                 ],
             }
         )

@@ -11,7 +11,8 @@ side by side (``make test`` runs two) never share an address. Inside the block `
                        (``--advertise-address``; a bridge to the host's loopback listens there,
                        on the API server's own port)
 ``10.B.0.(10+i)``      node ``i``'s address (its ``InternalIP``: the API server reaches its kubelet there)
-``10.B.(1+i).0/24``    node ``i``'s pods
+``10.B.(1+i).0/24``    node ``i``'s pods (i < 60)
+``10.B.64.0/18``       the kwok nodes' pods (kwok's ``--cidr``: fake addresses, but inside the block)
 ``10.B.128.0/17``      the Services (``--service-cluster-ip-range``); ``.128.1`` is ``kubernetes``,
                        ``.128.10`` the cluster DNS
 =====================  ==============================================================
@@ -28,7 +29,7 @@ import ipaddress
 #: clusters that can exist at once on a machine (each a /16 of 10.200.0.0/12)
 SLOTS = 16
 _FIRST = ipaddress.IPv4Network("10.200.0.0/16")
-MAX_NODES = 100
+MAX_NODES = 60  # real nodes' pod ranges end below the kwok pods' 10.B.64.0/18
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +85,19 @@ class Block:
         return self._addr(1 + index, 1)
 
     @property
+    def fake_pod_cidr(self) -> str:
+        """The addresses kwok gives the fake nodes' pods (no packet ever reaches them: the fabric
+        has no route for them, and they never take the host's default route)."""
+        return f"{self._addr(64, 0)}/18"
+
+    @property
+    def kwok_cidr(self) -> str:
+        """:attr:`fake_pod_cidr` as kwok's ``--cidr`` takes it (its first address)."""
+        return f"{self._addr(64, 1)}/18"
+
+    @property
     def pod_cidrs(self) -> str:
-        """Every node's pods (``10.B.0.0/17``: kube-proxy's ``clusterCIDR``)."""
+        """Every node's pods, real and fake (``10.B.0.0/17``: kube-proxy's ``clusterCIDR``)."""
         return f"{self._addr(0, 0)}/17"
 
     @property
