@@ -65,8 +65,9 @@ async def test_policies_block_what_they_do_not_allow_and_let_through_what_they_d
         for ns in (friend, other):
             await rn.wait_pod(admin_client, ns, "client", rn.is_ready, what="Ready")
         by_ip, by_service = f"http://{pod['status']['podIP']}:8080/", f"http://{cluster_ip}/"
-        for ns in (friend, other):  # no policy: everything is allowed
-            assert await _reaches(kubectl, ns, "client", by_ip), ns
+        for ns in (friend, other):  # no policy: everything is allowed, once kube-proxy has the Service
+            for url in (by_ip, by_service):
+                await _eventually(kubectl, ns, "client", url, True, f"no policy: {ns} reaches {url}")
 
         # deny all ingress to the server's namespace, then allow only the friend's namespace on 8080
         await admin_client.create(

@@ -123,14 +123,24 @@ async def test_a_service_s_cluster_ip_and_dns_name_answer_from_another_pod(
     }
     live = await admin_client.create(resources.SERVICE, svc, namespace)
     await _ready_server(admin_client, namespace, "client")
-    rc, out = await rn.exec_fetch(
-        kubectl, namespace, "client", f"http://{live['spec']['clusterIP']}/via-service"
-    )
-    assert (rc, out) == (0, "backend /via-service")  # kube-proxy's rules, in the node's namespace
-    # the cluster DNS (CoreDNS) resolves the name status.url carries, and the pod's search path the short one
-    for host in (f"backend.{namespace}.svc.cluster.local", "backend"):
-        rc, out = await rn.exec_fetch(kubectl, namespace, "client", f"http://{host}/via-dns")
-        assert (rc, out) == (0, "backend /via-dns"), host
+    # kube-proxy's rules (in the node's namespace), then the cluster DNS (CoreDNS) for the name
+    # status.url carries and, through the pod's search path, the short one: each programmed from a
+    # watch, so each answers within seconds of the Service (kube-proxy rejects until it has endpoints)
+    for host, path in (
+        (live["spec"]["clusterIP"], "/via-service"),
+        (f"backend.{namespace}.svc.cluster.local", "/via-dns"),
+        ("backend", "/via-dns"),
+    ):
+        answers: list[tuple[int, str]] = []
+
+        async def answered(
+            url: str = f"http://{host}{path}", answers: list[tuple[int, str]] = answers
+        ) -> bool:
+            answers.append(await rn.exec_fetch(kubectl, namespace, "client", url))
+            return answers[-1][0] == 0
+
+        await wait.until(answered, timeout=60, interval=0.5, what=f"{host} answering from pod client")
+        assert answers[-1] == (0, f"backend {path}"), (host, answers)
 
 
 async def test_a_crashing_container_really_goes_into_crash_loop_back_off(
