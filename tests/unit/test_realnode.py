@@ -9,7 +9,6 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -17,8 +16,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tests.unit.test_devcluster import _config, _patches
 
-from mlops_platform.devcluster import binaries, cluster, nodes
+from mlops_platform.devcluster import binaries, nodes
 from mlops_platform.devcluster.realnode import addons, addressing, configs, fabric, images, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
@@ -88,27 +88,10 @@ def test_a_free_slot_is_neither_held_nor_overlapped_by_a_host_route() -> None:
         addressing.free_slot(set(range(15)), ["10.215.0.0/16"])
 
 
-def _config(**kw: Any) -> dict[str, Any]:
-    bins = binaries.Binaries({name: Path(f"/opt/bin/{name}") for name in binaries.NAMES})
-    conf: dict[str, Any] = yaml.safe_load(
-        cluster.kwokctl_config(bins, metrics_server_manifests="/opt/ms/manifests/overlays/release", **kw)
-    )
-    return conf
-
-
-def _args(conf: dict[str, Any], component: str) -> dict[str, str]:
-    return {
-        a["key"]: a["value"]
-        for p in conf["componentsPatches"]
-        if p["name"] == component
-        for a in p["extraArgs"]
-    }
-
-
 def test_the_api_server_reaches_kubelets_by_ip_advertises_the_fabric_and_kwok_leaves_real_nodes() -> None:
     b = Block(2)
     conf = _config(block=b, pki_dir=Path("/c/pki"))
-    api = _args(conf, "kube-apiserver")
+    api = _patches(conf, "kube-apiserver")
     assert api["service-cluster-ip-range"] == b.service_cidr
     assert api["advertise-address"] == b.api_address
     # never Hostname: the API server would resolve a node's name through the machine's DNS
@@ -118,7 +101,7 @@ def test_the_api_server_reaches_kubelets_by_ip_advertises_the_fabric_and_kwok_le
         "/c/pki/admin.key",
     )
     assert conf["options"]["kubeApiserverCertSANs"] == [b.api_address, b.kubernetes_service_ip]
-    kwok = _args(conf, "kwok-controller")
+    kwok = _patches(conf, "kwok-controller")
     assert kwok == {
         "manage-all-nodes": "false",
         "manage-nodes-with-annotation-selector": "kwok.x-k8s.io/node=fake",
@@ -127,7 +110,9 @@ def test_the_api_server_reaches_kubelets_by_ip_advertises_the_fabric_and_kwok_le
     }
     assert all(n["metadata"]["annotations"][nodes.FAKE_NODE_ANNOTATION] == "fake" for n in nodes.fake_nodes())
     plain = _config()
-    assert "advertise-address" not in _args(plain, "kube-apiserver") and not _args(plain, "kwok-controller")
+    assert "advertise-address" not in _patches(plain, "kube-apiserver") and not _patches(
+        plain, "kwok-controller"
+    )
 
 
 def test_kubelet_config_leaves_the_host_alone_and_keeps_pods_off_unless_they_tolerate() -> None:
