@@ -104,6 +104,7 @@ async def wait_pod(
     *,
     what: str,
     timeout: float = 90.0,
+    interval: float = 0.5,
 ) -> dict[str, Any]:
     """The pod once ``ok(pod)``; a timeout names ``what`` and the pod's last status."""
     last: dict[str, Any] = {}
@@ -114,7 +115,7 @@ async def wait_pod(
         return last if ok(last) else None
 
     try:
-        return await until(probe, timeout=timeout, what=f"pod {name}: {what}")
+        return await until(probe, timeout=timeout, interval=interval, what=f"pod {name}: {what}")
     except TimeoutError as e:
         raise TimeoutError(f"{e}; its status: {last.get('status')}") from None
 

@@ -154,7 +154,11 @@ async def test_a_crashing_container_really_goes_into_crash_loop_back_off(
         st = rn.container_status(p)
         return (st.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
 
-    pod = await rn.wait_pod(admin_client, namespace, "crash", backing_off, what="CrashLoopBackOff")
+    # the kubelet reports CrashLoopBackOff while it waits out each back-off (10 s, 20 s, 40 s...): a
+    # loaded machine can delay the status a window shows, so look often and through several windows
+    pod = await rn.wait_pod(
+        admin_client, namespace, "crash", backing_off, what="CrashLoopBackOff", timeout=240, interval=0.2
+    )
     last = rn.container_status(pod)["lastState"]["terminated"]
     assert (last["exitCode"], last["reason"]) == (3, "Error")
 
