@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from mlops_platform.devcluster import binaries, crds, gomod, logs, nodes, usage
+from mlops_platform.devcluster import binaries, crds, gomod, logs, nodes, pids, usage
 from mlops_platform.devcluster.realnode import addressing, fabric, lifecycle
 from mlops_platform.runtime import objects
 from mlops_platform.runtime import wait as rwait
@@ -388,11 +388,7 @@ def component_pid(name: str, component: str) -> int:
 def component_running(name: str, component: str) -> bool:
     """Whether the component's process is alive: not gone, not a zombie (kwokctl's own check,
     signal 0, counts a zombie as running, and would not start it again)."""
-    try:
-        stat = (Path("/proc") / str(component_pid(name, component)) / "stat").read_text()
-    except (OSError, ValueError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return pids.running(pid_file(name, component)) is not None
 
 
 def _log_tail(name: str, component: str, lines: int = 5) -> str:

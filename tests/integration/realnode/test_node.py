@@ -178,8 +178,7 @@ async def test_a_too_small_memory_limit_really_gets_oom_killed(
         )
         return done.get("reason") == "OOMKilled"
 
-    pod = await rn.wait_pod(admin_client, namespace, "hog", oom_killed, what="OOMKilled")
-    assert rn.container_status(pod)["restartCount"] >= 0
+    await rn.wait_pod(admin_client, namespace, "hog", oom_killed, what="OOMKilled")
 
 
 @pytest.mark.parametrize(
@@ -234,8 +233,10 @@ async def test_metrics_server_reports_the_real_cpu_of_a_pod(
         seen.append(cpu)
         return quantity.parse(cpu) >= Decimal("0.15")  # a busy loop under a 300m limit
 
-    await wait.until(busy, timeout=120, interval=2, what="the metrics API's CPU of pod burn >= 150m")
-    assert seen
+    try:
+        await wait.until(busy, timeout=120, interval=2, what="the metrics API's CPU of pod burn >= 150m")
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}; the samples it served: {seen}") from None
 
 
 async def test_the_model_server_image_is_built_here_and_runs_on_the_node(

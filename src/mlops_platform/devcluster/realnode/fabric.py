@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from mlops_platform.devcluster import pids
 from mlops_platform.devcluster.realnode import addressing, images, netns
 from mlops_platform.devcluster.realnode.addressing import Block
 from mlops_platform.devcluster.realnode.node import NodeBinaries, RealNode
@@ -40,11 +41,7 @@ class Fabric:
         return f"https://{self.block.api_address}:{self.api_port}"
 
     def _pid(self, end: str) -> int | None:
-        with contextlib.suppress(OSError, ValueError):
-            pid = int((self.dir / f"{end}.pid").read_text())
-            os.kill(pid, 0)
-            return pid
-        return None
+        return pids.running(self.dir / f"{end}.pid")
 
     def up(self) -> None:
         """The fabric namespace and the API bridge (idempotent)."""

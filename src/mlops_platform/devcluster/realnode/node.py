@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from mlops_platform.devcluster import binaries, logs
+from mlops_platform.devcluster import binaries, logs, pids
 from mlops_platform.devcluster.realnode import configs, images, netns, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
@@ -100,12 +100,7 @@ class RealNode:
         return self.root / "pids" / f"{component}.pid"
 
     def pid(self, component: str) -> int | None:
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(self._pid_file(component).read_text())
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            if stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                return pid
-        return None
+        return pids.running(self._pid_file(component))
 
     @property
     def exists(self) -> bool:
