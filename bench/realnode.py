@@ -73,14 +73,21 @@ def _parse_time(value: str) -> float:
     return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-async def _node_ready_after_kubelet(c: Any, name: str) -> float:
+def _real_node(name: str) -> Any:
+    """The cluster's ``real-node-0`` (a ``devcluster.realnode.node.RealNode``)."""
     from mlops_platform.devcluster import cluster
     from mlops_platform.devcluster.realnode import fabric
-    from mlops_platform.runtime.transport import resources
 
     block = fabric.block_of(cluster.workdir(), name)
-    assert block is not None
-    node = fabric.Fabric(name, cluster.cluster_dir(name), block).node(0)
+    if block is None:
+        raise SystemExit(f"cluster {name!r} has no address block (created before real nodes came)")
+    return fabric.Fabric(name, cluster.cluster_dir(name), block).node(0)
+
+
+async def _node_ready_after_kubelet(c: Any, name: str) -> float:
+    from mlops_platform.runtime.transport import resources
+
+    node = _real_node(name)
     pid = node.pid("kubelet")
     assert pid is not None
     live = await c.get(resources.NODE, node.name)
@@ -135,11 +142,8 @@ def _node_processes(name: str) -> dict[str, list[int]]:
     """The node's processes by role: its daemons (and the shims they started) from its cgroup root,
     CoreDNS's container, the API bridge's two ends."""
     from mlops_platform.devcluster import cluster
-    from mlops_platform.devcluster.realnode import fabric
 
-    block = fabric.block_of(cluster.workdir(), name)
-    assert block is not None
-    node = fabric.Fabric(name, cluster.cluster_dir(name), block).node(0)
+    node = _real_node(name)
     roles: dict[str, list[int]] = {}
     for pid in sorted(node.cgroup.pids()):
         with contextlib.suppress(OSError):
