@@ -341,6 +341,21 @@ def test_gpu_resources_image_and_toleration() -> None:
     assert "limits" not in container(cpu)["resources"]
 
 
+def test_the_runtimes_placement_comes_before_the_gpu_toleration() -> None:
+    table = servers.load_overrides(
+        {
+            "runtimes.yaml": "torchserve: {nodeSelector: {pool: models}, "
+            "tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]}"
+        }
+    )
+    ctx = base.BuildContext(servers=table)
+    pod = deployment.build(make(framework="torchserve", gpuPerReplica=1), ctx)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "models"}
+    assert [t["key"] for t in pod["tolerations"]] == ["dedicated", "nvidia.com/gpu"]
+    cpu = deployment.build(make(framework="torchserve"), ctx)["spec"]["template"]["spec"]
+    assert cpu["tolerations"] == [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+
+
 @pytest.mark.parametrize(
     ("resources", "want"),
     [

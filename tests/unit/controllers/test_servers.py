@@ -112,9 +112,56 @@ def test_overrides_apply_over_a_given_base() -> None:
     assert (second["seldon"].run_as_non_root, second["seldon"].target_cpu_utilization) == (False, 50)
 
 
+def test_placement_overrides_merge_the_node_selector_and_replace_the_tolerations() -> None:
+    first = load_overrides(
+        {
+            "runtimes.yaml": """
+seldon:
+  nodeSelector: {pool: cpu}
+  tolerations: [{key: dedicated, operator: Equal, value: models, effect: NoSchedule}]
+"""
+        }
+    )
+    second = load_overrides(
+        {
+            "runtimes.yaml": """
+seldon:
+  nodeSelector: {mlops.platform/real-node: "true"}
+  tolerations: [{key: mlops.platform/real-node, operator: Exists, effect: NoSchedule, tolerationSeconds: 5}]
+"""
+        },
+        base=first,
+    )
+    assert dict(second["seldon"].node_selector) == {"pool": "cpu", "mlops.platform/real-node": "true"}
+    assert [dict(t) for t in second["seldon"].tolerations] == [
+        {"key": "mlops.platform/real-node", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}
+    ]
+    assert servers.default_table()["seldon"].tolerations == ()
+
+
 @pytest.mark.parametrize(
     ("data", "error"),
     [
+        (
+            {"runtimes.yaml": "seldon: {nodeSelector: {pool: 3}}"},
+            "runtimes.yaml: seldon.nodeSelector.pool: expected str",
+        ),
+        (
+            {"runtimes.yaml": "seldon: {nodeSelector: {pool: 'a b'}}"},
+            "runtimes.yaml: seldon.nodeSelector.pool: 'a b' is not a valid label value",
+        ),
+        (
+            {"runtimes.yaml": "seldon: {tolerations: [{key: a, operator: Exists, value: b}]}"},
+            "runtimes.yaml: seldon.tolerations[0].value: must be empty when operator is Exists",
+        ),
+        (
+            {"runtimes.yaml": "seldon: {tolerations: [{value: b}]}"},
+            "runtimes.yaml: seldon.tolerations[0].operator: must be Exists when key is empty",
+        ),
+        (
+            {"runtimes.yaml": "seldon: {tolerations: [{key: a, effect: Never}]}"},
+            "runtimes.yaml: seldon.tolerations[0].effect",
+        ),
         ({"runtime.yaml": "triton: {}"}, "runtime.yaml: unknown key (expected runtimes.yaml)"),
         ({"runtimes.yaml": "triton: ["}, "runtimes.yaml: invalid YAML"),
         ({"runtimes.yaml": "- triton"}, "runtimes.yaml: expected a map of runtime name to its fields"),
@@ -179,6 +226,11 @@ def test_overrides_apply_over_a_given_base() -> None:
         ({"runtimes.yaml": 3}, "runtimes.yaml: expected YAML text"),
     ],
     ids=[
+        "node-selector-not-string",
+        "node-selector-not-a-label-value",
+        "toleration-exists-with-value",
+        "toleration-without-key",
+        "toleration-effect",
         "unknown-configmap-key",
         "bad-yaml",
         "not-a-map",

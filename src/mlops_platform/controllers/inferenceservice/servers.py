@@ -84,7 +84,9 @@ class ServingRuntime:
     InferenceService's port must not use them). ``default_requests`` fill in a resource the spec
     leaves unset. ``formats`` are the model formats it serves (empty: any); ``metrics_dialect``
     says whose request metrics it exports (:data:`MetricsDialect`); ``model_layout`` how the storage
-    initializer lays out a downloaded model for it (:data:`ModelLayout`)."""
+    initializer lays out a downloaded model for it (:data:`ModelLayout`). ``node_selector`` and
+    ``tolerations`` place its pods (as a KServe ServingRuntime's): e.g. the local cluster's real
+    node, or a pool of CPU nodes for it; a GPU service adds the GPU toleration."""
 
     server: str
     image: str
@@ -110,6 +112,8 @@ class ServingRuntime:
     formats: tuple[str, ...] = ()
     metrics_dialect: MetricsDialect = NO_METRICS
     model_layout: ModelLayout = NO_LAYOUT
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=_frozen)
+    tolerations: tuple[Mapping[str, str | int], ...] = ()
 
     def serves(self, model_format: str) -> bool:
         """Whether this runtime serves ``model_format`` (any format when ``formats`` is empty)."""
@@ -293,6 +297,14 @@ class _ProbeOverride(_Struct):
     failure_threshold: Positive | None = None
 
 
+class _Toleration(_Struct):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
 class _Override(_Struct):
     based_on: str | None = None
     server: str | None = None
@@ -316,6 +328,8 @@ class _Override(_Struct):
     formats: list[str] | None = None
     metrics_dialect: MetricsDialect | None = None
     model_layout: ModelLayout | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[_Toleration] | None = None
 
 
 #: what a runtime defined from scratch (no ``basedOn``) must say, by key
@@ -450,7 +464,12 @@ def _explain(e: msgspec.ValidationError, where: str) -> str:
     return f"{path}: {message}"
 
 
-_MAP_VALUES: dict[str, tuple[type, ...]] = {"env": (str,), "ports": (int,), "defaultRequests": (str, int)}
+_MAP_VALUES: dict[str, tuple[type, ...]] = {
+    "env": (str,),
+    "ports": (int,),
+    "defaultRequests": (str, int),
+    "nodeSelector": (str,),
+}
 
 
 def _check_maps(raw: Any, where: str) -> None:
@@ -464,7 +483,17 @@ def _check_maps(raw: Any, where: str) -> None:
 
 
 _NESTED = frozenset(
-    {"based_on", "env", "ports", "default_requests", "readiness_probe", "liveness_probe", "startup_probe"}
+    {
+        "based_on",
+        "env",
+        "ports",
+        "default_requests",
+        "readiness_probe",
+        "liveness_probe",
+        "startup_probe",
+        "node_selector",
+        "tolerations",
+    }
 )
 
 
@@ -481,6 +510,12 @@ def _merge(spec: ServingRuntime, o: _Override) -> ServingRuntime:
         changes["env"] = MappingProxyType({**spec.env, **o.env})
     if o.ports is not None:
         changes["ports"] = MappingProxyType({**spec.ports, **o.ports})
+    if o.node_selector is not None:
+        changes["node_selector"] = MappingProxyType({**spec.node_selector, **o.node_selector})
+    if o.tolerations is not None:
+        changes["tolerations"] = tuple(
+            MappingProxyType(msgspec.to_builtins(t)) for t in o.tolerations
+        )
     if o.default_requests is not None:
         changes["default_requests"] = MappingProxyType({k: str(v) for k, v in o.default_requests.items()})
     for name in ("readiness_probe", "liveness_probe", "startup_probe"):
@@ -521,6 +556,7 @@ def _validate(spec: ServingRuntime, where: str) -> ServingRuntime:
     for name, quantity in spec.default_requests.items():
         if not quantity_.is_quantity(quantity):
             raise ServingRuntimeError(f"{where}.defaultRequests.{name}: {quantity!r} is not a quantity")
+    _validate_placement(spec, where)
     for name in spec.env:
         if not _ENV_NAME.match(name):
             raise ServingRuntimeError(f"{where}.env.{name}: not a valid environment variable name")
@@ -539,6 +575,20 @@ def _validate(spec: ServingRuntime, where: str) -> ServingRuntime:
                 f"{where}.{field}: unknown placeholder {{{unknown[0]}}} (known: {choices})"
             )
     return spec
+
+
+def _validate_placement(spec: ServingRuntime, where: str) -> None:
+    """``nodeSelector`` values are label values; a toleration without a key tolerates every taint
+    (``operator: Exists``) and ``Exists`` takes no value, as the API server would say of the pods."""
+    for key, value in spec.node_selector.items():
+        if value and not _LABEL_VALUE.match(value):
+            raise ServingRuntimeError(f"{where}.nodeSelector.{key}: {value!r} is not a valid label value")
+    for i, t in enumerate(spec.tolerations):
+        operator = t.get("operator", "Equal")
+        if operator == "Exists" and t.get("value"):
+            raise ServingRuntimeError(f"{where}.tolerations[{i}].value: must be empty when operator is Exists")
+        if not t.get("key") and operator != "Exists":
+            raise ServingRuntimeError(f"{where}.tolerations[{i}].operator: must be Exists when key is empty")
 
 
 def _pinned(image: str) -> bool:

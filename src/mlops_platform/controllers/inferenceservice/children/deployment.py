@@ -7,7 +7,7 @@ Contract of :func:`build` (pure):
 - resources from the model's resource requirements (any resource name); the runtime's default
   requests fill in a resource the spec sets neither a request nor a limit for (an HPA needs a CPU
   request); with GPUs (``nvidia.com/gpu``) the GPU image variant and a toleration for the usual
-  GPU node taint;
+  GPU node taint; the runtime's ``nodeSelector`` and tolerations (before the GPU one);
 - ``spec.replicas``: omitted when an autoscaler owns the count (:func:`base.replica_owner`) from
   the built object; :func:`settle` (run by the reconciler after hashing) then applies the LIVE
   count, so server-side apply neither fights the HPA nor removes the field (which would reset the
@@ -227,8 +227,13 @@ def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
     pod["containers"] = [_container(target, rt, delivery)]
     if delivery.volumes:
         pod["volumes"] = [dict(v) for v in delivery.volumes]
+    if rt.node_selector:
+        pod["nodeSelector"] = dict(rt.node_selector)
+    tolerations = [dict(t) for t in rt.tolerations]
     if target.isvc.resources.gpus > 0:
-        pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    if tolerations:
+        pod["tolerations"] = tolerations
     return pod
 
 
