@@ -43,6 +43,9 @@ from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import fakes
 from mlops_platform.testing.isvc import manifest
+from mlops_platform.why import analysis as why_analysis
+from mlops_platform.why import reading as why_reading
+from mlops_platform.why import report as why_report
 
 Obj = dict[str, Any]
 GOLDEN = Path(__file__).parent / "golden_why"
@@ -92,8 +95,8 @@ class Cluster:
         for indexed in (resources.POD, resources.ENDPOINT_SLICE):
             self.cache.informer_for(indexed).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
         self.kinds = crdwatch.OptionalKinds(self.cache)
-        self.crds: dict[str, Obj | None] = {k.crd_name: None for k in why.OPTIONAL_KINDS}
-        for kind in why.OPTIONAL_KINDS:
+        self.crds: dict[str, Obj | None] = {k.crd_name: None for k in why_reading.OPTIONAL_KINDS}
+        for kind in why_reading.OPTIONAL_KINDS:
             self.kinds.register(kind)
         for kind in installed:
             crd = fakes.crd(kind)
@@ -180,7 +183,7 @@ class Cluster:
         for (plural, _, name), obj in self.client.objects.items():
             kind = CHILD_KINDS.get(plural)
             if kind is not None:
-                lives[(why.group_resource(kind), name)] = copy.deepcopy(obj)
+                lives[(why_reading.group_resource(kind), name)] = copy.deepcopy(obj)
         return why.Snapshot(
             raw=copy.deepcopy(self.client.objects[(ISVC.plural, NS, NAME)]),
             crds=dict(self.crds),
@@ -424,7 +427,7 @@ async def test_the_rollout_is_the_one_the_reconciler_decides(state: str) -> None
     snap = await STATES[state](seen)
     (c,) = seen
     isvc_ = api.decode(snap.raw)
-    ours = why._rollout(isvc_, c.ctx, snap)
+    ours = why_analysis._rollout(isvc_, c.ctx, snap)
     assert ours == c.rec._rollout(isvc_)
     assert ours.plan.phase.value == why.analyze(snap, now=NOW).phase
 
@@ -485,7 +488,7 @@ async def test_the_settings_must_match_the_operators_flags() -> None:
     by_name = {(c.kind, c.name): c for c in r.children}
     assert by_name[("VirtualService", "bert")].action == "delete"
     # the replicas router selects both components: the selector loses a key, which only the hash sees
-    assert by_name[("Service", "bert-predictor")].paths == (why.HASH_PATH,)
+    assert by_name[("Service", "bert-predictor")].paths == (why_report.HASH_PATH,)
     assert r.settings == {"--traffic-router": "replicas"}
     gw = why.analyze(snap, base.BuildContext(router=base.Router.GATEWAY_API, gateway="infra/gw"), now=NOW)
     assert [(c.kind, c.action) for c in gw.changes] == [("VirtualService", "delete")]
@@ -536,7 +539,7 @@ def test_prepare_is_what_the_child_syncer_prepares() -> None:
     syncer = childsync.ChildSyncer(
         fakes.FakeClient(), field_manager=labels.MANAGER, hash_annotation=reconciler.HASH_ANNOTATION
     )
-    assert why.prepare(ours, owner) == syncer.prepare(theirs, owner)
+    assert why_analysis.prepare(ours, owner) == syncer.prepare(theirs, owner)
     assert ours["metadata"]["annotations"][reconciler.HASH_ANNOTATION]
 
 
@@ -805,7 +808,8 @@ async def test_unreadable_crds_make_the_optional_children_unreadable_not_absent(
     snap = await serving()
     denied = "403 Forbidden: customresourcedefinitions.apiextensions.k8s.io is forbidden"
     errors = {
-        f"customresourcedefinitions.apiextensions.k8s.io/{k.crd_name}": denied for k in why.OPTIONAL_KINDS
+        f"customresourcedefinitions.apiextensions.k8s.io/{k.crd_name}": denied
+        for k in why_reading.OPTIONAL_KINDS
     }
     r = why.analyze(dataclasses.replace(snap, crds={}, errors=errors), now=NOW)
     rule = next(c for c in r.children if c.kind == "PrometheusRule")
