@@ -788,6 +788,29 @@ def import_image(name: str, images: tuple[str, ...]) -> None:
         click.echo(ref)
 
 
+@dev.command(name="model-store")
+@_name
+@click.option(
+    "--grant", "namespaces", multiple=True, help="a namespace that gets the store's Secret (repeatable)"
+)
+def model_store(name: str, namespaces: tuple[str, ...]) -> None:
+    """Run the model store (MinIO on the real node, in mlops-models) with the demo models trained
+    and uploaded: s3://models/iris/1, iris/2, xgboost-iris/1, broken/1. Idempotent. With --grant,
+    those namespaces get the Secret `model-store` that storage.secretName names."""
+    import asyncio
+
+    from mlops_platform.devcluster import cluster
+    from mlops_platform.devcluster.modelstore import install, manifests
+
+    try:
+        install.install(name)
+    except (ValueError, RuntimeError, TimeoutError) as e:
+        raise click.ClickException(str(e)) from None
+    if namespaces:
+        asyncio.run(install.grant_all(cluster.kubeconfig_path(name), list(namespaces)))
+    click.echo(f"endpoint {manifests.ENDPOINT}  bucket {manifests.BUCKET}  secret {manifests.CLIENT_SECRET}")
+
+
 @dev.command()
 @_name
 def down(name: str) -> None:

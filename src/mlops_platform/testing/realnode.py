@@ -16,12 +16,7 @@ from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.wait import until
 
 IMAGE = images.PYTHON.ref
-PLACEMENT: dict[str, Any] = {
-    "nodeSelector": {configs.REAL_NODE_LABEL: "true"},
-    "tolerations": [
-        {"key": configs.REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    ],
-}
+PLACEMENT = configs.PLACEMENT
 #: a tiny HTTP server on :8080 answering every GET with "<pod name> <path>"
 SERVER = """
 import http.server, os

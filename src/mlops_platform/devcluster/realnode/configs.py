@@ -36,6 +36,11 @@ KUBELET_PORT = 10250
 REAL_NODE_LABEL = "mlops.platform/real-node"
 #: the taint that keeps every pod off the real node unless it tolerates it (pods that must really run)
 REAL_NODE_TAINT = {"key": REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+#: what a pod spec says to run on a real node: select it and tolerate its taint
+PLACEMENT: dict[str, Any] = {
+    "nodeSelector": {REAL_NODE_LABEL: "true"},
+    "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
+}
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"  # inside the node's mount namespace
 
 

@@ -15,6 +15,7 @@ and ``pip freeze`` of its root filesystem).
 - :data:`PYTHON`: Debian bookworm (minbase) with python3 and CA certificates: the base of the test
   workloads and of the images built on it;
 - :data:`COREDNS`: the cluster DNS, the pinned CoreDNS binary (static) alone, as upstream's image;
+- :data:`MINIO`: the local cluster's model store, the pinned MinIO binary (static) alone;
 - :data:`MLSERVER`: MLServer 1.7.1 with its scikit-learn and XGBoost runtimes, on :data:`PYTHON`,
   at the versions upstream's image of that release installs (``requirements/mlserver-1.7.1.txt``).
 """
@@ -49,7 +50,7 @@ class Recipe:
     description: str
     config: tuple[str, ...] = ()  # umoci config arguments
     debian_packages: tuple[str, ...] = ()  # a Debian root filesystem with these
-    tool: str = ""  # a node tool (binaries.NODE_TOOLS) whose binary of that name is the image's /<tool>
+    tool: str = ""  # a node tool or object-store server (binaries) whose binary is the image's /<tool>
     base: Recipe | None = None  # an image this one adds a layer to
     requirements: str = ""  # a pinned pip requirements file (``requirements/``) installed in VENV
     project: bool = False  # this checkout's own wheel too (the source tree is an input)
@@ -64,13 +65,21 @@ class Recipe:
         return hashlib.sha256(data).hexdigest()[:16]
 
 
+def _tool_dir(tool: str) -> Path:
+    """Where a recipe's tool binary is: a node tool's or an object-store server's cache directory
+    (its name carries the pinned version)."""
+    if tool in binaries.OBJECT_STORE_SERVERS:
+        return binaries.object_store_server_cache_dir(tool)
+    return binaries.node_tool_dir(tool)
+
+
 def _inputs(recipe: Recipe) -> bytes:
     """What else an image is made of: the files its steps read."""
     data = b""
     if recipe.name == "pause":
         data += _pause_source().read_bytes()
     if recipe.tool:
-        data += binaries.node_tool_dir(recipe.tool).name.encode()
+        data += _tool_dir(recipe.tool).name.encode()
     if recipe.requirements:
         data += _requirements(recipe).read_bytes()
     if recipe.project:
@@ -139,6 +148,14 @@ MLSERVER = Recipe(
     base=PYTHON,
     requirements="mlserver-1.7.1.txt",
 )
+#: the local cluster's model store (``devcluster.modelstore``): the pinned MinIO (static) alone
+MINIO = Recipe(
+    "minio",
+    binaries.versions()["MINIO_VERSION"],
+    "the model store (the pinned MinIO, static)",
+    config=("--config.entrypoint=/minio", "--config.exposedports=9000/tcp", "--config.user=1000:1000"),
+    tool="minio",
+)
 #: the operator and the storage initializer (the Dockerfile's recipe: a venv with the project's wheel
 #: and its pinned dependencies, no pip, non-root)
 OPERATOR = Recipe(
@@ -164,7 +181,7 @@ OPERATOR = Recipe(
     requirements="operator.txt",
     project=True,
 )
-ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, OPERATOR)
+ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, MINIO, OPERATOR)
 #: what every real node imports when it starts; the others are imported when asked for
 #: (:meth:`~mlops_platform.devcluster.realnode.fabric.Fabric.import_images`)
 NODE = (PAUSE, PYTHON, COREDNS)
@@ -230,8 +247,10 @@ def _build(recipe: Recipe, out: Path, tar: Path) -> None:
         rootfs = bundle / "rootfs"
         if recipe.debian_packages:
             _debian_rootfs(rootfs, recipe.debian_packages)
+        if recipe.tool in binaries.OBJECT_STORE_SERVERS:
+            binaries.object_store_server(recipe.tool)  # built when missing (the node's tools are)
         if recipe.tool:
-            shutil.copy2(binaries.node_tool_dir(recipe.tool) / recipe.tool, rootfs / recipe.tool)
+            shutil.copy2(_tool_dir(recipe.tool) / recipe.tool, rootfs / recipe.tool)
         if recipe.name == "pause":
             _run("gcc", "-Os", "-static", "-o", str(rootfs / "pause"), str(_pause_source()))
             _run("strip", str(rootfs / "pause"))
