@@ -1,0 +1,74 @@
+"""The command's I/O around ``why``: connect, read, analyze (:func:`collect`), and how the CLI
+prints (:func:`use_color`, :func:`terminal_width`).
+
+Contract: every failure to report (no kubeconfig, no such InferenceService, no access to it, no API
+server) is one :class:`WhyError` whose message says why; reads of anything else that fail are in the
+report (:attr:`~mlops_platform.why.report.Report.errors`), not raised.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.why import analysis, reading, report
+
+
+class WhyError(Exception):
+    """``why`` could not report (no such object, no access, no cluster): the message says why."""
+
+
+def use_color(stream: Any) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set (no-color.org)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+
+
+def terminal_width() -> int:
+    """The terminal's width (``$COLUMNS`` first; 100 when not a terminal)."""
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context (``default`` without one), as ``kubectl`` picks it."""
+    from lightkube.config import kubeconfig as lightkube_kubeconfig
+
+    if kubeconfig:
+        config = lightkube_kubeconfig.KubeConfig.from_file(Path(kubeconfig))
+    else:
+        config = lightkube_kubeconfig.KubeConfig.from_env()
+    single = config.get(context_name=context)
+    return str(single.namespace) if single is not None else "default"
+
+
+async def collect(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    name: str,
+    ctx: base.BuildContext,
+    *,
+    max_events: int = analysis.MAX_EVENTS,
+) -> report.Report:
+    """Connect (``kubeconfig``/``context``; default ``$KUBECONFIG``), read and analyze."""
+    try:
+        ns = namespace or default_namespace(kubeconfig, context)
+        client = rclient.Client.from_kubeconfig(kubeconfig, context=context)
+    except Exception as e:  # lightkube's config errors have no common base
+        raise WhyError(f"kubeconfig: {e}") from None
+    async with client:
+        try:
+            snap = await reading.read(client, ns, name)
+        except reading.NotFound as e:
+            raise WhyError(str(e)) from None
+        except rclient.ApiError as e:
+            raise WhyError(
+                f"reading inferenceservice {ns}/{name}: {e.status} {e.reason}: {e.message}"
+            ) from None
+        except rclient.TransportError as e:
+            raise WhyError(f"cannot reach the API server at {client.base_url}: {e}") from None
+    return analysis.analyze(snap, ctx, max_events=max_events)

@@ -1,0 +1,183 @@
+"""What ``why`` reads: the I/O half of ``mlops-platform why``.
+
+:func:`read` GETs the InferenceService, the CRDs of the optional child kinds and every child the
+operator could own, and LISTs the pods, the canary's EndpointSlices and the namespace's Events, into a
+:class:`Snapshot` of plain API objects. Contract:
+
+- Independent reads go out together (three rounds in all).
+- A read the caller may not make (403, any API error but 404) is recorded in
+  :attr:`Snapshot.errors`, not raised, except for the InferenceService itself (:class:`NotFound`, or
+  the API error).
+- A 404 is an absent object (no key, or None), never an error.
+- An optional kind is read at the version the operator resolves (:func:`resolve`), and only when its
+  CRD is installed.
+
+:func:`read_rules` is the read-only RBAC this needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TypeVar
+
+from mlops_platform import api
+from mlops_platform.controllers.inferenceservice import children, labels, reconciler, traffic
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime.caching import kinds
+from mlops_platform.runtime.objects import Obj
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+
+#: Events are listed per namespace in pages of this size, at most this many pages
+EVENT_PAGE = 500
+EVENT_PAGES = 4
+
+ISVC = api.RESOURCE
+T = TypeVar("T")
+OPTIONAL_KINDS: tuple[kinds.Kind, ...] = tuple(
+    dict.fromkeys(c.kind for c in children.CHILDREN if c.kind.optional)
+)
+
+
+def group_resource(kind: kinds.Kind) -> str:
+    return f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+
+
+def read_rules() -> list[Obj]:
+    """The RBAC rules ``why`` needs (a ClusterRole, or a Role per namespace without the CRD rule):
+    read-only, nothing else. Without one, the part it feeds is reported as unreadable."""
+    child_kinds = dict.fromkeys(c.kind for c in children.CHILDREN)
+    by_group: dict[str, list[str]] = {}
+    for kind in child_kinds:
+        by_group.setdefault(kind.group, []).append(kind.plural)
+    rules: list[Obj] = [{"apiGroups": [api.v1alpha1.GROUP], "resources": [ISVC.plural], "verbs": ["get"]}]
+    rules += [
+        {"apiGroups": [group], "resources": sorted(plurals), "verbs": ["get"]}
+        for group, plurals in sorted(by_group.items())
+    ]
+    rules += [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+    ]
+    return rules
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything ``why`` reads of one InferenceService (plain API objects)."""
+
+    raw: Obj
+    #: the CRD of each optional child kind by CRD name (None: not installed)
+    crds: Mapping[str, Obj | None] = dataclasses.field(default_factory=dict)
+    #: live children by (group resource, name), e.g. ("deployments.apps", "bert-predictor"); absent
+    #: key or None: no such object
+    children: Mapping[tuple[str, str], Obj | None] = dataclasses.field(default_factory=dict)
+    #: the canary Service's EndpointSlices (what the reconciler counts ready endpoints in)
+    canary_slices: Sequence[Obj] = ()
+    pods: Sequence[Obj] = ()
+    #: the namespace's Events (events.k8s.io/v1), any order; filtered by :func:`analyze`
+    events: Sequence[Obj] = ()
+    #: reads that failed, by what was read ("pods", "deployments.apps/bert-predictor"): the message
+    errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+class NotFound(LookupError):
+    """The InferenceService does not exist."""
+
+
+async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
+    """Read what :func:`analyze` needs of ``namespace/name`` (raises :class:`NotFound`, or the
+    :class:`~mlops_platform.runtime.client.ApiError` of reading the InferenceService itself)."""
+    try:
+        raw = await client.get(ISVC, name, namespace)
+    except rclient.ApiError as e:
+        if e.not_found:
+            raise NotFound(f'inferenceservice "{name}" not found in namespace "{namespace}"') from None
+        raise
+    errors: dict[str, str] = {}
+
+    async def attempt(what: str, call: Awaitable[T]) -> T | None:
+        try:
+            return await call
+        except rclient.ApiError as e:
+            if not e.not_found:
+                errors[what] = f"{e.status} {e.reason}: {e.message}"
+            return None
+
+    def get_child(kind: kinds.Kind, resource: rclient.Resource, child_name: str) -> Awaitable[Obj | None]:
+        return attempt(f"{group_resource(kind)}/{child_name}", client.get(resource, child_name, namespace))
+
+    names = _child_names(raw)
+    builtin = [(k, n) for k, n in names if not k.optional]
+    of_isvc = f"{labels.INFERENCESERVICE}={name}"
+    crd_answers, child_answers, pods, slices, events = await asyncio.gather(
+        asyncio.gather(
+            *(
+                attempt(f"{resources.CRD.group_resource}/{k.crd_name}", client.get(resources.CRD, k.crd_name))
+                for k in OPTIONAL_KINDS
+            )
+        ),
+        asyncio.gather(*(get_child(k, k.resource(), n) for k, n in builtin)),
+        attempt(resources.POD.group_resource, client.list(resources.POD, namespace, label_selector=of_isvc)),
+        attempt(
+            resources.ENDPOINT_SLICE.group_resource,
+            client.list(
+                resources.ENDPOINT_SLICE, namespace, label_selector=f"{reconciler.CANARY_SLICES},{of_isvc}"
+            ),
+        ),
+        attempt(resources.EVENT.group_resource, _list_events(client, namespace)),
+    )
+    crds: dict[str, Obj | None] = {k.crd_name: c for k, c in zip(OPTIONAL_KINDS, crd_answers, strict=True)}
+    lives: dict[tuple[str, str], Obj | None] = {
+        (group_resource(k), n): obj for (k, n), obj in zip(builtin, child_answers, strict=True)
+    }
+    optional = [(k, n, r) for k, n in names if k.optional and (r := resolve(k, crds)) is not None]
+    answers = await asyncio.gather(*(get_child(k, r, n) for k, n, r in optional))
+    lives.update({(group_resource(k), n): obj for (k, n, _), obj in zip(optional, answers, strict=True)})
+    return Snapshot(
+        raw=raw,
+        crds=crds,
+        children=lives,
+        canary_slices=tuple((slices or {}).get("items") or ()),
+        pods=tuple((pods or {}).get("items") or ()),
+        events=tuple(events or ()),
+        errors=errors,
+    )
+
+
+async def _list_events(client: rclient.Client, namespace: str) -> list[Obj]:
+    """The namespace's Events, a bounded number of pages (Events live an hour by default)."""
+    items: list[Obj] = []
+    token: str | None = None
+    for _ in range(EVENT_PAGES):
+        page = await client.list(resources.EVENT, namespace, limit=EVENT_PAGE, continue_=token)
+        items += page.get("items") or ()
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            break
+    return items
+
+
+def _child_names(raw: Obj) -> list[tuple[kinds.Kind, str]]:
+    """(kind, name) of every child the operator could own for ``raw``, whatever the rollout: every
+    slot of both components (names depend on the InferenceService's name and the component only)."""
+    try:
+        isvc = api.decode(raw)
+    except api.ValidationError:
+        return []
+    plan = traffic.rollout(isvc, base.BuildContext(), base.Router.REPLICAS, None, None, None, None, 0)
+    out = [(s.child.kind, s.name) for s in base.slots(isvc, children.CHILDREN, plan.components)]
+    return list(dict.fromkeys(out))
+
+
+def resolve(kind: kinds.Kind, crds: Mapping[str, Obj | None]) -> rclient.Resource | None:
+    """The resource of ``kind`` as the operator resolves it (an optional kind: the most preferred
+    served version of its Established CRD that the builder speaks; None when not installed)."""
+    if not kind.optional:
+        return kind.resource()
+    version = kinds.served_version(kind, crds.get(kind.crd_name))
+    return kind.resource(version) if version else None
