@@ -1393,7 +1393,7 @@ async def failover(
 ) -> dict[str, Any]:
     """Per-shard CPU of the convergence; then SIGKILL the replica holding partition 0: the seconds
     until another holds it, and a spec change of one of its InferenceServices reaching the child."""
-    from mlops_platform.runtime.control import sharding
+    from mlops_platform.runtime.control import partitioning
     from mlops_platform.runtime.control.reconcile import Request
 
     held = group.held()
@@ -1401,7 +1401,7 @@ async def failover(
     victim = next(i for i, parts in held.items() if 0 in parts)
     orphans = [
         f"bench-{i:04d}" for i in range(observer.count("isvc"))
-        if sharding.partition_of(Request(NAMESPACE, f"bench-{i:04d}"), SHARDS) == 0
+        if partitioning.partition_of(Request(NAMESPACE, f"bench-{i:04d}"), SHARDS) == 0
     ]  # fmt: skip
     log(f"sharded: partitions {held}, CPU per replica {per_shard_cpu}; killing replica {victim}")
     t_kill, wall_kill = time.monotonic(), time.time()

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from mlops_platform.deploy import rbac as deploy_rbac
-from mlops_platform.runtime.control import sharding
+from mlops_platform.runtime.control import partitioning, shardgroup
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -76,7 +76,7 @@ async def group(
             admin_client,
             namespace,
             lambda name, holder: history.append((time.monotonic(), name, holder)),
-            label_selector=f"{sharding.GROUP_LABEL}={GROUP}",
+            label_selector=f"{shardgroup.GROUP_LABEL}={GROUP}",
         )
     )
     replicas: list[Replica] = []
@@ -204,15 +204,15 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     for name in names:
         await c.create(ISVC, _isvc(name), ns)
     await wait.until(lambda: _all_ready(c, ns), timeout=240, interval=1, what=f"{OBJECTS} Ready")
-    partition = {n: sharding.partition_of(Request(ns, n), SHARDS) for n in names}
+    partition = {n: partitioning.partition_of(Request(ns, n), SHARDS) for n in names}
     assert len(set(partition.values())) == SHARDS  # every replica has work
     for k, r in owners.items():
         assert _reconciled(r) == {Request(ns, n) for n in names if partition[n] == k}, r.identity
     # created without the bucket label, each got it from the replica owning its partition, and
     # each replica lists, watches and caches its own partition's objects and children only
     for o in (await c.list(ISVC, ns))["items"]:
-        got = o["metadata"].get("labels", {}).get(sharding.BUCKET_LABEL)
-        assert got == str(sharding.bucket_of(Request(ns, o["metadata"]["name"]))), o["metadata"]
+        got = o["metadata"].get("labels", {}).get(partitioning.BUCKET_LABEL)
+        assert got == str(partitioning.bucket_of(Request(ns, o["metadata"]["name"]))), o["metadata"]
     for k, r in owners.items():
         await wait.until(
             functools.partial(_caches_hold, r, {k}, partition), timeout=30, what=f"{r.identity}: cache of {k}"
@@ -261,15 +261,15 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     # a wrong bucket label (another partition's) sends the object to that partition's replica,
     # which corrects it; its owner then reconciles a change to it as always
     moved = names[1]
-    wrong = next(b for b in range(sharding.BUCKETS) if b % SHARDS != partition[moved])
-    labels = {sharding.BUCKET_LABEL: str(wrong)}
+    wrong = next(b for b in range(partitioning.BUCKETS) if b % SHARDS != partition[moved])
+    labels = {partitioning.BUCKET_LABEL: str(wrong)}
     await c.patch(
         ISVC, moved, {"metadata": {"labels": labels}, "spec": {"modelUri": "s3://models/m/3"}}, namespace=ns
     )
 
     async def corrected() -> bool:
-        got = (await c.get(ISVC, moved, ns))["metadata"].get("labels", {}).get(sharding.BUCKET_LABEL)
-        return got == str(sharding.bucket_of(Request(ns, moved)))
+        got = (await c.get(ISVC, moved, ns))["metadata"].get("labels", {}).get(partitioning.BUCKET_LABEL)
+        return got == str(partitioning.bucket_of(Request(ns, moved)))
 
     await wait.until(corrected, timeout=30, what="a wrong bucket label corrected")
     await wait.until(
@@ -297,7 +297,7 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     spans_of = _intervals(group.replicas)
     for r in group.replicas:
         for line in _reconciles(r):
-            k = sharding.partition_of(Request(line["namespace"], line["name"]), SHARDS)
+            k = partitioning.partition_of(Request(line["namespace"], line["name"]), SHARDS)
             at = _ts(line)
             assert any(s <= at <= e and who == r.identity for s, e, who in spans_of[k]), (r.identity, line)
 
@@ -305,9 +305,9 @@ async def test_three_shards_split_the_work_fail_over_and_rebalance(
     for r in live:
         r.proc.send_signal(signal.SIGTERM)
     assert [await asyncio.to_thread(r.proc.wait, 60) for r in live] == [0] * len(live)
-    leases = (await c.list(resources.LEASE, ns, label_selector=f"{sharding.GROUP_LABEL}={GROUP}"))["items"]
-    members = [o for o in leases if o["metadata"]["labels"][sharding.ROLE_LABEL] == "member"]
-    partitions = [o for o in leases if o["metadata"]["labels"][sharding.ROLE_LABEL] == "partition"]
+    leases = (await c.list(resources.LEASE, ns, label_selector=f"{shardgroup.GROUP_LABEL}={GROUP}"))["items"]
+    members = [o for o in leases if o["metadata"]["labels"][shardgroup.ROLE_LABEL] == "member"]
+    partitions = [o for o in leases if o["metadata"]["labels"][shardgroup.ROLE_LABEL] == "partition"]
     # the graceful ones deleted their member Lease; the killed one's stays behind, expired
     assert [o["spec"]["holderIdentity"] for o in members] == [victim.identity]
     assert sorted(o["metadata"]["name"] for o in partitions) == [f"{GROUP}-shard-{k}" for k in range(SHARDS)]

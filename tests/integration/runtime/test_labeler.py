@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mlops_platform.runtime.caching import informer as rinformer
-from mlops_platform.runtime.control import labeler, sharding
+from mlops_platform.runtime.control import labeler, partitioning
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -32,7 +32,7 @@ class Owner:
         self.partitions = {0}
 
     def __call__(self, req: Request) -> bool:
-        return sharding.partition_of(req, P) in self.partitions
+        return partitioning.partition_of(req, P) in self.partitions
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ async def setup(
         admin_client,
         resources.CONFIG_MAP,
         namespace=namespace,
-        label_selector=sharding.partition_selector({0}, P),
+        label_selector=partitioning.partition_selector({0}, P),
     )
     lab = labeler.BucketLabeler(admin_client, resources.CONFIG_MAP, owns=owner, primary=primary)
     primary.start()
@@ -62,14 +62,14 @@ async def setup(
 async def _labels(c: rclient.Client, ns: str) -> dict[str, str | None]:
     items = (await c.list(resources.CONFIG_MAP, ns))["items"]
     return {
-        o["metadata"]["name"]: (o["metadata"].get("labels") or {}).get(sharding.BUCKET_LABEL)
+        o["metadata"]["name"]: (o["metadata"].get("labels") or {}).get(partitioning.BUCKET_LABEL)
         for o in items
         if o["metadata"]["name"].startswith("o-")
     }
 
 
 def _bucket(ns: str, name: str) -> str:
-    return str(sharding.bucket_of(Request(ns, name)))
+    return str(partitioning.bucket_of(Request(ns, name)))
 
 
 async def test_owned_objects_are_labelled_and_enter_the_narrowed_cache(
@@ -101,7 +101,7 @@ async def test_owned_objects_are_labelled_and_enter_the_narrowed_cache(
 
     # a partition acquired later: its objects are labelled then
     owner.partitions.add(1)
-    lab.enqueue_all(lambda r: sharding.partition_of(r, P) == 1)
+    lab.enqueue_all(lambda r: partitioning.partition_of(r, P) == 1)
     await wait.until(
         lambda: _all_labelled(c, ns, names), timeout=30, what="the newly owned partition labelled"
     )
@@ -122,8 +122,8 @@ async def test_a_wrong_label_seen_in_the_narrowed_cache_is_corrected(
     # an object of partition 1 (not ours) labelled with a bucket of partition 0: only our narrowed
     # watch sees it, so we correct it, and it leaves our cache
     name = next(f"o-{i}" for i in range(100) if not owner(Request(ns, f"o-{i}")))
-    wrong = next(str(b) for b in range(sharding.BUCKETS) if b % P == 0)
-    await c.create(resources.CONFIG_MAP, _cm(name, {sharding.BUCKET_LABEL: wrong}), ns)
+    wrong = next(str(b) for b in range(partitioning.BUCKETS) if b % P == 0)
+    await c.create(resources.CONFIG_MAP, _cm(name, {partitioning.BUCKET_LABEL: wrong}), ns)
     await wait.until(
         lambda: _all_labelled(c, ns, [name]), timeout=30, what="the wrong bucket label corrected"
     )
@@ -135,6 +135,6 @@ async def test_a_wrong_label_seen_in_the_narrowed_cache_is_corrected(
     await c.create(resources.CONFIG_MAP, _cm(mine), ns)
     await wait.until(lambda: primary.store.get(ns, mine) is not None, timeout=30, what="labelled")
     await c.patch(
-        resources.CONFIG_MAP, mine, {"metadata": {"labels": {sharding.BUCKET_LABEL: None}}}, namespace=ns
+        resources.CONFIG_MAP, mine, {"metadata": {"labels": {partitioning.BUCKET_LABEL: None}}}, namespace=ns
     )
     await wait.until(lambda: _all_labelled(c, ns, [name, mine]), timeout=30, what="a removed label put back")

@@ -23,7 +23,7 @@ from mlops_platform import cli
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.control import controller as rcontroller
-from mlops_platform.runtime.control import sharding
+from mlops_platform.runtime.control import partitioning, shardgroup, sharding
 from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import resources
@@ -62,27 +62,29 @@ def test_the_partition_of_a_request_is_a_fixed_function_of_namespace_and_name(
 ) -> None:
     # pinned: a change here moves objects between partitions of replicas of different releases,
     # and changes the bucket label of every child
-    assert sharding.bucket_of(request_) == bucket
-    assert [sharding.partition_of(request_, p) for p in (3, 5, 16)] == [p3, p5, p16]
-    assert sharding.partition_of(request_, 1) == 0
+    assert partitioning.bucket_of(request_) == bucket
+    assert [partitioning.partition_of(request_, p) for p in (3, 5, 16)] == [p3, p5, p16]
+    assert partitioning.partition_of(request_, 1) == 0
 
 
 def test_a_partition_selector_selects_exactly_the_buckets_of_the_partitions() -> None:
-    sel = sharding.partition_selector({1}, 3)
+    sel = partitioning.partition_selector({1}, 3)
     key, _, values = sel.partition(" in ")
-    assert key == sharding.BUCKET_LABEL
+    assert key == partitioning.BUCKET_LABEL
     buckets = {int(v) for v in values.strip("()").split(",")}
-    assert buckets == {b for b in range(sharding.BUCKETS) if b % 3 == 1}
-    both = sharding.partition_selector({0, 2}, 3).partition(" in ")[2]
+    assert buckets == {b for b in range(partitioning.BUCKETS) if b % 3 == 1}
+    both = partitioning.partition_selector({0, 2}, 3).partition(" in ")[2]
     assert {int(v) for v in both.strip("()").split(",")} == {b for b in range(256) if b % 3 != 1}
     # no partition: a selector no child matches (a bucket label is always a number)
-    assert sharding.partition_selector((), 3) == f"{sharding.BUCKET_LABEL} in (none)"
+    assert partitioning.partition_selector((), 3) == f"{partitioning.BUCKET_LABEL} in (none)"
     with pytest.raises(ValueError, match=r"partitions must be in \[1, 256\]"):
-        sharding.ShardConfig("ops", "grp", "me", 257)
+        shardgroup.ShardConfig("ops", "grp", "me", 257)
 
 
 def test_partitions_spread_objects_evenly() -> None:
-    counts = collections.Counter(sharding.partition_of(Request("ns", f"isvc-{i}"), 3) for i in range(3000))
+    counts = collections.Counter(
+        partitioning.partition_of(Request("ns", f"isvc-{i}"), 3) for i in range(3000)
+    )
     assert sorted(counts) == [0, 1, 2]
     assert all(900 <= n <= 1100 for n in counts.values()), counts
 
@@ -94,14 +96,14 @@ def test_partitions_spread_objects_evenly() -> None:
 def test_fair_share_is_the_ceiling_of_partitions_over_members(
     partitions: int, members: int, share: int
 ) -> None:
-    assert sharding.fair_share(partitions, members) == share
+    assert partitioning.fair_share(partitions, members) == share
 
 
 def test_rendezvous_order_is_a_fixed_permutation_per_identity() -> None:
-    assert sharding.preference("alpha", 5) == [2, 3, 4, 0, 1]
-    assert sharding.preference("beta", 5) == [0, 4, 3, 2, 1]
-    assert sharding.rank("alpha", 0) == 9582805439083443850
-    firsts = collections.Counter(sharding.preference(f"pod-{i}_1", 3)[0] for i in range(300))
+    assert partitioning.preference("alpha", 5) == [2, 3, 4, 0, 1]
+    assert partitioning.preference("beta", 5) == [0, 4, 3, 2, 1]
+    assert partitioning.rank("alpha", 0) == 9582805439083443850
+    firsts = collections.Counter(partitioning.preference(f"pod-{i}_1", 3)[0] for i in range(300))
     assert all(n >= 60 for n in firsts.values()), firsts  # identities spread over first choices
 
 
@@ -111,7 +113,7 @@ MEMBERS = ("pod-a_1", "pod-b_1", "pod-c_1")
 
 
 def test_three_members_and_three_free_partitions_take_one_each() -> None:
-    plans = {m: sharding.plan(m, 3, MEMBERS, {}) for m in MEMBERS}
+    plans = {m: partitioning.plan(m, 3, MEMBERS, {}) for m in MEMBERS}
     assert all(p.share == 1 and p.members == 3 and len(p.acquire) == 1 for p in plans.values())
     taken = [k for p in plans.values() for k in p.acquire]
     assert sorted(taken) == [0, 1, 2]  # disjoint: the members agree without talking
@@ -121,7 +123,7 @@ def test_a_dead_members_partition_goes_to_exactly_one_survivor() -> None:
     a, b, _ = MEMBERS
     holders = {0: a, 1: b}  # partition 2's holder is gone, and so is its member Lease
     plans = [
-        sharding.plan(m, 3, (a, b), holders, leading=[k for k, h in holders.items() if h == m])
+        partitioning.plan(m, 3, (a, b), holders, leading=[k for k, h in holders.items() if h == m])
         for m in (a, b)
     ]
     assert [p.share for p in plans] == [2, 2]
@@ -132,24 +134,24 @@ def test_a_dead_members_partition_goes_to_exactly_one_survivor() -> None:
 def test_a_new_member_makes_the_one_above_its_share_release_its_worst_ranked_partition() -> None:
     a, b, c = MEMBERS
     holders = {0: a, 2: a, 1: b}
-    plan_a = sharding.plan(a, 3, MEMBERS, holders, leading=[0, 2])
+    plan_a = partitioning.plan(a, 3, MEMBERS, holders, leading=[0, 2])
     assert plan_a.share == 1
-    worst = min((0, 2), key=lambda k: sharding.rank(a, k))
+    worst = min((0, 2), key=lambda k: partitioning.rank(a, k))
     assert plan_a.release == (worst,)
     assert plan_a.acquire == frozenset()
-    assert sharding.plan(c, 3, MEMBERS, holders).acquire == frozenset()  # nothing is free yet
+    assert partitioning.plan(c, 3, MEMBERS, holders).acquire == frozenset()  # nothing is free yet
     del holders[worst]  # a released it
-    assert sharding.plan(c, 3, MEMBERS, holders).acquire == {worst}
-    assert sharding.plan(a, 3, MEMBERS, holders, leading=[2 if worst == 0 else 0]).acquire == frozenset()
-    assert sharding.plan(b, 3, MEMBERS, holders, leading=[1]).acquire == frozenset()
+    assert partitioning.plan(c, 3, MEMBERS, holders).acquire == {worst}
+    assert partitioning.plan(a, 3, MEMBERS, holders, leading=[2 if worst == 0 else 0]).acquire == frozenset()
+    assert partitioning.plan(b, 3, MEMBERS, holders, leading=[1]).acquire == frozenset()
 
 
 def test_a_restarted_identity_takes_its_own_lease_back_and_foreign_holders_count() -> None:
     a, b, _ = MEMBERS
     # a's Lease from before a restart (same identity, no elector leads it yet)
-    assert 1 in sharding.plan(a, 3, (a, b), {1: a, 0: b}).acquire
+    assert 1 in partitioning.plan(a, 3, (a, b), {1: a, 0: b}).acquire
     # a holder that is no live member (a static replica) still holds: its partition is not free
-    p = sharding.plan(a, 3, (a, b), {0: "static-replica"})
+    p = partitioning.plan(a, 3, (a, b), {0: "static-replica"})
     assert 0 not in p.acquire
 
 
@@ -166,7 +168,7 @@ def test_membership_changes_converge_without_two_holders(partitions: int, member
             changed = False
             for m in alive:
                 mine = [k for k, h in holders.items() if h == m]
-                p = sharding.plan(m, partitions, alive, holders, leading=mine)
+                p = partitioning.plan(m, partitions, alive, holders, leading=mine)
                 for k in p.release:
                     del holders[k]
                     changed = True
@@ -176,7 +178,7 @@ def test_membership_changes_converge_without_two_holders(partitions: int, member
                         changed = True
             if not changed:
                 break
-        share = sharding.fair_share(partitions, len(alive))
+        share = partitioning.fair_share(partitions, len(alive))
         assert sorted(holders) == list(range(partitions)), holders
         counts = collections.Counter(holders.values())
         assert max(counts.values()) <= share, counts
@@ -192,7 +194,9 @@ def test_membership_changes_converge_without_two_holders(partitions: int, member
 
 # -- the view of the group ----------------------------------------------------------------------------
 
-CONFIG = sharding.ShardConfig("ops", "grp", "pod-a_1", 3, lease_duration=6, renew_deadline=4, retry_period=1)
+CONFIG = shardgroup.ShardConfig(
+    "ops", "grp", "pod-a_1", 3, lease_duration=6, renew_deadline=4, retry_period=1
+)
 
 
 def _lease(name: str, holder: str, renew: str, role: str, shards: int = 3, duration: int = 6) -> Obj:
@@ -200,8 +204,8 @@ def _lease(name: str, holder: str, renew: str, role: str, shards: int = 3, durat
         "metadata": {
             "name": name,
             "namespace": "ops",
-            "labels": {sharding.GROUP_LABEL: "grp", sharding.ROLE_LABEL: role},
-            "annotations": {sharding.SHARDS_ANNOTATION: str(shards)},
+            "labels": {shardgroup.GROUP_LABEL: "grp", shardgroup.ROLE_LABEL: role},
+            "annotations": {shardgroup.SHARDS_ANNOTATION: str(shards)},
         },
         "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": renew},
     }
@@ -209,7 +213,7 @@ def _lease(name: str, holder: str, renew: str, role: str, shards: int = 3, durat
 
 def test_the_view_judges_expiry_by_the_local_clock_when_the_record_last_changed() -> None:
     clock = FakeClock()
-    view = sharding.LeaseView(CONFIG, clock)
+    view = shardgroup.LeaseView(CONFIG, clock)
     member = _lease("grp-member-pod-b-1", "pod-b_1", "t0", "member")
     view.on_add(member)
     view.on_add(_lease("grp-shard-1", "pod-b_1", "t0", "partition"))
@@ -238,13 +242,13 @@ def test_the_view_judges_expiry_by_the_local_clock_when_the_record_last_changed(
 def test_config_validates_names_and_timing() -> None:
     assert CONFIG.lease_name(2) == "grp-shard-2"
     assert CONFIG.member_name.startswith("grp-member-pod-a-1-")  # "_" is no DNS character: hashed
-    assert sharding.ShardConfig("ops", "grp", "pod-a", 3).member_name == "grp-member-pod-a"
+    assert shardgroup.ShardConfig("ops", "grp", "pod-a", 3).member_name == "grp-member-pod-a"
     with pytest.raises(ValueError, match=r"shard_id must be in \[0, 3\)"):
-        sharding.ShardConfig("ops", "grp", "me", 3, shard_id=3)
+        shardgroup.ShardConfig("ops", "grp", "me", 3, shard_id=3)
     with pytest.raises(ValueError, match="lease_duration must be greater than renew_deadline"):
-        sharding.ShardConfig("ops", "grp", "me", 3, lease_duration=5, renew_deadline=6)
+        shardgroup.ShardConfig("ops", "grp", "me", 3, lease_duration=5, renew_deadline=6)
     with pytest.raises(ValueError, match="valid label value"):
-        sharding.ShardConfig("ops", "bad/group", "me", 3)
+        shardgroup.ShardConfig("ops", "bad/group", "me", 3)
 
 
 def test_a_member_announcing_another_partition_count_makes_the_coordinator_hold_nothing() -> None:
@@ -334,10 +338,10 @@ async def test_enqueue_all_with_a_partition_enqueues_its_cached_objects_only() -
     names = [f"isvc-{i}" for i in range(12)]
     ctrl, _ = _controller(Recording(), names)
     await _drain(ctrl)
-    in_1 = [Request("ns", n) for n in names if sharding.partition_of(Request("ns", n), 3) == 1]
+    in_1 = [Request("ns", n) for n in names if partitioning.partition_of(Request("ns", n), 3) == 1]
     assert in_1 and len(in_1) < len(names)
-    ctrl.ownership = lambda req: sharding.partition_of(req, 3) in (0, 1)
-    ctrl.enqueue_all(lambda req: sharding.partition_of(req, 3) == 1)
+    ctrl.ownership = lambda req: partitioning.partition_of(req, 3) in (0, 1)
+    ctrl.enqueue_all(lambda req: partitioning.partition_of(req, 3) == 1)
     assert await _drain(ctrl) == sorted(in_1)
 
 
@@ -401,7 +405,7 @@ class FakeTarget:
 
 async def test_a_static_shard_holds_its_partition_enqueues_it_and_drains_before_releasing() -> None:
     client = fakes.FakeClient()
-    config = sharding.ShardConfig(
+    config = shardgroup.ShardConfig(
         "ops", "grp", "pod-a_1", 3, shard_id=1, lease_duration=6, renew_deadline=4, retry_period=1
     )
     requests = [Request("ns", f"isvc-{i}") for i in range(12)]
@@ -414,12 +418,15 @@ async def test_a_static_shard_holds_its_partition_enqueues_it_and_drains_before_
     try:
         await asyncio.wait_for(target.gained.wait(), 5)
         assert coordinator.held == {1}
-        assert target.enqueued == [r for r in requests if sharding.partition_of(r, 3) == 1]
-        assert all(coordinator.owns(r) == (sharding.partition_of(r, 3) == 1) for r in requests)
+        assert target.enqueued == [r for r in requests if partitioning.partition_of(r, 3) == 1]
+        assert all(coordinator.owns(r) == (partitioning.partition_of(r, 3) == 1) for r in requests)
         lease = client.stored(LEASE, "ops", "grp-shard-1")
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == "pod-a_1"
-        assert lease["metadata"]["labels"] == {sharding.GROUP_LABEL: "grp", sharding.ROLE_LABEL: "partition"}
+        assert lease["metadata"]["labels"] == {
+            shardgroup.GROUP_LABEL: "grp",
+            shardgroup.ROLE_LABEL: "partition",
+        }
         assert registry.get_sample_value("mlops_platform_shard_partitions_held") == 1
         assert registry.get_sample_value("mlops_platform_shard_partition_held", {"partition": "1"}) == 1
         assert registry.get_sample_value("mlops_platform_shard_partition_held", {"partition": "0"}) == 0
@@ -439,7 +446,7 @@ async def test_a_static_shard_holds_its_partition_enqueues_it_and_drains_before_
 async def test_a_partition_whose_renewals_fail_is_given_up_by_the_renew_deadline() -> None:
     client = fakes.FakeClient()
     clock = FakeClock()
-    config = sharding.ShardConfig(
+    config = shardgroup.ShardConfig(
         "ops", "grp", "pod-a_1", 2, shard_id=0, lease_duration=6, renew_deadline=4, retry_period=1
     )
     target = FakeTarget(client, [])
@@ -596,7 +603,7 @@ async def test_a_dynamic_group_splits_fails_over_and_rebalances_never_with_two_h
 
     def start(identity: str) -> Member:
         client = WorldClient(world)
-        config = sharding.ShardConfig(
+        config = shardgroup.ShardConfig(
             "ops", "grp", identity, 3, lease_duration=6, renew_deadline=4, retry_period=1
         )
         c = sharding.ShardCoordinator(
@@ -689,7 +696,7 @@ class FakeScope:
 
 async def test_a_shard_lists_its_partitions_children_before_reconciling_and_narrows_after_the_drain() -> None:
     client = fakes.FakeClient()
-    config = sharding.ShardConfig(
+    config = shardgroup.ShardConfig(
         "ops", "grp", "pod-a", 3, shard_id=1, lease_duration=6, renew_deadline=4, retry_period=1
     )
     target = FakeTarget(client, [Request("ns", f"isvc-{i}") for i in range(6)])
@@ -703,19 +710,21 @@ async def test_a_shard_lists_its_partitions_children_before_reconciling_and_narr
         clock=FakeClock(),
         rand=lambda: 0.0,
     )
-    assert coordinator.scope_selector() == sharding.partition_selector((), 3)  # nothing before a Lease
+    assert coordinator.scope_selector() == partitioning.partition_selector((), 3)  # nothing before a Lease
     task = asyncio.create_task(coordinator.run())
     try:
         await asyncio.wait_for(target.gained.wait(), 5)
-        mine = sharding.partition_selector({1}, 3)
+        mine = partitioning.partition_selector({1}, 3)
         assert [e[0] for e in target.timeline] == ["set_scope", "enqueue_all"]  # listed, then enqueued
         assert scope.selectors == [mine] and coordinator.scope_selector() == mine
         assert scope.adding == [mine]  # only more selected: just the added partition is listed
         scope.changed.clear()
-        await coordinator._drop(1, "test: leadership lost")  # what _hold does when the Lease is lost
+        await coordinator._partitions.drop(
+            1, "test: leadership lost"
+        )  # what _hold does when the Lease is lost
         await asyncio.wait_for(scope.changed.wait(), 5)  # narrowed in the background
         assert [e[0] for e in target.timeline] == ["set_scope", "enqueue_all", "wait_idle", "set_scope"]
-        assert scope.selectors[-1] == sharding.partition_selector((), 3)
+        assert scope.selectors[-1] == partitioning.partition_selector((), 3)
         assert scope.adding[-1] is None  # narrowing re-lists what stays
     finally:
         coordinator.stop()
@@ -752,7 +761,7 @@ async def test_the_heir_lists_a_silent_holders_partition_ahead_and_drops_it_when
             renew(key, t)
     coordinator._prewarm_for_silent_holders()
     # everyone renews: only the free partition 0, which the matching gives pod-a_1, is listed ahead
-    assert coordinator._prewarm == {0}
+    assert coordinator._partitions.prewarm == {0}
     await asyncio.wait_for(scope.changed.wait(), 5)
     scope.changed.clear()
     for t in ("t3", "t4", "t5"):  # pod-b_1 falls silent: only pod-c_1 renews
@@ -761,15 +770,15 @@ async def test_the_heir_lists_a_silent_holders_partition_ahead_and_drops_it_when
         renew("2", t)
     # the matching without pod-b_1 gives partition 1 (and 0, free) to pod-a_1 or pod-c_1: the
     # partitions pod-a_1 would take among those pod-b_1 holds are listed ahead
-    assert sharding.plan("pod-a_1", 3, ["pod-c_1"], {2: "pod-c_1"}).acquire == {1}  # pod-a_1 is the heir
+    assert partitioning.plan("pod-a_1", 3, ["pod-c_1"], {2: "pod-c_1"}).acquire == {1}  # pod-a_1 is the heir
     scope.changed.clear()
     coordinator._prewarm_for_silent_holders()
-    assert coordinator._prewarm == {1}
+    assert coordinator._partitions.prewarm == {1}
     await asyncio.wait_for(scope.changed.wait(), 5)
-    assert scope.selectors[-1] == sharding.partition_selector({1}, 3)
+    assert scope.selectors[-1] == partitioning.partition_selector({1}, 3)
     renew("1", "t6")  # pod-b_1 was only slow: its partition is dropped again
     scope.changed.clear()
     coordinator._prewarm_for_silent_holders()
-    assert coordinator._prewarm == {0}
+    assert coordinator._partitions.prewarm == {0}
     await asyncio.wait_for(scope.changed.wait(), 5)
-    assert scope.selectors[-1] == sharding.partition_selector({0}, 3)
+    assert scope.selectors[-1] == partitioning.partition_selector({0}, 3)

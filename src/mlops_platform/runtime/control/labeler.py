@@ -10,7 +10,7 @@ be on the object: :class:`BucketLabeler` puts it there.
 Contract (one labeler per sharded controller, per replica):
 
 - **The hash is the truth, the label is a routing hint.** An object's partition is always
-  :func:`~.sharding.partition_of` its ``namespace/name`` (immutable for its lifetime); the label
+  :func:`~.partitioning.partition_of` its ``namespace/name`` (immutable for its lifetime); the label
   only decides which replica's watch sees it. So a missing or wrong label can delay an object
   (until it is labelled), never put it in two partitions or let two replicas reconcile it.
 - **Missing labels** (objects created before sharding was turned on, by a client that does not
@@ -48,8 +48,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.control.controller import request_for
+from mlops_platform.runtime.control.partitioning import BUCKET_LABEL, bucket_of
 from mlops_platform.runtime.control.reconcile import InFlight, Request
-from mlops_platform.runtime.control.sharding import BUCKET_LABEL, bucket_of
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.queue.rate_limiting_queue import RateLimitingQueue

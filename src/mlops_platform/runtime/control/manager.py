@@ -38,7 +38,7 @@ from typing import Any
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import controller as rcontroller
-from mlops_platform.runtime.control import heap, labeler, leaderelection, sharding
+from mlops_platform.runtime.control import heap, labeler, leaderelection, shardgroup, sharding
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
@@ -347,7 +347,7 @@ class Manager:
         o = self.options
         if not o.leader_election_id:
             raise ValueError("sharding needs leader_election_id (the shard Leases are named after it)")
-        config = sharding.ShardConfig(
+        config = shardgroup.ShardConfig(
             namespace=o.leader_election_namespace,
             group=o.leader_election_id,
             identity=o.identity,
