@@ -182,9 +182,31 @@ def _fetch_into(
     staging: Path,
     expected: str | None,
 ) -> Result:
+    """The steps in ``staging``: list, download, verify and unpack one object, lay out, install."""
     uri = request.uri
     store = stores.build(uri, parsed, settings)
     objects, single = _objects(store, parsed, uri)
+    progress = transfer.Progress(uri, _started(request, objects, single, expected, staging))
+    downloaded = staging / "download"
+    fetched = _download_all(store, objects, single, uri, downloaded, progress)
+    size = sum(f.size for f in fetched)
+    progress.total = size
+    progress.emit("downloaded")
+    src = downloaded
+    if single:
+        (one,) = fetched
+        _verify(one, expected, uri)
+        src = _unpacked(one, staging, uri) or src
+    _lay_out(request, src, staging / "out")
+    return _delivered(request, size, progress.elapsed)
+
+
+def _started(
+    request: Request, objects: list[_Object], single: bool, expected: str | None, staging: Path
+) -> int | None:
+    """Check the listing against the request (``--sha256`` verifies one object; the space for all
+    of them) and log the start; the total bytes (None: a size is unknown)."""
+    uri = request.uri
     if expected is not None and not single:
         raise failure.DownloadFailed(
             f"--sha256 verifies one object, but {uri} is a directory of {len(objects)} objects"
@@ -197,8 +219,18 @@ def _fetch_into(
         "model download started",
         extra={"uri": uri, "objects": len(objects), "total": total, "layout": request.layout},
     )
-    progress = transfer.Progress(uri, total)
-    downloaded = staging / "download"
+    return total
+
+
+def _download_all(
+    store: ObjectStore,
+    objects: list[_Object],
+    single: bool,
+    uri: str,
+    downloaded: Path,
+    progress: transfer.Progress,
+) -> list[transfer.Fetched]:
+    """Each object to its file under ``downloaded``, one after the other."""
     fetched: list[transfer.Fetched] = []
     for obj in objects:
         object_uri = uri if single else f"{uri.rstrip('/')}/{obj.relative.as_posix()}"
@@ -212,29 +244,42 @@ def _fetch_into(
                 expected_size=obj.size,
             )
         )
-    size = sum(f.size for f in fetched)
-    progress.total = size
-    progress.emit("downloaded")
-    src = downloaded
-    if single:
-        (one,) = fetched
-        if expected is not None and one.sha256 != expected:
-            raise failure.DownloadFailed(f"{uri}: sha256 mismatch: expected {expected}, got {one.sha256}")
-        if expected is not None:
-            log.info("sha256 verified", extra={"uri": uri, "sha256": one.sha256})
-        if archives.kind(one.path.name) is not None:
-            src = staging / "unpacked"
-            archives.unpack(one.path, src)
-            one.path.unlink()
-            log.info("archive unpacked", extra={"uri": uri, "file": one.path.name})
-    out = staging / "out"
+    return fetched
+
+
+def _verify(one: transfer.Fetched, expected: str | None, uri: str) -> None:
+    """The one object's SHA-256 against ``--sha256``, when given."""
+    if expected is not None and one.sha256 != expected:
+        raise failure.DownloadFailed(f"{uri}: sha256 mismatch: expected {expected}, got {one.sha256}")
+    if expected is not None:
+        log.info("sha256 verified", extra={"uri": uri, "sha256": one.sha256})
+
+
+def _unpacked(one: transfer.Fetched, staging: Path, uri: str) -> Path | None:
+    """The directory the one object, an archive, is unpacked into (the archive removed); None when
+    it is no archive."""
+    if archives.kind(one.path.name) is None:
+        return None
+    src = staging / "unpacked"
+    archives.unpack(one.path, src)
+    one.path.unlink()
+    log.info("archive unpacked", extra={"uri": uri, "file": one.path.name})
+    return src
+
+
+def _lay_out(request: Request, src: Path, out: Path) -> None:
+    """Arrange ``src`` in ``out`` as the layout says, then move it into DEST."""
     out.mkdir()
     try:
         layouts.arrange(request.layout, src, out, request.name, request.model_format)
         _install(out, request.dest)
     except OSError as e:
         raise failure.DownloadFailed(f"cannot lay out the model in {request.dest}: {e}") from e
-    seconds = progress.elapsed
+
+
+def _delivered(request: Request, size: int, seconds: float) -> Result:
+    """Count the files delivered into DEST and log the delivery."""
+    uri = request.uri
     files = sum(1 for p in request.dest.rglob("*") if p.is_file() and STAGING not in p.parts)
     log.info(
         "model delivered",

@@ -29,6 +29,8 @@ from mlops_platform.runtime.queue import ratelimiter
 from mlops_platform.storage import failure
 
 if TYPE_CHECKING:
+    from _hashlib import HASH
+
     from obstore import GetOptions
     from obstore.store import ObjectStore
 
@@ -158,77 +160,130 @@ def download(
     """Fetch ``key`` of ``store`` (the object of ``uri``) into ``target`` (created or replaced)."""
     part = target.with_name(f".{target.name}.part")
     target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    written = 0
-    total = expected_size
-    etag: str | None = None
-    failures = 0
     try:
         with open(part, "wb") as f:
-            while True:
-                before = written
-                try:
-                    options: GetOptions = {}
-                    if written:
-                        options["range"] = {"offset": written}
-                        if etag:
-                            options["if_match"] = etag
-                    result = obstore.get(store, key, options=options or None)
-                    if written == 0:
-                        meta = result.meta
-                        total, etag = meta["size"], meta.get("e_tag")
-                        if total:
-                            check_space(target.parent, total, uri)
-                    elif result.range[0] != written:
-                        raise _Restart(f"asked for bytes {written}-, got {result.range[0]}-")
-                    for chunk in result.stream(min_chunk_size=CHUNK):
-                        _write(f, chunk, target, written, total)
-                        digest.update(chunk)
-                        written += len(chunk)
-                        progress.advance(target.name, len(chunk))
-                    if total is not None and written < total:
-                        raise _Incomplete(f"the body ended at byte {written} of {total}")
-                    break
-                except failure.DownloadFailed:
-                    raise
-                except (_Restart, obs_exceptions.PreconditionError) as e:
-                    cause: BaseException = e
-                    restart = True
-                except _Incomplete as e:
-                    cause, restart = e, False
-                except failure.STORE_ERRORS as e:
-                    if not _retryable(e):
-                        raise failure.DownloadFailed(failure.describe(e, uri)) from e
-                    cause, restart = e, _range_unsupported(e)
-                failures = 1 if written > before else failures + 1
-                if failures > attempts:
-                    raise failure.DownloadFailed(
-                        f"{uri}: gave up after {failures} failed attempts ({written} bytes written): "
-                        f"{failure.summary(cause)}"
-                    ) from cause
-                if restart and written:
-                    progress.rewind(written)
-                    f.seek(0)
-                    f.truncate()
-                    digest, written, etag = hashlib.sha256(), 0, None
-                delay = backoff.delay(failures - 1)
-                log.warning(
-                    "download interrupted, retrying",
-                    extra={
-                        "uri": uri,
-                        "file": target.name,
-                        "bytes": written,
-                        "cause": failure.summary(cause),
-                        "retry_in": round(delay, 2),
-                        "from_start": restart,
-                    },
-                )
-                sleep(delay)
+            state = _Partial(f, total=expected_size)
+            _fetch_with_retries(
+                store,
+                key,
+                target,
+                state,
+                uri=uri,
+                progress=progress,
+                attempts=attempts,
+                backoff=backoff,
+                sleep=sleep,
+            )
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    if total is not None and written != total:
+    if state.total is not None and state.written != state.total:
         part.unlink(missing_ok=True)
-        raise failure.DownloadFailed(f"{uri}: got {written} bytes, the object has {total}")
+        raise failure.DownloadFailed(f"{uri}: got {state.written} bytes, the object has {state.total}")
     os.replace(part, target)
-    return Fetched(target, written, digest.hexdigest())
+    return Fetched(target, state.written, state.digest.hexdigest())
+
+
+@dataclasses.dataclass(slots=True)
+class _Partial:
+    """The part file being written and what is known of the object so far."""
+
+    f: BinaryIO
+    digest: HASH = dataclasses.field(default_factory=hashlib.sha256)
+    #: bytes written to the part file (and hashed)
+    written: int = 0
+    #: the object's size (the expected one until the first response says)
+    total: int | None = None
+    #: the first response's ETag: a ranged request asks for that object only
+    etag: str | None = None
+
+    def restart(self, progress: Progress) -> None:
+        """Empty the part file: the next request starts from byte 0."""
+        progress.rewind(self.written)
+        self.f.seek(0)
+        self.f.truncate()
+        self.digest, self.written, self.etag = hashlib.sha256(), 0, None
+
+
+def _fetch_with_retries(
+    store: ObjectStore,
+    key: str,
+    target: Path,
+    state: _Partial,
+    *,
+    uri: str,
+    progress: Progress,
+    attempts: int,
+    backoff: ratelimiter.Exponential,
+    sleep: Callable[[float], None],
+) -> None:
+    """Request the rest of the object until it is all written; after a failed attempt, wait and go
+    on from the bytes written, or from zero (:class:`_Restart`, a changed object, no range support).
+    More than ``attempts`` failures in a row without a byte written: :class:`failure.DownloadFailed`."""
+    failures = 0
+    while True:
+        before = state.written
+        try:
+            _get_into(store, key, target, state, uri=uri, progress=progress)
+            return
+        except failure.DownloadFailed:
+            raise
+        except (_Restart, obs_exceptions.PreconditionError) as e:
+            cause: BaseException = e
+            restart = True
+        except _Incomplete as e:
+            cause, restart = e, False
+        except failure.STORE_ERRORS as e:
+            if not _retryable(e):
+                raise failure.DownloadFailed(failure.describe(e, uri)) from e
+            cause, restart = e, _range_unsupported(e)
+        failures = 1 if state.written > before else failures + 1
+        if failures > attempts:
+            raise failure.DownloadFailed(
+                f"{uri}: gave up after {failures} failed attempts ({state.written} bytes written): "
+                f"{failure.summary(cause)}"
+            ) from cause
+        if restart and state.written:
+            state.restart(progress)
+        delay = backoff.delay(failures - 1)
+        log.warning(
+            "download interrupted, retrying",
+            extra={
+                "uri": uri,
+                "file": target.name,
+                "bytes": state.written,
+                "cause": failure.summary(cause),
+                "retry_in": round(delay, 2),
+                "from_start": restart,
+            },
+        )
+        sleep(delay)
+
+
+def _get_into(
+    store: ObjectStore, key: str, target: Path, state: _Partial, *, uri: str, progress: Progress
+) -> None:
+    """One GET of the object from the bytes written so far (``Range``, ``If-Match`` on the ETag),
+    its body appended to the part file and hashed. The first response tells the size and ETag (and
+    the space is checked); a response from elsewhere is a :class:`_Restart`, a body that ends before
+    the size an :class:`_Incomplete`."""
+    options: GetOptions = {}
+    if state.written:
+        options["range"] = {"offset": state.written}
+        if state.etag:
+            options["if_match"] = state.etag
+    result = obstore.get(store, key, options=options or None)
+    if state.written == 0:
+        meta = result.meta
+        state.total, state.etag = meta["size"], meta.get("e_tag")
+        if state.total:
+            check_space(target.parent, state.total, uri)
+    elif result.range[0] != state.written:
+        raise _Restart(f"asked for bytes {state.written}-, got {result.range[0]}-")
+    for chunk in result.stream(min_chunk_size=CHUNK):
+        _write(state.f, chunk, target, state.written, state.total)
+        state.digest.update(chunk)
+        state.written += len(chunk)
+        progress.advance(target.name, len(chunk))
+    if state.total is not None and state.written < state.total:
+        raise _Incomplete(f"the body ended at byte {state.written} of {state.total}")
