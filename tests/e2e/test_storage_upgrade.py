@@ -25,6 +25,7 @@ import pytest
 from mlops_platform.api import conversion, crd, v1alpha1
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import storagemigration as sm
+from mlops_platform.runtime.control import storagemigration_report as sm_report
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import conversion as tconv
@@ -176,7 +177,7 @@ async def test_upgrade_from_the_v1alpha1_only_release_then_migrate_storage(
         await apiextensions.uninstall(c, [crd.CRD_NAME], timeout=TIMEOUT)
         await apiextensions.install(c, [PREVIOUS], field_manager=v1alpha1.FIELD_MANAGER, timeout=TIMEOUT)
         old = await _crd(c)
-        assert sm.stored_versions(old) == ["v1alpha1"]
+        assert sm_report.stored_versions(old) == ["v1alpha1"]
         assert (old["spec"].get("conversion") or {}).get("strategy", "None") == "None"
         for ns, listed in names.items():
             for n, name in enumerate(listed):
@@ -187,8 +188,8 @@ async def test_upgrade_from_the_v1alpha1_only_release_then_migrate_storage(
 
     # -- the current CRD: every object reads in v1 as the conversion says, nothing was rewritten
     live = await _crd(c)
-    assert sm.storage_version(live) == "v1"
-    assert sm.stored_versions(live) == ["v1alpha1", "v1"]
+    assert sm_report.storage_version(live) == "v1"
+    assert sm_report.stored_versions(live) == ["v1alpha1", "v1"]
     assert live["spec"]["conversion"]["webhook"]["clientConfig"]["url"] == webhook.url()
     assert await webhook.ca_bundle(c) == await webhook.stored_bundle(c)
     expected = {key: tconv.defaulted(conversion.convert(obj, V1_API))["spec"] for key, obj in created.items()}
@@ -231,7 +232,7 @@ async def test_upgrade_from_the_v1alpha1_only_release_then_migrate_storage(
         assert counts["rewritten"] + counts["unchanged"] + counts["conflicts"] == total, out
         assert counts["rewritten"] + counts["conflicts"] >= len(left), out
         live = await _crd(c)
-        assert sm.stored_versions(live) == ["v1"]
+        assert sm_report.stored_versions(live) == ["v1"]
         assert await _stored(local_cluster_name, namespaces) == dict.fromkeys(created, V1_API)
         hub = await _v1_objects(c, namespaces)
         assert {key: obj["spec"] for key, obj in hub.items()} == expected
@@ -257,5 +258,5 @@ async def test_upgrade_from_the_v1alpha1_only_release_then_migrate_storage(
         }
         assert idle_after == {k: o["metadata"]["resourceVersion"] for k, o in hub.items() if k[0] == idle_ns}
     live = await _crd(c)
-    assert sm.stored_versions(live) == ["v1"]
+    assert sm_report.stored_versions(live) == ["v1"]
     assert await webhook.ca_bundle(c) == await webhook.stored_bundle(c)

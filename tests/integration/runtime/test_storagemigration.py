@@ -23,6 +23,8 @@ from mlops_platform import cli
 from mlops_platform.devcluster import chaos
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import storagemigration as sm
+from mlops_platform.runtime.control import storagemigration_builtin as sm_builtin
+from mlops_platform.runtime.control import storagemigration_report as sm_report
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import crds, etcd, identity, wait
@@ -91,7 +93,7 @@ class Widgets:
         return stored.get(name) == f"{self.group}/v2"
 
     async def stored_versions(self) -> list[str]:
-        return sm.stored_versions(await self.client.get(resources.CRD, self.crd_name))
+        return sm_report.stored_versions(await self.client.get(resources.CRD, self.crd_name))
 
     async def live(self) -> dict[str, dict[str, Any]]:
         items = (await self.client.list(self.v2, self.namespace))["items"]
@@ -127,7 +129,7 @@ async def _kcm_leader(c: rclient.Client) -> str:
 
 async def _builtin_served(c: rclient.Client) -> bool:
     try:
-        await c.resource_for(f"{sm.SVM_GROUP}/{sm.SVM_VERSION}", sm.SVM_KIND)
+        await c.resource_for(f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION}", sm_builtin.SVM_KIND)
     except (rclient.ApiError, LookupError):
         return False
     return True
@@ -149,7 +151,7 @@ async def test_rewrite_reencodes_every_object_at_the_storage_version_then_trims_
     )
     assert stored["new-0"] == stored["new-1"] == f"{widgets.group}/v2"
     before = await widgets.live()
-    seen: list[sm.Progress] = []
+    seen: list[sm_report.Progress] = []
 
     result = await sm.migrate(
         admin_client, widgets.crd_name, method="rewrite", page_size=5, concurrency=3, progress=seen.append
@@ -195,7 +197,7 @@ async def test_an_interrupted_rewrite_leaves_stored_versions_and_a_rerun_complet
     await widgets.create(widgets.v1, names)
     await widgets.switch_storage_to_v2()
 
-    def stop_after_five(p: sm.Progress) -> None:
+    def stop_after_five(p: sm_report.Progress) -> None:
         if p.rewritten >= 5:
             raise Interrupted
 
@@ -385,13 +387,14 @@ async def test_auto_uses_the_builtin_storage_version_migration_where_served(
 ) -> None:
     if not await _builtin_served(admin_client):
         pytest.skip(
-            f"{sm.SVM_GROUP}/{sm.SVM_VERSION} is not served (a cluster created before it was enabled?)"
+            f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION} is not served "
+            "(a cluster created before it was enabled?)"
         )
     names = [f"w-{i:02d}" for i in range(6)]
     await widgets.create(widgets.v1, names)
     await widgets.switch_storage_to_v2()
     before = await widgets.live()
-    seen: list[sm.Progress] = []
+    seen: list[sm_report.Progress] = []
 
     # kube-controller-manager must first discover the new CRD (its discovery resyncs every 30 s)
     result = await sm.migrate(
@@ -406,9 +409,11 @@ async def test_auto_uses_the_builtin_storage_version_migration_where_served(
     assert all(after[n]["resourceVersion"] != before[n]["resourceVersion"] for n in names)
     waits = [p.message for p in seen if p.phase == "waiting"]
     assert waits and ": succeeded" in waits[-1], waits
-    svm_res = await admin_client.resource_for(f"{sm.SVM_GROUP}/{sm.SVM_VERSION}", sm.SVM_KIND)
+    svm_res = await admin_client.resource_for(
+        f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION}", sm_builtin.SVM_KIND
+    )
     svm = await admin_client.get(svm_res, result.migration)
-    assert sm.migration_state(svm)[0] == "succeeded"
+    assert sm_builtin.migration_state(svm)[0] == "succeeded"
     assert svm["spec"]["resource"] == {"group": widgets.group, "resource": PLURAL}
     try:
         writes = _updates(admin_client)
@@ -423,14 +428,16 @@ async def test_served_but_no_controller_builtin_fails_and_auto_falls_back_to_rew
 ) -> None:
     """kube-controller-manager stopped: the StorageVersionMigration gets no condition."""
     if not await _builtin_served(admin_client):
-        pytest.skip(f"{sm.SVM_GROUP}/{sm.SVM_VERSION} is not served")
+        pytest.skip(f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION} is not served")
     await widgets.create(widgets.v1, ["a", "b"])
     await widgets.switch_storage_to_v2()
-    svm_res = await admin_client.resource_for(f"{sm.SVM_GROUP}/{sm.SVM_VERSION}", sm.SVM_KIND)
+    svm_res = await admin_client.resource_for(
+        f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION}", sm_builtin.SVM_KIND
+    )
     leader = await _kcm_leader(admin_client)
     stopped = chaos.stop_component(local_cluster_name, "kube-controller-manager")
     try:
-        with pytest.raises(sm.MigrationError, match="no controller acted on StorageVersionMigration"):
+        with pytest.raises(sm_report.MigrationError, match="no controller acted on StorageVersionMigration"):
             await sm.migrate(
                 admin_client, widgets.crd_name, method="builtin", builtin_start_timeout=3, poll_interval=0.5
             )

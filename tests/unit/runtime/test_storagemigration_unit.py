@@ -13,6 +13,8 @@ import pytest
 from mlops_platform import api, cli
 from mlops_platform.runtime import wait
 from mlops_platform.runtime.control import storagemigration as sm
+from mlops_platform.runtime.control import storagemigration_builtin as sm_builtin
+from mlops_platform.runtime.control import storagemigration_report as sm_report
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing.fakes import FakeClient
@@ -54,36 +56,38 @@ def _world(n: int, **crd: Any) -> FakeClient:
 def _stored(fake: FakeClient) -> list[str]:
     crd = fake.stored(resources.CRD, None, CRD_NAME)
     assert crd is not None
-    return sm.stored_versions(crd)
+    return sm_report.stored_versions(crd)
 
 
 # -- pure parts ----------------------------------------------------------------------------------------
 
 
 def test_the_storage_version_and_whether_a_migration_is_needed() -> None:
-    assert sm.storage_version(_crd("v2")) == "v2"
-    assert sm.needs_migration(_crd("v2", ["v1", "v2"]))
-    assert sm.needs_migration(_crd("v2", ["v1"]))  # odd, but v1 may be stored: migrate
-    assert not sm.needs_migration(_crd("v2", ["v2"]))
+    assert sm_report.storage_version(_crd("v2")) == "v2"
+    assert sm_report.needs_migration(_crd("v2", ["v1", "v2"]))
+    assert sm_report.needs_migration(_crd("v2", ["v1"]))  # odd, but v1 may be stored: migrate
+    assert not sm_report.needs_migration(_crd("v2", ["v2"]))
     broken = _crd()
     broken["spec"]["versions"][0]["storage"] = True
-    with pytest.raises(sm.MigrationError, match="2 storage versions"):
-        sm.storage_version(broken)
+    with pytest.raises(sm_report.MigrationError, match="2 storage versions"):
+        sm_report.storage_version(broken)
 
 
 def test_the_resource_is_the_storage_version_of_the_crd_with_its_scope() -> None:
-    assert sm.resource_of(_crd("v1")) == rclient.Resource(GROUP, "v1", "widgets", "Widget", namespaced=True)
-    assert not sm.resource_of(_crd(scope="Cluster")).namespaced
+    assert sm_report.resource_of(_crd("v1")) == rclient.Resource(
+        GROUP, "v1", "widgets", "Widget", namespaced=True
+    )
+    assert not sm_report.resource_of(_crd(scope="Cluster")).namespaced
 
 
 def test_the_storage_version_migration_names_the_group_resource_and_a_valid_name_prefix() -> None:
-    svm = sm.migration_manifest(_crd())
+    svm = sm_builtin.migration_manifest(_crd())
     assert svm["apiVersion"] == "storagemigration.k8s.io/v1beta1" and svm["kind"] == "StorageVersionMigration"
     assert svm["spec"] == {"resource": {"group": GROUP, "resource": "widgets"}}
     assert svm["metadata"] == {"generateName": f"{CRD_NAME}-"}
     long = _crd()
     long["metadata"]["name"] = "a" * 199 + "." + "b" * 40
-    prefix = sm.migration_manifest(long)["metadata"]["generateName"]
+    prefix = sm_builtin.migration_manifest(long)["metadata"]["generateName"]
     subdomain = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     assert len(prefix) + 5 <= 253 and subdomain.match(prefix + "abcde"), prefix
 
@@ -117,11 +121,11 @@ def test_the_storage_version_migration_names_the_group_resource_and_a_valid_name
 def test_the_state_of_a_storage_version_migration(
     conditions: list[dict[str, str]], state: tuple[str, str]
 ) -> None:
-    assert sm.migration_state({"status": {"conditions": conditions}}) == state
+    assert sm_builtin.migration_state({"status": {"conditions": conditions}}) == state
 
 
 def test_one_line_summaries() -> None:
-    done = sm.MigrationResult(CRD_NAME, "rewrite", "v2", ["v1", "v2"], ["v2"], 1.25, 10, 7, 1, 1, 1, 1)
+    done = sm_report.MigrationResult(CRD_NAME, "rewrite", "v2", ["v1", "v2"], ["v2"], 1.25, 10, 7, 1, 1, 1, 1)
     assert done.summary() == (
         f"{CRD_NAME}: storedVersions [v1, v2] -> [v2] by rewrite in 1.2s: 10 objects: 7 rewritten, "
         "1 already current, 1 conflicts, 1 gone, 1 list restarts"
@@ -130,14 +134,14 @@ def test_one_line_summaries() -> None:
     assert done.summary().endswith(
         "(builtin not used: the server does not serve storagemigration.k8s.io/v1beta1)"
     )
-    builtin = sm.MigrationResult(
+    builtin = sm_report.MigrationResult(
         CRD_NAME, "builtin", "v2", ["v1", "v2"], ["v2"], 3.0, 4, None, None, None, None
     )
     builtin.migration = "widgets.example.test-abcde"
     assert builtin.summary().endswith(
         "by builtin in 3.0s: StorageVersionMigration widgets.example.test-abcde, 4 objects at the start"
     )
-    nothing = sm.MigrationResult(CRD_NAME, "none", "v2", ["v2"], ["v2"], 0.01)
+    nothing = sm_report.MigrationResult(CRD_NAME, "none", "v2", ["v2"], ["v2"], 0.01)
     assert nothing.summary() == f"{CRD_NAME}: nothing to do, storedVersions is already [v2] (0.0s)"
 
 
@@ -169,7 +173,7 @@ async def test_objects_that_cannot_be_written_fail_the_run_after_the_rest_and_no
     fake = _world(6)
     fake.fail("replace", "widgets", "w-2", status=422, message="spec.size: Invalid value")
     fake.fail("replace", "widgets", "w-4", status=500, message="conversion webhook failed")
-    with pytest.raises(sm.MigrationError) as caught:
+    with pytest.raises(sm_report.MigrationError) as caught:
         await sm.migrate(fake, CRD_NAME, method="rewrite")
     err = caught.value
     assert len(err.failures) == 2 and "ns/w-2: 422" in err.failures[0] and "ns/w-4: 500" in err.failures[1]
@@ -204,13 +208,13 @@ async def test_a_conflict_on_the_crd_status_is_retried_on_a_fresh_read() -> None
 async def test_a_storage_version_changed_during_the_run_is_not_trimmed() -> None:
     fake = _world(3)
 
-    def switch_storage(p: sm.Progress) -> None:
+    def switch_storage(p: sm_report.Progress) -> None:
         crd = fake.stored(resources.CRD, None, CRD_NAME)
         assert crd is not None
         for v in crd["spec"]["versions"]:
             v["storage"] = v["name"] == "v1"
 
-    with pytest.raises(sm.MigrationError, match="changed from v2 to v1"):
+    with pytest.raises(sm_report.MigrationError, match="changed from v2 to v1"):
         await sm.migrate(fake, CRD_NAME, method="rewrite", progress=switch_storage)
     assert not fake.status_writes and _stored(fake) == ["v1", "v2"]
 
