@@ -72,6 +72,7 @@ from mlops_platform.controllers.inferenceservice.children import CHILDREN
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.devcluster import cluster
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import codec
 from mlops_platform.testing import identity, isvc, operator, reliability, wait, webhook
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
@@ -95,7 +96,7 @@ LEASE_GROUP = "coordination.k8s.io"
 MIN_RETRY_AFTER = 1.0
 #: audit timestamps are microseconds; the server stamps a request a little after the client sent it
 CLOCK_SLACK = 0.05
-CONVERGE_WITHIN = rclient.MAX_RETRY_AFTER_SECONDS + 30.0
+CONVERGE_WITHIN = codec.MAX_RETRY_AFTER_SECONDS + 30.0
 CONVERGE_TIMEOUT = 180.0
 #: the samples of the operator's /metrics during the squeeze (a measurement, not a synchronisation)
 SAMPLE_EVERY = 0.5

@@ -8,7 +8,7 @@ import json
 import msgspec
 import yaml
 
-from mlops_platform.runtime.transport.client import yaml_safe_json
+from mlops_platform.runtime.transport.codec import yaml_safe_json
 
 AWKWARD = "a\x7fb\x80c\x85d\x9fe\u2028f\u2029g\ufffeh\uffffi"
 

@@ -42,6 +42,7 @@ from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import ratelimiter
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import codec
 from mlops_platform.runtime.transport import shape as rshape
 
 log = logging.getLogger("mlops_platform.runtime.caching.informer")
@@ -432,6 +433,6 @@ def _rv(obj: Obj) -> str | None:
 def _retry_after_seconds(e: rclient.ApiError) -> float:
     details = e.body.get("details") or {}
     try:
-        return max(0.1, min(float(details.get("retryAfterSeconds") or 1), rclient.MAX_RETRY_AFTER_SECONDS))
+        return max(0.1, min(float(details.get("retryAfterSeconds") or 1), codec.MAX_RETRY_AFTER_SECONDS))
     except (TypeError, ValueError):
         return 1.0

@@ -6,7 +6,8 @@ context and an auth flow; the HTTP connections are aiohttp's (:mod:`.http`: a th
 request). Everything above that is deliberately thin: requests go out as JSON, responses
 come back as ``dict`` decoded by ``msgspec`` (no typed-model decoding on the hot path), and every
 request is counted by (verb, resource, code) so tests and benchmarks can assert how many API calls
-the operator made.
+the operator made. Bodies are encoded and answers decoded (into dicts or :class:`ApiError`) by
+:mod:`.codec`; this module sends, retries and counts.
 
 Contract:
 - Non-2xx answers raise :class:`ApiError` carrying the HTTP status, the ``Status.reason`` and message.
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +35,7 @@ from typing import Any, Literal
 import msgspec
 from lightkube.config import client_adapter, kubeconfig
 
+from mlops_platform.runtime.transport import codec
 from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import shape as rshape
 
@@ -53,9 +54,6 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
-_decoder = msgspec.json.Decoder()
-_encoder = msgspec.json.Encoder()
-MAX_RETRY_AFTER_SECONDS = 30.0
 
 
 RequestObserver = Callable[[RequestRecord], None]
@@ -160,9 +158,7 @@ class Client:
         verb = verb_of(method, name, params)
         if name is None and isinstance(body, dict):  # a create names its object in the body
             name = body.get("metadata", {}).get("name")
-        content = _encoder.encode(body) if body is not None else None
-        if content is not None and content_type.endswith("+yaml"):
-            content = yaml_safe_json(content)
+        content = codec.encode_body(body, content_type)
         headers = {"Accept": "application/json"}
         if content is not None:
             headers["Content-Type"] = content_type
@@ -171,19 +167,24 @@ class Client:
             started = loop.time()
             try:
                 response = await self._http.send(
-                    method, path, params=_clean(params), content=content, headers=headers, timeout=timeout
+                    method,
+                    path,
+                    params=codec.clean_params(params),
+                    content=content,
+                    headers=headers,
+                    timeout=timeout,
                 )
             except rhttp.TransportError:
                 self._record(verb, resource, namespace, 0, loop.time() - started, name)
                 raise
-            retry_after = _retry_after(response)
+            retry_after = codec.retry_after(response)
             retry = retry_after is not None and attempt < self._max_retries
             self._record(verb, resource, namespace, response.status, loop.time() - started, name, retry)
             if retry_after is not None and retry:
                 await asyncio.sleep(retry_after)
                 continue
             try:
-                return _decode(response, decoder)
+                return codec.decode_answer(response, decoder)
             except ApiError as e:
                 if e.status == 403:
                     self.forbidden.append(e.message)
@@ -197,7 +198,7 @@ class Client:
         response = await self._http.send("GET", path, headers={"Accept": "text/plain"})
         self._record("get", resource, None, response.status, loop.time() - started)
         if response.status >= 300:
-            _decode(response)
+            codec.decode_answer(response)
         return response.body.decode(errors="replace")
 
     # -- typed verbs ----------------------------------------------------------------------------
@@ -348,7 +349,7 @@ class Client:
             "resourceVersionMatch": "NotOlderThan" if send_initial_events else None,
         }
         path = res.path(namespace)
-        decode = shape.event if shape is not None else _decoder.decode
+        decode = shape.event if shape is not None else codec.decode_json
         loop = asyncio.get_running_loop()
         started = loop.time()
         read_timeout = (timeout_seconds + 30.0) if timeout_seconds else None
@@ -357,26 +358,22 @@ class Client:
             async with self._http.stream(
                 "GET",
                 path,
-                params=_clean(params),
+                params=codec.clean_params(params),
                 headers={"Accept": "application/json"},
                 read_timeout=read_timeout,
             ) as response:
                 self._record("watch", res.group_resource, namespace, response.status, loop.time() - started)
                 if response.status >= 300:
                     body = await response.read()
-                    _decode(rhttp.Response(response.status, response.reason, response.headers, body))
+                    codec.decode_answer(
+                        rhttp.Response(response.status, response.reason, response.headers, body)
+                    )
                 async for line in response.lines():
                     if not line:
                         continue
                     event: JSON = decode(line)
                     if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise ApiError(
-                            int(status.get("code") or 500),
-                            str(status.get("reason") or "Error"),
-                            str(status.get("message") or ""),
-                            status,
-                        )
+                        raise codec.watch_error(event)
                     yield event
         finally:
             self.watches_open -= 1
@@ -410,100 +407,3 @@ class Client:
     ) -> dict[str, Any]:
         resource = res.group_resource + (f"/{subresource}" if subresource else "")
         return {"resource": resource, "namespace": namespace, "name": name}
-
-
-#: characters JSON carries raw that a YAML parser refuses or reads as something else, as UTF-8: DEL,
-#: the C1 controls and U+FFFE/U+FFFF are not allowed raw ("control characters are not allowed"), and
-#: NEL, U+2028 and U+2029 are YAML 1.1 line breaks, folded to a space inside a quoted scalar. JSON
-#: itself escapes only the characters below U+0020.
-_NOT_YAML_PRINTABLE = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]|\xef\xbf[\xbe\xbf]")
-
-
-def yaml_safe_json(content: bytes) -> bytes:
-    """``content`` (UTF-8 JSON) with every character of :data:`_NOT_YAML_PRINTABLE` written as a
-    ``\\uXXXX`` escape: the API server parses a server-side apply body
-    (``application/apply-patch+yaml``) as YAML, JSON being YAML, and answers 400 "control
-    characters are not allowed" to a string holding one raw (a string a valid InferenceService
-    carries into a child or its status may: the reliability suite's hostile input found it).
-    Outside strings JSON is ASCII,
-    so only string contents change, to the same string."""
-    if content.isascii() and b"\x7f" not in content:  # nearly every body: two scans in C, no regex
-        return content
-    if not _NOT_YAML_PRINTABLE.search(content):
-        return content
-    return _NOT_YAML_PRINTABLE.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), content)
-
-
-def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if not params:
-        return None
-    return {k: v for k, v in params.items() if v is not None}
-
-
-def _retry_after(response: rhttp.Response) -> float | None:
-    if response.status != 429 and not (response.status >= 500 and "Retry-After" in response.headers):
-        return None
-    try:
-        seconds = float(response.headers.get("Retry-After", "1"))
-    except ValueError:
-        seconds = 1.0
-    return max(0.0, min(seconds, MAX_RETRY_AFTER_SECONDS))
-
-
-def _decode(response: rhttp.Response, decoder: msgspec.json.Decoder[Any] | None = None) -> JSON:
-    body: Any = None
-    if response.body:
-        try:
-            if decoder is None or response.status >= 300:
-                body = _decoder.decode(response.body)
-            else:
-                body = rshape.decode(decoder, response.body)
-        except msgspec.DecodeError:
-            body = None
-    if response.status >= 300:
-        status = body if isinstance(body, dict) else {}
-        retry_after = _retry_after(response)
-        if retry_after is not None and "Retry-After" in response.headers:
-            # priority and fairness answers 429 with a plain-text body and the Retry-After header
-            # only: carry the header where a Status says it, so that the caller that retries (the
-            # informer, for a watch the client does not retry) waits what the server asked for
-            details = status.setdefault("details", {})
-            if isinstance(details, dict) and not details.get("retryAfterSeconds"):
-                details["retryAfterSeconds"] = retry_after
-        raise ApiError(
-            response.status,
-            str(status.get("reason") or _reason(response.status, response.reason)),
-            str(status.get("message") or response.body[:500].decode(errors="replace")),
-            status,
-        )
-    return body if isinstance(body, dict) else {}
-
-
-#: the Status reason of an answer whose body is no Status (client-go's ``NewGenericServerResponse``)
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    406: "NotAcceptable",
-    409: "Conflict",
-    410: "Gone",
-    413: "RequestEntityTooLarge",
-    415: "UnsupportedMediaType",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def _reason(code: int, phrase: str) -> str:
-    """A reason in the API's form (``TooManyRequests``), never the HTTP reason phrase ("Too Many
-    Requests"): callers put reasons where the API only takes ``[A-Za-z][A-Za-z0-9_,:]*`` (a condition's
-    reason) and compare them with the API's. Other codes: the phrase in CamelCase ("BadGateway")."""
-    if code in _REASONS:
-        return _REASONS[code]
-    words = "".join(w[:1].upper() + w[1:] for w in re.split(r"[^A-Za-z0-9]+", phrase))
-    return words if words[:1].isalpha() else "Unknown"
