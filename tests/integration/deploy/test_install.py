@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from mlops_platform.deploy import builders as deploy_builders
+from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport.client import ApiError, Client
@@ -32,7 +34,7 @@ Kubectl = plugin.Kubectl
 async def operator_namespace(admin_client: Client) -> AsyncIterator[str]:
     """A real operator namespace with the generated Pod Security labels, unique per test."""
     name = f"mlops-op-{uuid.uuid4().hex[:8]}"
-    ns = manifests.namespace_object(name)
+    ns = deploy_builders.namespace_object(name)
     ns["metadata"]["labels"][TEST_NAMESPACE_LABEL] = "true"
     await admin_client.create(resources.NAMESPACE, ns)
     yield name
@@ -159,12 +161,12 @@ async def test_a_non_compliant_pod_is_rejected(
     with pytest.raises(ApiError) as caught:
         await dry_run_create_pod(admin_client, pod)
     assert caught.value.status == 403, caught.value
-    assert f'violates PodSecurity "restricted:{manifests.POD_SECURITY_VERSION}"' in str(caught.value)
+    assert f'violates PodSecurity "restricted:{deploy_defaults.POD_SECURITY_VERSION}"' in str(caught.value)
 
 
 async def test_kustomize_output_is_the_chart_and_the_install_set(kubectl: Kubectl) -> None:
     rc, out, err = await kubectl("kustomize", str(ROOT / "config/default"))
     assert rc == 0, err
     built = by_key(list(yaml.safe_load_all(out)))
-    assert built == by_key(helm_render(ROOT / manifests.CHART_DIR))
+    assert built == by_key(helm_render(ROOT / deploy_defaults.CHART_DIR))
     assert built == by_key(manifests.install_objects())

@@ -18,6 +18,7 @@ from mlops_platform import cli
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels, reconciler, servers, status, traffic
 from mlops_platform.controllers.inferenceservice.children import base, deployment
+from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
 from mlops_platform.deploy import rbac as deploy_rbac
 
@@ -318,9 +319,9 @@ def test_the_operator_needs_no_secret_permission_for_model_credentials() -> None
         if o["kind"] == "ClusterRole":
             assert not secret_rules, o["metadata"]["name"]
         elif secret_rules:
-            assert o["kind"] == "Role" and o["metadata"]["namespace"] == manifests.DEFAULT_NAMESPACE
+            assert o["kind"] == "Role" and o["metadata"]["namespace"] == deploy_defaults.DEFAULT_NAMESPACE
             for r in secret_rules:
-                assert r["verbs"] == ["create"] or r.get("resourceNames") == [manifests.WEBHOOK_SECRET]
+                assert r["verbs"] == ["create"] or r.get("resourceNames") == [deploy_defaults.WEBHOOK_SECRET]
 
 
 # -- readiness: a failed download ---------------------------------------------------------------------

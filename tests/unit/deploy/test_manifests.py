@@ -16,6 +16,7 @@ import yaml
 
 from mlops_platform import cli
 from mlops_platform.api import crd
+from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
 from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import generated, quantity
@@ -106,7 +107,7 @@ def pod(objs: list[Obj]) -> Obj:
 
 
 def _check(root: Path) -> str:
-    return generated.check(root, manifests.generated_files(), manifests.OWNED_DIRS)
+    return generated.check(root, manifests.generated_files(), deploy_defaults.OWNED_DIRS)
 
 
 def test_the_committed_files_are_the_generated_ones() -> None:
@@ -153,7 +154,7 @@ def test_main_prints_the_install_set(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_render_is_the_install_objects() -> None:
     text = manifests.render(namespace="ops", image="img:1")
-    assert text.startswith(manifests.HEADER)
+    assert text.startswith(deploy_defaults.HEADER)
     assert list(yaml.safe_load_all(text)) == manifests.install_objects(namespace="ops", image="img:1")
     assert "&id" not in text and "*id" not in text  # no YAML aliases
 
@@ -167,7 +168,7 @@ def _without_crd(objs: list[Obj]) -> dict[tuple[str, str, str], Obj]:
 
 
 def test_the_chart_renders_to_the_install_set() -> None:
-    chart = ROOT / manifests.CHART_DIR
+    chart = ROOT / deploy_defaults.CHART_DIR
     assert by_key(helm_render(chart)) == by_key(manifests.install_objects())
     custom = helm_render(chart, namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
     expected = manifests.install_objects(namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
@@ -183,7 +184,7 @@ def test_the_chart_renders_to_the_install_set() -> None:
 
 
 def test_the_charts_resources_are_values() -> None:
-    chart = ROOT / manifests.CHART_DIR
+    chart = ROOT / deploy_defaults.CHART_DIR
     resources = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2000m", "memory": "2Gi"}}
     for objs in (helm_render(chart, resources=resources), manifests.install_objects(resources=resources)):
         [deploy] = of_kind(objs, "Deployment")
@@ -199,9 +200,9 @@ def test_the_namespace_enforces_audits_and_warns_restricted(objs: list[Obj]) -> 
     labels = ns["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
-        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == manifests.POD_SECURITY_VERSION
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == deploy_defaults.POD_SECURITY_VERSION
     kube = binaries.versions()["KUBE_VERSION"]
-    assert ".".join(kube.split(".")[:2]) == manifests.POD_SECURITY_VERSION, "pin the tested minor"
+    assert ".".join(kube.split(".")[:2]) == deploy_defaults.POD_SECURITY_VERSION, "pin the tested minor"
 
 
 def test_the_pod_meets_the_restricted_profile(pod: Obj) -> None:
@@ -218,7 +219,7 @@ def test_the_pod_meets_the_restricted_profile(pod: Obj) -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["readOnlyRootFilesystem"] is True
     assert sc["privileged"] is False
-    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == psc["runAsUser"] == manifests.UID
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == psc["runAsUser"] == deploy_defaults.UID
     assert "ports" not in c or all("hostPort" not in p for p in c["ports"])
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
 
@@ -227,7 +228,7 @@ def test_the_pod_runs_well(pod: Obj) -> None:
     [c] = pod["containers"]
     assert pod["automountServiceAccountToken"] is True  # it talks to the API server
     assert pod["terminationGracePeriodSeconds"] > manager.Options.graceful_shutdown_timeout
-    assert c["resources"] == manifests.RESOURCES
+    assert c["resources"] == deploy_defaults.RESOURCES
     spread = {t["topologyKey"] for t in pod["topologySpreadConstraints"]}
     assert "kubernetes.io/hostname" in spread
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -285,12 +286,12 @@ def test_the_flags_are_the_ones_run_accepts(objs: list[Obj]) -> None:
     [deploy] = of_kind(manifests.install_objects(cert_manager=True), "Deployment")
     [c] = deploy["spec"]["template"]["spec"]["containers"]
     ctx = cli.run.make_context("run", list(c["args"]))
-    assert str(ctx.params["webhook_cert_dir"]) == manifests.CERT_DIR
+    assert str(ctx.params["webhook_cert_dir"]) == deploy_defaults.CERT_DIR
 
 
 def test_the_dockerfile_matches_the_deployment(pod: Obj) -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert f"USER {manifests.UID}:{manifests.UID}" in text
+    assert f"USER {deploy_defaults.UID}:{deploy_defaults.UID}" in text
     assert 'ENTRYPOINT ["mlops-platform", "run"]' in text
     assert re.search(r"^FROM python:3\.11-slim-bookworm AS build$", text, re.M)
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
@@ -397,7 +398,7 @@ def test_invalid_parameters(kwargs: dict[str, Any], message: str) -> None:
 
 def test_every_replica_serves_the_webhook_behind_the_service_the_crd_names(objs: list[Obj]) -> None:
     [deploy] = of_kind(objs, "Deployment")
-    assert deploy["spec"]["replicas"] == manifests.DEFAULT_REPLICAS == 2
+    assert deploy["spec"]["replicas"] == deploy_defaults.DEFAULT_REPLICAS == 2
     pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
     [c] = deploy["spec"]["template"]["spec"]["containers"]
     assert "--webhook-bind-address=0.0.0.0:9443" in c["args"]
@@ -427,7 +428,7 @@ def test_another_namespace_moves_the_service_the_crd_the_secret_and_the_dns_name
 
 
 def test_config_webhook_holds_the_service_and_the_pdb() -> None:
-    objs = kustomize(ROOT / manifests.WEBHOOK_DIR)
+    objs = kustomize(ROOT / deploy_defaults.WEBHOOK_DIR)
     assert sorted(key(o) for o in objs) == [
         ("PodDisruptionBudget", "mlops-system", "mlops-platform"),
         ("Service", "mlops-system", "mlops-platform-webhook"),
@@ -436,7 +437,9 @@ def test_config_webhook_holds_the_service_and_the_pdb() -> None:
     assert (pdb["apiVersion"], pdb["spec"]["minAvailable"]) == ("policy/v1", 1)
     assert (
         "../webhook"
-        in yaml.safe_load((ROOT / manifests.DEFAULT_DIR / "kustomization.yaml").read_text())["resources"]
+        in yaml.safe_load((ROOT / deploy_defaults.DEFAULT_DIR / "kustomization.yaml").read_text())[
+            "resources"
+        ]
     )
 
 
@@ -462,8 +465,10 @@ def test_the_cert_manager_variant() -> None:
     [deploy] = of_kind(objs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     [c] = pod["containers"]
-    assert c["args"][-1] == f"--webhook-cert-dir={manifests.CERT_DIR}"
-    assert {"name": "webhook-certs", "mountPath": manifests.CERT_DIR, "readOnly": True} in c["volumeMounts"]
+    assert c["args"][-1] == f"--webhook-cert-dir={deploy_defaults.CERT_DIR}"
+    assert {"name": "webhook-certs", "mountPath": deploy_defaults.CERT_DIR, "readOnly": True} in c[
+        "volumeMounts"
+    ]
     assert {"name": "webhook-certs", "secret": {"secretName": cert["spec"]["secretName"]}} in pod["volumes"]
     changed = {k for k in plain if plain[k] != got[k]}
     assert changed == {
@@ -474,11 +479,11 @@ def test_the_cert_manager_variant() -> None:
 
 def test_config_cert_manager_is_the_cert_manager_install_set() -> None:
     expected = by_key(manifests.install_objects(cert_manager=True))
-    assert by_key(kustomize_patched(ROOT / manifests.CERT_MANAGER_DIR)) == expected
+    assert by_key(kustomize_patched(ROOT / deploy_defaults.CERT_MANAGER_DIR)) == expected
     kubectl = shutil.which("kubectl")
     if kubectl is not None:  # the real kustomize agrees
         out = subprocess.run(
-            [kubectl, "kustomize", str(ROOT / manifests.CERT_MANAGER_DIR)],
+            [kubectl, "kustomize", str(ROOT / deploy_defaults.CERT_MANAGER_DIR)],
             capture_output=True,
             text=True,
             check=True,
@@ -487,7 +492,7 @@ def test_config_cert_manager_is_the_cert_manager_install_set() -> None:
 
 
 def test_the_chart_renders_the_cert_manager_variant() -> None:
-    chart = ROOT / manifests.CHART_DIR
+    chart = ROOT / deploy_defaults.CHART_DIR
     assert yaml.safe_load((chart / "values.yaml").read_text())["webhook"] == {
         "certManager": {"enabled": False}
     }

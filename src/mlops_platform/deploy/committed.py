@@ -1,0 +1,227 @@
+"""The committed generated files (:func:`generated_files`): the kustomize directories
+``config/{rbac,manager,webhook,default}``, the ``config/cert-manager`` overlay of them, and the Helm
+chart ``charts/mlops-platform``, whose templates are the install set with ``{{ .Values.<name> }}``
+where the chart has a value (and one template per certificate mode where the modes differ). Each
+file starts with :data:`~mlops_platform.deploy.defaults.HEADER`.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+
+from mlops_platform import __version__
+from mlops_platform.api import crd
+from mlops_platform.deploy import builders, defaults, install
+from mlops_platform.runtime import generated
+from mlops_platform.runtime.objects import Obj
+
+#: the chart's values (name -> default); objects carry _SENTINEL where a template has {{ .Values.name }}
+_SENTINEL = "x-helm-value-{}-x"
+_HELM_VALUES: dict[str, object] = {
+    "namespace": defaults.DEFAULT_NAMESPACE,
+    "image": defaults.DEFAULT_IMAGE,
+    "replicas": defaults.DEFAULT_REPLICAS,
+    **{f"resources.{kind}.{r}": q for kind, rs in defaults.RESOURCES.items() for r, q in rs.items()},
+}
+#: the chart's switch between the two certificate modes (a template per mode where they differ)
+_HELM_CERT_MANAGER = ".Values.webhook.certManager.enabled"
+
+
+def _file_name(obj: Obj, repeated: bool) -> str:
+    """``cluster_role.yaml``; with several objects of the kind ``cluster_role_<name>.yaml``."""
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", obj["kind"]).lower()
+    return f"{kind}_{obj['metadata']['name']}.yaml" if repeated else f"{kind}.yaml"
+
+
+def _kustomization(resources: list[str], comment: str, **fields: object) -> str:
+    body = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": resources,
+        **fields,
+    }
+    return defaults.HEADER + comment + generated.dump([body])
+
+
+def _directory(objs: list[Obj], comment: str) -> dict[str, str]:
+    counts = collections.Counter(o["kind"] for o in objs)
+    files = {_file_name(o, counts[o["kind"]] > 1): defaults.HEADER + generated.dump([o]) for o in objs}
+    if len(files) != len(objs):
+        raise ValueError("two objects of the same kind in one generated directory")
+    return {**files, "kustomization.yaml": _kustomization(list(files), comment)}
+
+
+def helm_template(text: str) -> str:
+    """Replace the value placeholders of :func:`_chart_objects` with ``{{ .Values.<name> }}``."""
+    for value in _HELM_VALUES:
+        text = text.replace(_SENTINEL.format(value), "{{ .Values." + value + " }}")
+    return text
+
+
+def _chart_objects(*, cert_manager: bool = False) -> list[Obj]:
+    resources = {
+        k: {r: _SENTINEL.format(f"resources.{k}.{r}") for r in rs} for k, rs in defaults.RESOURCES.items()
+    }
+    objs = install.install_objects(
+        namespace=_SENTINEL.format("namespace"),
+        image=_SENTINEL.format("image"),
+        cert_manager=cert_manager,
+        resources=resources,
+    )
+    for o in objs:
+        if o["kind"] == "Deployment":
+            o["spec"]["replicas"] = _SENTINEL.format("replicas")
+    return [o for o in objs if o["kind"] != "CustomResourceDefinition"]
+
+
+def _templates() -> dict[str, str]:
+    """The chart's templates: one per object; where the certificate modes differ, the template
+    renders the one ``webhook.certManager.enabled`` chooses (cert-manager's objects only with it)."""
+    plain, with_cm = (_directory(_chart_objects(cert_manager=cm), "") for cm in (False, True))
+    del plain["kustomization.yaml"], with_cm["kustomization.yaml"]
+    if not set(plain) <= set(with_cm):
+        raise ValueError("cert-manager mode drops an object")
+    out: dict[str, str] = {}
+    for name, text in with_cm.items():
+        body = text.removeprefix(defaults.HEADER)
+        if name not in plain:
+            out[name] = defaults.HEADER + "{{- if " + _HELM_CERT_MANAGER + " }}\n" + body + "{{- end }}\n"
+        elif plain[name] == text:
+            out[name] = text
+        else:
+            default = plain[name].removeprefix(defaults.HEADER)
+            out[name] = (
+                defaults.HEADER
+                + "{{- if " + _HELM_CERT_MANAGER + " }}\n" + body
+                + "{{- else }}\n" + default
+                + "{{- end }}\n"
+            )  # fmt: skip
+    return {n: helm_template(t) for n, t in out.items()}
+
+
+def _nested(flat: dict[str, object]) -> dict[str, object]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}`` (the chart's values.yaml from :data:`_HELM_VALUES`)."""
+    out: dict[str, object] = {}
+    for dotted, value in flat.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            assert isinstance(child, dict)
+            node = child
+        node[leaf] = value
+    return out
+
+
+def _chart() -> dict[str, str]:
+    chart = {
+        "apiVersion": "v2",
+        "name": defaults.NAME,
+        "description": "The mlops-platform operator: InferenceService (mlops.platform) to a served model.",
+        "type": "application",
+        "version": __version__,
+        "appVersion": __version__,
+        "kubeVersion": ">=1.25.0-0",
+    }
+    values = (
+        "# namespace: created by the chart with Pod Security `restricted` labels (install the release\n"
+        "#   itself with `--namespace default`, not `--create-namespace`). The CRD (crds/, which Helm\n"
+        "#   never templates) names the conversion webhook Service in "
+        f"{defaults.DEFAULT_NAMESPACE}: with another\n"
+        "#   namespace, install the CRD from `mlops-platform manifests --namespace NAME` instead.\n"
+        "# image: the operator image built from the repository's Dockerfile.\n"
+        "# replicas: >= 2 (one leader, warm standbys); the PodDisruptionBudget keeps one.\n"
+        "# resources: the manager's requests and limits; the memory limit holds 5,000 InferenceServices\n"
+        '#   per replica; raise it (or shard, docs/sharding.md) beyond (docs/install.md, "Sizing").\n'
+        "# webhook.certManager.enabled: the conversion webhook's certificate from cert-manager (an Issuer\n"
+        "#   and a Certificate) instead of the operator's own; annotate the CRD for cert-manager's CA\n"
+        "#   injector yourself (docs/install-cert-manager.md).\n"
+        + generated.dump([{**_nested(_HELM_VALUES), "webhook": {"certManager": {"enabled": False}}}])
+    )
+    files = {
+        "Chart.yaml": defaults.HEADER + generated.dump([chart]),
+        "values.yaml": defaults.HEADER + values,
+        f"crds/{crd.CRD_FILE.name}": crd.render(),
+    }
+    files.update({f"templates/{n}": text for n, text in _templates().items()})
+    return files
+
+
+def _cert_manager_overlay() -> dict[str, str]:
+    """``config/cert-manager``: ``config/default`` with the Issuer and Certificate, the mounted
+    Secret and ``--webhook-cert-dir`` on the Deployment, and the CRD annotated for CA injection
+    (RFC 6902 patches, so the Deployment's lists are appended to, not replaced)."""
+    objs = builders.cert_manager_objects(defaults.DEFAULT_NAMESPACE)
+    files = {_file_name(o, False): defaults.HEADER + generated.dump([o]) for o in objs}
+    container = "/spec/template/spec/containers/0"
+    deployment_ops = [
+        *({"op": "add", "path": f"{container}/args/-", "value": a} for a in builders.cert_manager_args()),
+        {"op": "add", "path": f"{container}/volumeMounts/-", "value": builders.cert_manager_mount()},
+        {"op": "add", "path": "/spec/template/spec/volumes/-", "value": builders.cert_manager_volume()},
+    ]
+    crd_ops = [
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": builders.ca_injection_annotation(defaults.DEFAULT_NAMESPACE),
+        }
+    ]
+    targets = {
+        "deployment_patch.yaml": (
+            {"group": "apps", "version": "v1", "kind": "Deployment", "name": defaults.NAME},
+            deployment_ops,
+        ),
+        "crd_patch.yaml": (
+            {
+                "group": "apiextensions.k8s.io",
+                "version": "v1",
+                "kind": "CustomResourceDefinition",
+                "name": crd.CRD_NAME,
+            },
+            crd_ops,
+        ),
+    }
+    resources = ["../default", *files]
+    for name, (_, ops) in targets.items():
+        files[name] = defaults.HEADER + generated.dump([ops])
+    files["kustomization.yaml"] = _kustomization(
+        resources,
+        "# config/default with the webhook's certificate from cert-manager (installed first):\n"
+        "# `kubectl apply --server-side -k config/cert-manager` (docs/install-cert-manager.md).\n",
+        patches=[{"path": name, "target": target} for name, (target, _) in targets.items()],
+    )
+    return files
+
+
+def generated_files() -> dict[Path, str]:
+    """Every committed generated file (path relative to the checkout) and its content."""
+    rbac_dir, manager_dir, webhook_dir = defaults.RBAC_DIR, defaults.MANAGER_DIR, defaults.WEBHOOK_DIR
+    objs = [o for o in install.install_objects() if o["kind"] != "CustomResourceDefinition"]  # in config/crd
+    by_dir: dict[Path, list[Obj]] = {rbac_dir: [], manager_dir: [], webhook_dir: []}
+    for o in objs:
+        if "rbac" in o["apiVersion"] or o["kind"] == "ServiceAccount":
+            by_dir[rbac_dir].append(o)
+        elif o["kind"] == "PodDisruptionBudget" or o["metadata"]["name"] == defaults.WEBHOOK_SERVICE:
+            by_dir[webhook_dir].append(o)
+        else:
+            by_dir[manager_dir].append(o)
+    out: dict[Path, str] = {}
+    comments = {
+        rbac_dir: "# Least-privilege RBAC from the permissions the code declares (runtime.rbac.requires).\n",
+        manager_dir: "# The Namespace (Pod Security restricted), Deployment and metrics Service.\n",
+        webhook_dir: "# The conversion webhook's Service (every replica) and the PDB keeping one replica.\n",
+    }
+    for d, items in by_dir.items():
+        out.update({d / n: text for n, text in _directory(items, comments[d]).items()})
+    out[defaults.DEFAULT_DIR / "kustomization.yaml"] = _kustomization(
+        ["../crd", "../rbac", "../manager", "../webhook"],
+        f"# The whole install in {defaults.DEFAULT_NAMESPACE}: "
+        "`kubectl apply --server-side -k config/default`.\n"
+        "# No `namespace:` transformer: the namespace is also in flags and binding subjects, so render\n"
+        "# another one with `mlops-platform manifests --namespace NAME` instead.\n",
+    )
+    out.update({defaults.CERT_MANAGER_DIR / n: text for n, text in _cert_manager_overlay().items()})
+    out.update({defaults.CHART_DIR / n: text for n, text in _chart().items()})
+    return out
