@@ -22,7 +22,7 @@ from mlops_platform.api import conversion
 from mlops_platform.runtime.clock import rfc3339
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.runtime.webhook import certs
+from mlops_platform.runtime.webhook import keypairs
 from mlops_platform.testing import isvc, ports, wait, webhook
 
 ELECTION_ID = "standby-webhook-test"
@@ -55,8 +55,8 @@ async def standby(
         },
     }
     await admin_client.create(resources.LEASE, lease, namespace)
-    ca = certs.new_ca("standby-test-ca", validity=datetime.timedelta(hours=1))
-    pair = certs.new_serving(
+    ca = keypairs.new_ca("standby-test-ca", validity=datetime.timedelta(hours=1))
+    pair = keypairs.new_serving(
         ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"], validity=datetime.timedelta(hours=1)
     )
     cert_dir = tmp_path / "certs"

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport.client import JSON, ApiError, Client, Resource, TransportError
-from mlops_platform.runtime.webhook import certs, keeper, server
+from mlops_platform.runtime.webhook import certs, keeper, keypairs, server
 from mlops_platform.testing import crds, wait
 
 FIELD_MANAGER = "webhook-conversion-test"
@@ -177,8 +177,10 @@ async def setup(admin_client: Client, namespace: str) -> AsyncIterator[Setup]:
 async def test_the_api_server_converts_through_the_webhook_over_verified_tls(setup: Setup) -> None:
     c, ns = setup.client, setup.namespace
     # before the keeper runs: a certificate from a CA the API server was not given is refused
-    stray_ca = certs.new_ca("stray", validity=dt.timedelta(hours=1))
-    stray = certs.new_serving(stray_ca, dns_names=(), ip_addresses=LOOPBACK, validity=dt.timedelta(hours=1))
+    stray_ca = keypairs.new_ca("stray", validity=dt.timedelta(hours=1))
+    stray = keypairs.new_serving(
+        stray_ca, dns_names=(), ip_addresses=LOOPBACK, validity=dt.timedelta(hours=1)
+    )
     replica = setup.replica(primary=True)
     replica.server.set_certificate(stray.cert_pem, stray.key_pem)
     with pytest.raises(ApiError) as refused:

@@ -18,7 +18,7 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlops_platform.runtime.webhook import certs
+from mlops_platform.runtime.webhook import certs, keypairs
 from mlops_platform.runtime.webhook.certs import Change
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -32,11 +32,11 @@ def s(seconds: float) -> dt.timedelta:
 
 
 def chains(
-    serving: certs.KeyPair, bundle: bytes, at: dt.datetime, subject: DNSName | IPAddress = LOOPBACK
+    serving: keypairs.KeyPair, bundle: bytes, at: dt.datetime, subject: DNSName | IPAddress = LOOPBACK
 ) -> bool:
     """``serving`` verifies as a TLS server certificate for ``subject`` against ``bundle`` at ``at``."""
     verifier = (
-        PolicyBuilder().store(Store(certs.parse_bundle(bundle))).time(at).build_server_verifier(subject)
+        PolicyBuilder().store(Store(keypairs.parse_bundle(bundle))).time(at).build_server_verifier(subject)
     )
     try:
         verifier.verify(serving.cert, [])
@@ -46,8 +46,10 @@ def chains(
 
 
 def test_a_serving_certificate_chains_to_its_ca_for_its_names_only() -> None:
-    ca = certs.new_ca("test-ca", validity=dt.timedelta(days=1), now=T0)
-    serving = certs.new_serving(ca, dns_names=DNS, ip_addresses=IPS, validity=dt.timedelta(hours=1), now=T0)
+    ca = keypairs.new_ca("test-ca", validity=dt.timedelta(days=1), now=T0)
+    serving = keypairs.new_serving(
+        ca, dns_names=DNS, ip_addresses=IPS, validity=dt.timedelta(hours=1), now=T0
+    )
     assert serving.matches() and ca.matches()
     assert (ca.not_before, ca.not_after) == (T0, T0 + dt.timedelta(days=1))
     assert (serving.not_before, serving.not_after) == (T0, T0 + dt.timedelta(hours=1))
@@ -55,44 +57,44 @@ def test_a_serving_certificate_chains_to_its_ca_for_its_names_only() -> None:
     assert chains(serving, ca.cert_pem, T0 + s(1), DNSName("hooks.ns.svc.cluster.local"))
     assert not chains(serving, ca.cert_pem, T0 + s(1), DNSName("other.ns.svc"))
     assert not chains(serving, ca.cert_pem, T0 + dt.timedelta(hours=2))  # expired
-    other = certs.new_ca("other-ca", validity=dt.timedelta(days=1), now=T0)
+    other = keypairs.new_ca("other-ca", validity=dt.timedelta(days=1), now=T0)
     assert not chains(serving, other.cert_pem, T0 + s(1))
-    assert chains(serving, certs.bundle(other.cert_pem, ca.cert_pem), T0 + s(1))
+    assert chains(serving, keypairs.bundle(other.cert_pem, ca.cert_pem), T0 + s(1))
 
-    assert certs.sans(serving.cert) == (frozenset(DNS), frozenset(IPS))
+    assert keypairs.sans(serving.cert) == (frozenset(DNS), frozenset(IPS))
     eku = serving.cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
     constraints = ca.cert.extensions.get_extension_for_class(x509.BasicConstraints)
     assert constraints.critical and constraints.value.ca
     assert ca.cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
-    assert certs.issued_by(serving.cert, ca.cert) and not certs.issued_by(serving.cert, other.cert)
+    assert keypairs.issued_by(serving.cert, ca.cert) and not keypairs.issued_by(serving.cert, other.cert)
 
 
 def test_a_serving_certificate_never_outlives_its_ca_and_backdating_moves_not_before() -> None:
-    ca = certs.new_ca("ca", validity=s(100), now=T0)
-    serving = certs.new_serving(
+    ca = keypairs.new_ca("ca", validity=s(100), now=T0)
+    serving = keypairs.new_serving(
         ca, ip_addresses=IPS, dns_names=(), validity=s(1000), now=T0 + s(50), backdate=s(5)
     )
     assert serving.not_after == ca.not_after
     assert serving.not_before == T0 + s(45)
     with pytest.raises(ValueError, match="too soon"):
-        certs.new_serving(ca, dns_names=DNS, validity=s(10), now=T0 + s(100))
+        keypairs.new_serving(ca, dns_names=DNS, validity=s(10), now=T0 + s(100))
     with pytest.raises(ValueError, match="at least one"):
-        certs.new_serving(ca, dns_names=(), validity=s(10), now=T0)
+        keypairs.new_serving(ca, dns_names=(), validity=s(10), now=T0)
 
 
 def test_bundles_concatenate_without_duplicates_in_order() -> None:
-    a, b, c = (certs.new_ca(n, validity=s(100), now=T0) for n in "abc")
-    both = certs.bundle(b.cert_pem, a.cert_pem)
-    merged = certs.bundle(both, c.cert_pem, a.cert_pem, b"")
-    assert [x.subject for x in certs.parse_bundle(merged)] == [x.cert.subject for x in (b, a, c)]
-    assert certs.parse_bundle(b"") == [] and certs.bundle() == b""
+    a, b, c = (keypairs.new_ca(n, validity=s(100), now=T0) for n in "abc")
+    both = keypairs.bundle(b.cert_pem, a.cert_pem)
+    merged = keypairs.bundle(both, c.cert_pem, a.cert_pem, b"")
+    assert [x.subject for x in keypairs.parse_bundle(merged)] == [x.cert.subject for x in (b, a, c)]
+    assert keypairs.parse_bundle(b"") == [] and keypairs.bundle() == b""
 
 
 def test_a_key_that_is_not_the_certificates_does_not_match() -> None:
-    a, b = (certs.new_ca(n, validity=s(100), now=T0) for n in "ab")
-    assert not certs.KeyPair(a.cert_pem, b.key_pem).matches()
-    assert not certs.KeyPair(a.cert_pem, b"garbage").matches()
+    a, b = (keypairs.new_ca(n, validity=s(100), now=T0) for n in "ab")
+    assert not keypairs.KeyPair(a.cert_pem, b.key_pem).matches()
+    assert not keypairs.KeyPair(a.cert_pem, b"garbage").matches()
 
 
 POLICY = certs.RotationPolicy(
@@ -129,12 +131,12 @@ def test_the_rotation_steps_over_simulated_time() -> None:
     p = published.state
     assert p.phase == "publishing" and p.next_ca is not None and p.step_since == T0 + s(80)
     assert p.serving == state.serving
-    assert len(certs.parse_bundle(p.bundle)) == 2
+    assert len(keypairs.parse_bundle(p.bundle)) == 2
     assert published.next_check == T0 + s(85)  # the serving renewal, before the overlap's end (90 s)
 
     during = plan(p, T0 + s(85))  # renewed within the overlap: by the old CA still
     assert during.changes == {Change.SERVING_RENEWED} and not during.bundle_changed
-    assert certs.issued_by(during.state.serving.cert, state.ca.cert)
+    assert keypairs.issued_by(during.state.serving.cert, state.ca.cert)
     p = during.state
     assert during.next_check == T0 + s(90)
 
@@ -145,20 +147,20 @@ def test_the_rotation_steps_over_simulated_time() -> None:
     )
     w = switched.state
     assert w.phase == "retiring" and w.ca == p.next_ca and w.retired_ca == state.ca.cert
-    assert certs.issued_by(w.serving.cert, p.next_ca.cert) and w.bundle == p.bundle
+    assert keypairs.issued_by(w.serving.cert, p.next_ca.cert) and w.bundle == p.bundle
     assert switched.next_check == T0 + s(100)
 
     assert plan(w, T0 + s(99)).changes == set()
     retired = plan(w, T0 + s(100))
     assert retired.changes == {Change.CA_RETIRED} and retired.bundle_changed and not retired.serving_changed
-    assert retired.state.phase == "steady" and certs.parse_bundle(retired.state.bundle) == [p.next_ca.cert]
+    assert retired.state.phase == "steady" and keypairs.parse_bundle(retired.state.bundle) == [p.next_ca.cert]
     assert chains(retired.state.serving, retired.state.bundle, T0 + s(100))
 
 
 def test_a_retired_ca_leaves_at_its_expiry_if_sooner_than_the_overlap() -> None:
-    ca = certs.new_ca("old", validity=s(120), now=T0)
-    new = certs.new_ca("new", validity=s(120), now=T0 + s(100))
-    serving = certs.new_serving(new, dns_names=DNS, ip_addresses=IPS, validity=s(30), now=T0 + s(110))
+    ca = keypairs.new_ca("old", validity=s(120), now=T0)
+    new = keypairs.new_ca("new", validity=s(120), now=T0 + s(100))
+    serving = keypairs.new_serving(new, dns_names=DNS, ip_addresses=IPS, validity=s(30), now=T0 + s(110))
     state = certs.CertState(ca=new, serving=serving, step_since=T0 + s(115), retired_ca=ca.cert)
     assert plan(state, T0 + s(119)).changes == set()
     assert plan(state, T0 + s(120)).changes == {Change.CA_RETIRED}
@@ -168,19 +170,19 @@ def test_an_unusable_state_starts_afresh_and_changed_names_reissue() -> None:
     state = plan(None, T0).state
     expired = plan(state, T0 + s(121))
     assert expired.changes == {Change.CREATED} and expired.state.ca != state.ca
-    torn = dataclasses.replace(state, ca=certs.KeyPair(state.ca.cert_pem, state.serving.key_pem))
+    torn = dataclasses.replace(state, ca=keypairs.KeyPair(state.ca.cert_pem, state.serving.key_pem))
     assert plan(torn, T0 + s(1)).changes == {Change.CREATED}
 
     renamed = certs.plan(state, now=T0 + s(1), policy=POLICY, dns_names=("new.ns.svc",), ip_addresses=IPS)
     assert renamed.changes == {Change.SERVING_RENEWED} and renamed.state.ca == state.ca
-    assert certs.sans(renamed.state.serving.cert)[0] == {"new.ns.svc"}
+    assert keypairs.sans(renamed.state.serving.cert)[0] == {"new.ns.svc"}
 
-    foreign = certs.new_ca("foreign", validity=s(120), now=T0)
+    foreign = keypairs.new_ca("foreign", validity=s(120), now=T0)
     stray = dataclasses.replace(
-        state, serving=certs.new_serving(foreign, dns_names=DNS, ip_addresses=IPS, validity=s(30), now=T0)
+        state, serving=keypairs.new_serving(foreign, dns_names=DNS, ip_addresses=IPS, validity=s(30), now=T0)
     )
     fixed = plan(stray, T0 + s(1))
-    assert fixed.changes == {Change.SERVING_RENEWED} and certs.issued_by(
+    assert fixed.changes == {Change.SERVING_RENEWED} and keypairs.issued_by(
         fixed.state.serving.cert, state.ca.cert
     )
 
@@ -213,9 +215,9 @@ def test_a_policy_the_ca_cannot_outlive_is_refused(kw: dict[str, Any], message: 
 class Published:
     """What was stored, in order: (time, bundle, serving)."""
 
-    history: list[tuple[dt.datetime, bytes, certs.KeyPair]] = dataclasses.field(default_factory=list)
+    history: list[tuple[dt.datetime, bytes, keypairs.KeyPair]] = dataclasses.field(default_factory=list)
 
-    def live(self, at: dt.datetime, lag: dt.timedelta) -> list[tuple[bytes, certs.KeyPair]]:
+    def live(self, at: dt.datetime, lag: dt.timedelta) -> list[tuple[bytes, keypairs.KeyPair]]:
         """What a consumer may still use at ``at``: the versions stored in ``(at - lag, at]`` and the
         last one before that."""
         past = [h for h in self.history if h[0] <= at]
@@ -252,7 +254,7 @@ def test_consumers_lagging_less_than_the_overlap_always_have_a_chain(
             break
         p = certs.plan(state, now=t, policy=policy, dns_names=DNS, ip_addresses=IPS)
         assert len(p.changes - {Change.SERVING_RENEWED}) <= 1  # one CA step at a time
-        assert len(certs.parse_bundle(p.state.bundle)) <= 2
+        assert len(keypairs.parse_bundle(p.state.bundle)) <= 2
         assert p.next_check > t
         state = p.state
         if p.changes:

@@ -13,7 +13,7 @@ import pytest
 
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.runtime.webhook import certs, keeper
+from mlops_platform.runtime.webhook import certs, keeper, keypairs
 from mlops_platform.testing import fakes
 
 T0 = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -107,7 +107,7 @@ async def test_a_new_ca_is_injected_before_it_is_stored_and_the_switch_stored_be
     # the stored bundle re-asserted, then the new one injected while the Secret still had the old
     assert w.injected == [(first.bundle, first.bundle), (publishing.bundle, first.bundle)]
     assert w.served[-1][0] == publishing.serving.cert_pem  # renewed by the old CA (due at 80 s as well)
-    assert certs.issued_by(publishing.serving.cert, first.ca.cert)
+    assert keypairs.issued_by(publishing.serving.cert, first.ca.cert)
 
     w.now.advance(10)  # the overlap elapsed: the serving certificate comes from the new CA
     await w.keeper.reconcile()
@@ -122,7 +122,7 @@ async def test_a_new_ca_is_injected_before_it_is_stored_and_the_switch_stored_be
     await w.keeper.reconcile()
     steady = keeper.decode_state(w.secret() or {})
     assert steady is not None and steady.phase == "steady" and steady.retired_ca is None
-    assert certs.parse_bundle(steady.bundle) == [retiring.ca.cert]
+    assert keypairs.parse_bundle(steady.bundle) == [retiring.ca.cert]
     assert w.injected[-1] == (steady.bundle, retiring.bundle)  # dropped from trust before it is stored
 
 
@@ -189,7 +189,7 @@ def test_the_period_must_be_shorter_than_the_overlap_and_the_renewal_margin() ->
         keeper.CertKeeper(fakes.FakeClient(), NS, NAME, dns_names=("a",), policy=POLICY, period=10.0)
 
 
-def write_pair(directory: Path, pair: certs.KeyPair, key: bytes | None = None) -> None:
+def write_pair(directory: Path, pair: keypairs.KeyPair, key: bytes | None = None) -> None:
     (directory / "tls.crt").write_bytes(pair.cert_pem)
     (directory / "tls.key").write_bytes(key if key is not None else pair.key_pem)
 
@@ -202,8 +202,10 @@ async def test_files_are_served_when_they_change_and_a_torn_pair_is_skipped(tmp_
 
     source = keeper.FileCertSource(tmp_path, on_serving=on_serving, period=0.1)
     assert not await source.reload() and not source.ready.is_set()  # nothing mounted yet
-    ca = certs.new_ca("cm-ca", validity=dt.timedelta(hours=1))
-    a, b = (certs.new_serving(ca, dns_names=("hooks.svc",), validity=dt.timedelta(hours=1)) for _ in range(2))
+    ca = keypairs.new_ca("cm-ca", validity=dt.timedelta(hours=1))
+    a, b = (
+        keypairs.new_serving(ca, dns_names=("hooks.svc",), validity=dt.timedelta(hours=1)) for _ in range(2)
+    )
     write_pair(tmp_path, a)
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
     assert await source.reload() and source.ready.is_set() and source.ca_pem == ca.cert_pem

@@ -17,21 +17,21 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 from prometheus_client import CollectorRegistry
 
-from mlops_platform.runtime.webhook import certs, server
+from mlops_platform.runtime.webhook import keypairs, server
 
 PATH = "/convert"
 DER = Encoding.DER
 HOUR = dt.timedelta(hours=1)
 
 
-def pair(name: str) -> tuple[certs.KeyPair, certs.KeyPair]:
-    ca = certs.new_ca(name, validity=HOUR)
-    return ca, certs.new_serving(
+def pair(name: str) -> tuple[keypairs.KeyPair, keypairs.KeyPair]:
+    ca = keypairs.new_ca(name, validity=HOUR)
+    return ca, keypairs.new_serving(
         ca, dns_names=("hooks.test.svc",), ip_addresses=("127.0.0.1",), validity=HOUR
     )
 
 
-def trusting(ca: certs.KeyPair | None) -> ssl.SSLContext:
+def trusting(ca: keypairs.KeyPair | None) -> ssl.SSLContext:
     if ca is None:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE

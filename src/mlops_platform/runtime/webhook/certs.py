@@ -1,9 +1,8 @@
-"""Certificates of a webhook served over self-managed TLS, and the pure plan of their rotation.
+"""Certificates of a webhook served over self-managed TLS: the pure plan of their rotation.
 
-Everything here is pure (no I/O, time passed in): :class:`KeyPair`, :func:`new_ca`,
-:func:`new_serving`, :func:`bundle`, :func:`parse_bundle` build and read PEM with ``cryptography``'s
-x509 builder (EC P-256 keys, ECDSA-SHA256 signatures), and :func:`plan` decides, from the stored
-:class:`CertState` and the time, what the next state is.
+Everything here is pure (no I/O, time passed in): :func:`plan` decides, from the stored
+:class:`CertState` and the time, what the next state is. The key pairs it issues are built and read
+by :mod:`.keypairs`.
 
 Rotation (the invariant: at every instant the serving certificate chains to a CA of the published
 bundle, even for consumers that see the bundle or the serving pair up to ``overlap`` late):
@@ -25,224 +24,16 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
 
-__all__ = [
-    "CertState",
-    "Change",
-    "KeyPair",
-    "Plan",
-    "RotationPolicy",
-    "bundle",
-    "issued_by",
-    "new_ca",
-    "new_serving",
-    "parse_bundle",
-    "plan",
-    "sans",
-]
+from mlops_platform.runtime.webhook import keypairs
+from mlops_platform.runtime.webhook.keypairs import KeyPair
 
-
-@dataclasses.dataclass(frozen=True)
-class KeyPair:
-    """A PEM certificate and its PEM (PKCS#8, unencrypted) private key."""
-
-    cert_pem: bytes
-    key_pem: bytes
-
-    @functools.cached_property
-    def cert(self) -> x509.Certificate:
-        return x509.load_pem_x509_certificate(self.cert_pem)
-
-    @functools.cached_property
-    def key(self) -> ec.EllipticCurvePrivateKey:
-        key = serialization.load_pem_private_key(self.key_pem, password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError(f"expected an EC private key, not {type(key).__name__}")
-        return key
-
-    @property
-    def not_before(self) -> datetime.datetime:
-        return self.cert.not_valid_before_utc
-
-    @property
-    def not_after(self) -> datetime.datetime:
-        return self.cert.not_valid_after_utc
-
-    def matches(self) -> bool:
-        """The key is the certificate's (a pair read from storage may be torn or edited)."""
-        try:
-            return self.key.public_key() == self.cert.public_key()
-        except ValueError:
-            return False
-
-
-def _now(now: datetime.datetime | None) -> datetime.datetime:
-    t = now if now is not None else datetime.datetime.now(datetime.UTC)
-    if t.tzinfo is None:
-        raise ValueError("times must be timezone-aware")
-    return t.astimezone(datetime.UTC)
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _window(
-    now: datetime.datetime | None, validity: datetime.timedelta, backdate: datetime.timedelta
-) -> tuple[datetime.datetime, datetime.datetime]:
-    # x509 times have whole seconds: truncate here, so that KeyPair.not_before/not_after are exact
-    t = _now(now)
-    if validity <= datetime.timedelta(0):
-        raise ValueError("validity must be positive")
-    return (t - backdate).replace(microsecond=0), (t + validity).replace(microsecond=0)
-
-
-def _builder(
-    subject: x509.Name,
-    issuer: x509.Name,
-    key: ec.EllipticCurvePrivateKey,
-    window: tuple[datetime.datetime, datetime.datetime],
-    *,
-    ca: bool,
-) -> x509.CertificateBuilder:
-    """What a CA and a serving certificate share: names, key, serial, validity, basic constraints,
-    key usage (a CA signs certificates; a server only signs its handshakes)."""
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(window[0])
-        .not_valid_after(window[1])
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=ca,
-                crl_sign=ca,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    )
-
-
-def new_ca(
-    common_name: str,
-    *,
-    validity: datetime.timedelta,
-    now: datetime.datetime | None = None,
-    backdate: datetime.timedelta = datetime.timedelta(0),
-) -> KeyPair:
-    """A self-signed CA (EC P-256) that may sign end-entity certificates only (path length 0).
-
-    ``backdate`` moves ``not_before`` back (clock skew between this process and its clients)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    not_before, not_after = _window(now, validity, backdate)
-    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
-    cert = (
-        _builder(name, name, key, (not_before, not_after), ca=True)
-        .add_extension(ski, critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
-
-
-def new_serving(
-    ca: KeyPair,
-    *,
-    dns_names: Sequence[str],
-    ip_addresses: Sequence[str] = (),
-    validity: datetime.timedelta,
-    now: datetime.datetime | None = None,
-    backdate: datetime.timedelta = datetime.timedelta(0),
-) -> KeyPair:
-    """A TLS server certificate (EC P-256, serverAuth) for the SANs, signed by ``ca``.
-
-    It never outlives ``ca``: ``not_after`` is at most the CA's."""
-    if not dns_names and not ip_addresses:
-        raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    key = ec.generate_private_key(ec.SECP256R1())
-    not_before, not_after = _window(now, validity, backdate)
-    not_after = min(not_after, ca.not_after)
-    if not_after <= not_before:
-        raise ValueError(f"the CA expires at {ca.not_after.isoformat()}: too soon to sign")
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
-    sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ip_addresses]
-    cn = dns_names[0] if dns_names else ip_addresses[0]
-    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    cert = (
-        _builder(subject, ca.cert.subject, key, (not_before, not_after), ca=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
-
-
-def parse_bundle(pem: bytes) -> list[x509.Certificate]:
-    """The certificates of a PEM bundle, in order (an empty bundle is an empty list)."""
-    if not pem.strip():
-        return []
-    return x509.load_pem_x509_certificates(pem)
-
-
-def bundle(*ca_pems: bytes) -> bytes:
-    """One PEM bundle of the certificates of ``ca_pems`` (each may hold several), duplicates dropped,
-    first occurrences kept in order."""
-    seen: set[bytes] = set()
-    out: list[bytes] = []
-    for pem in ca_pems:
-        for cert in parse_bundle(pem):
-            der = cert.public_bytes(serialization.Encoding.DER)
-            if der not in seen:
-                seen.add(der)
-                out.append(cert.public_bytes(serialization.Encoding.PEM))
-    return b"".join(out)
-
-
-def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    """``ca`` signed ``cert`` (name and signature checked; not validity or extensions)."""
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def sans(cert: x509.Certificate) -> tuple[frozenset[str], frozenset[str]]:
-    """The (DNS names, IP addresses) of ``cert``'s subjectAltName extension."""
-    try:
-        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return frozenset(), frozenset()
-    ips = frozenset(str(ip) for ip in ext.get_values_for_type(x509.IPAddress))
-    return frozenset(ext.get_values_for_type(x509.DNSName)), ips
-
-
-# -- the rotation planner ---------------------------------------------------------------------------
+__all__ = ["CertState", "Change", "Plan", "RotationPolicy", "plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,7 +118,7 @@ class CertState:
         """The trusted CAs, oldest first."""
         retired = [self.retired_ca.public_bytes(serialization.Encoding.PEM)] if self.retired_ca else []
         nxt = [self.next_ca.cert_pem] if self.next_ca else []
-        return bundle(*retired, self.ca.cert_pem, *nxt)
+        return keypairs.bundle(*retired, self.ca.cert_pem, *nxt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +130,32 @@ class Plan:
     next_check: datetime.datetime
     bundle_changed: bool  # the trusted CAs differ from the previous state's
     serving_changed: bool  # the serving pair differs from the previous state's
+
+
+@dataclasses.dataclass(frozen=True)
+class _Issuer:
+    """Issues the CA and serving key pairs a plan needs, all at the plan's ``now``."""
+
+    now: datetime.datetime
+    policy: RotationPolicy
+    dns_names: Sequence[str]
+    ip_addresses: Sequence[str]
+    ca_name: str
+
+    def serving(self, ca: KeyPair) -> KeyPair:
+        return keypairs.new_serving(
+            ca,
+            dns_names=self.dns_names,
+            ip_addresses=self.ip_addresses,
+            validity=self.policy.cert_validity,
+            now=self.now,
+            backdate=self.policy.backdate,
+        )
+
+    def fresh_ca(self) -> KeyPair:
+        return keypairs.new_ca(
+            self.ca_name, validity=self.policy.ca_validity, now=self.now, backdate=self.policy.backdate
+        )
 
 
 def plan(
@@ -355,47 +172,17 @@ def plan(
     At most one step of the CA rotation is taken per call, so consumers see each bundle before the
     serving certificate relies on it; the serving certificate is re-issued when due, when its SANs
     differ from ``dns_names``/``ip_addresses``, or when it is not valid any more."""
-    now = _now(now)
-    changes: set[Change] = set()
+    now = keypairs.utc(now)
+    issue = _Issuer(now, policy, dns_names, ip_addresses, ca_name)
     before = state
-
-    def serving(ca: KeyPair) -> KeyPair:
-        return new_serving(
-            ca,
-            dns_names=dns_names,
-            ip_addresses=ip_addresses,
-            validity=policy.cert_validity,
-            now=now,
-            backdate=policy.backdate,
-        )
-
-    def fresh_ca() -> KeyPair:
-        return new_ca(ca_name, validity=policy.ca_validity, now=now, backdate=policy.backdate)
-
-    if state is None or not _usable(state, now):
-        ca = fresh_ca()
-        state = CertState(ca=ca, serving=serving(ca), step_since=now)
-        changes.add(Change.CREATED)
-    elif state.next_ca is not None:
-        if now >= state.step_since + policy.overlap or now >= state.ca.not_after:
-            old = state.ca.cert
-            retired = old if now < old.not_valid_after_utc else None
-            state = CertState(
-                ca=state.next_ca, serving=serving(state.next_ca), step_since=now, retired_ca=retired
-            )
-            changes.add(Change.CA_SWITCHED)
-    elif state.retired_ca is not None and (
-        now >= state.step_since + policy.overlap or now >= state.retired_ca.not_valid_after_utc
-    ):
-        state = dataclasses.replace(state, retired_ca=None, step_since=now)
-        changes.add(Change.CA_RETIRED)
+    state, changes = _ca_step(state, now, policy, issue)
 
     if state.phase == "steady" and now >= policy.renew_time(state.ca.cert) and Change.CREATED not in changes:
-        state = dataclasses.replace(state, next_ca=fresh_ca(), step_since=now)
+        state = dataclasses.replace(state, next_ca=issue.fresh_ca(), step_since=now)
         changes.add(Change.CA_PUBLISHED)
 
     if not changes & _SERVING_CHANGES and _serving_stale(state, now, policy, dns_names, ip_addresses):
-        state = dataclasses.replace(state, serving=serving(state.ca))
+        state = dataclasses.replace(state, serving=issue.serving(state.ca))
         changes.add(Change.SERVING_RENEWED)
 
     return Plan(
@@ -405,6 +192,29 @@ def plan(
         bundle_changed=before is None or before.bundle != state.bundle,
         serving_changed=before is None or before.serving != state.serving,
     )
+
+
+def _ca_step(
+    state: CertState | None, now: datetime.datetime, policy: RotationPolicy, issue: _Issuer
+) -> tuple[CertState, set[Change]]:
+    """The CA rotation's step due at ``now``, if any: start afresh (no usable state), switch to the
+    published CA, or retire the old one."""
+    if state is None or not _usable(state, now):
+        ca = issue.fresh_ca()
+        return CertState(ca=ca, serving=issue.serving(ca), step_since=now), {Change.CREATED}
+    if state.next_ca is not None:
+        if now >= state.step_since + policy.overlap or now >= state.ca.not_after:
+            old = state.ca.cert
+            retired = old if now < old.not_valid_after_utc else None
+            switched = CertState(
+                ca=state.next_ca, serving=issue.serving(state.next_ca), step_since=now, retired_ca=retired
+            )
+            return switched, {Change.CA_SWITCHED}
+    elif state.retired_ca is not None and (
+        now >= state.step_since + policy.overlap or now >= state.retired_ca.not_valid_after_utc
+    ):
+        return dataclasses.replace(state, retired_ca=None, step_since=now), {Change.CA_RETIRED}
+    return state, set()
 
 
 def _usable(state: CertState, now: datetime.datetime) -> bool:
@@ -429,8 +239,8 @@ def _serving_stale(
     return (
         now >= policy.renew_time(cert)
         or not state.serving.matches()
-        or not issued_by(cert, state.ca.cert)
-        or sans(cert) != wanted
+        or not keypairs.issued_by(cert, state.ca.cert)
+        or keypairs.sans(cert) != wanted
     )
 
 

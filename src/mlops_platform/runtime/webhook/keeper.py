@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from mlops_platform.runtime import clock, objects
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.runtime.webhook import certs
+from mlops_platform.runtime.webhook import certs, keypairs
 
 log = logging.getLogger("mlops_platform.runtime.webhook.keeper")
 
@@ -56,15 +56,15 @@ def decode_state(secret: rclient.JSON) -> certs.CertState | None:
     if not all(k in data for k in (CA_CRT, CA_KEY, TLS_CRT, TLS_KEY, BUNDLE)) or not since:
         return None
     try:
-        ca = certs.KeyPair(data[CA_CRT], data[CA_KEY])
-        next_ca = certs.KeyPair(data[NEXT_CA_CRT], data[NEXT_CA_KEY]) if NEXT_CA_CRT in data else None
+        ca = keypairs.KeyPair(data[CA_CRT], data[CA_KEY])
+        next_ca = keypairs.KeyPair(data[NEXT_CA_CRT], data[NEXT_CA_KEY]) if NEXT_CA_CRT in data else None
         known = {c.cert.public_bytes(serialization.Encoding.DER) for c in (ca, next_ca) if c is not None}
         others = [
             c
-            for c in certs.parse_bundle(data[BUNDLE])
+            for c in keypairs.parse_bundle(data[BUNDLE])
             if c.public_bytes(serialization.Encoding.DER) not in known
         ]
-        serving = certs.KeyPair(data[TLS_CRT], data[TLS_KEY])
+        serving = keypairs.KeyPair(data[TLS_CRT], data[TLS_KEY])
         for pair in (ca, serving, next_ca):
             if pair is not None:
                 _ = pair.cert, pair.key  # parsed here: an unreadable PEM is no state, not an error later
@@ -149,7 +149,7 @@ class CertKeeper:
         self.ready = asyncio.Event()
         #: the state last read or written, and the serving pair last handed to on_serving
         self.state: certs.CertState | None = None
-        self.serving: certs.KeyPair | None = None
+        self.serving: keypairs.KeyPair | None = None
         self.writes = 0  # Secret creates and replaces that succeeded
         self.conflicts = 0  # writes that lost a race (409) and were planned again
 
@@ -270,7 +270,7 @@ class FileCertSource:
         self.on_serving = on_serving
         self.period = period
         self.ready = asyncio.Event()
-        self.serving: certs.KeyPair | None = None
+        self.serving: keypairs.KeyPair | None = None
         self.ca_pem: bytes | None = None  # ca.crt, when the directory has one
 
     async def run(self) -> None:
@@ -298,9 +298,9 @@ class FileCertSource:
         return True
 
 
-def _read_pair(directory: Path) -> tuple[certs.KeyPair | None, bytes | None]:
+def _read_pair(directory: Path) -> tuple[keypairs.KeyPair | None, bytes | None]:
     try:
-        pair = certs.KeyPair((directory / TLS_CRT).read_bytes(), (directory / TLS_KEY).read_bytes())
+        pair = keypairs.KeyPair((directory / TLS_CRT).read_bytes(), (directory / TLS_KEY).read_bytes())
     except FileNotFoundError:
         return None, None
     ca_path = directory / CA_CRT

@@ -38,7 +38,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from mlops_platform.runtime.transport import httpserver
-from mlops_platform.runtime.webhook import certs
+from mlops_platform.runtime.webhook import keypairs
 
 log = logging.getLogger("mlops_platform.runtime.webhook.server")
 
@@ -128,7 +128,7 @@ class WebhookServer:
     ) -> None:
         self.handlers = dict(handlers)
         self.metrics = webhook_metrics(registry if registry is not None else REGISTRY)
-        placeholder = certs.new_ca("webhook-placeholder", validity=datetime.timedelta(days=1))
+        placeholder = keypairs.new_ca("webhook-placeholder", validity=datetime.timedelta(days=1))
         self._placeholder = server_context(placeholder.cert_pem, placeholder.key_pem)
         self._current: ssl.SSLContext | None = None
         listening = server_context(placeholder.cert_pem, placeholder.key_pem)
@@ -143,7 +143,7 @@ class WebhookServer:
             reuse_port=reuse_port,
         )
         #: the serving pair set last (None: none yet, requests are answered 503)
-        self.certificate: certs.KeyPair | None = None
+        self.certificate: keypairs.KeyPair | None = None
 
     @property
     def port(self) -> int:
@@ -167,7 +167,7 @@ class WebhookServer:
     def set_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
         """Serve this pair on new connections from now on (raises, changing nothing, if it is invalid)."""
         self._current = server_context(cert_pem, key_pem)
-        self.certificate = certs.KeyPair(cert_pem, key_pem)
+        self.certificate = keypairs.KeyPair(cert_pem, key_pem)
 
     def _select(self, conn: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext) -> None:
         conn.context = self._current if self._current is not None else self._placeholder
