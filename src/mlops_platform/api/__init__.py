@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.api import conversion, internal, v1, v1alpha1, v1beta1
+from mlops_platform.api import conversion, internal, v1, v1_decode, v1alpha1, v1beta1
 from mlops_platform.runtime.transport.client import Resource
 
 CRD_NAME = f"{v1alpha1.PLURAL}.{v1alpha1.GROUP}"
@@ -33,7 +33,7 @@ def decode(obj: dict[str, Any]) -> internal.InferenceService:
             obj = conversion.to_hub(obj)
         except conversion.ConversionError as e:
             raise ValidationError(str(e)) from None
-    return v1.to_internal(v1.from_dict(obj))
+    return v1_decode.to_internal(v1_decode.from_dict(obj))
 
 
 def crd_manifest() -> dict[str, Any]:

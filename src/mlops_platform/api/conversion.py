@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from mlops_platform.api import internal, v1, v1alpha1, v1beta1
+from mlops_platform.api import internal, v1, v1_decode, v1_rules, v1alpha1, v1beta1
 
 JSON = dict[str, Any]
 GROUP = v1alpha1.GROUP
@@ -171,7 +171,7 @@ def _alpha_down(h: JSON) -> JSON:
     canary = h.get("canary")
     if canary is not None:
         a["traffic"] = {  # the version token when the candidate's URI is the stable one's sibling
-            "canaryVersion": v1.version_of(p["model"]["uri"], canary["model"]["uri"]),
+            "canaryVersion": v1_decode.version_of(p["model"]["uri"], canary["model"]["uri"]),
             "canaryPercent": canary.get("trafficPercent", 0),
         }
     _extensions_down(h, a)
@@ -353,7 +353,9 @@ def check(obj: JSON) -> str:
 
 
 def _runtime_name(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 63 and re.match(v1.RUNTIME_PATTERN, value) is not None
+    return (
+        isinstance(value, str) and len(value) <= 63 and re.match(v1_rules.RUNTIME_PATTERN, value) is not None
+    )
 
 
 def _read_stash(metadata: JSON) -> JSON:

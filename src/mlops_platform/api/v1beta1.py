@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import v1, v1alpha1
+from mlops_platform.api import v1, v1_rules, v1alpha1
 
 GROUP = v1alpha1.GROUP
 VERSION = "v1beta1"
@@ -27,7 +27,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = v1alpha1.KIND
 ROOT_RULES = v1alpha1.ROOT_RULES
 
-AUTOSCALING_RULES = [v1.AUTOSCALING_RULES[0]]
+AUTOSCALING_RULES = [v1_rules.AUTOSCALING_RULES[0]]
 
 
 #: the default autoscaling block, whole: the server checks a default against the CEL rules as it is

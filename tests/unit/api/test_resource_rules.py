@@ -6,7 +6,7 @@ stored that the operator could not serve):
   reconcile (``Ready=False/ReconcileFailed`` for ever); now the schema refuses the InferenceService,
   naming ``spec.predictor.resources``, and the operator reports an already stored one as InvalidSpec;
 - ``model.sha256`` of a model URI naming a directory (``s3://bucket``, ``gs://b/models/``): only the
-  operator refused it (InvalidSpec); now the schema does too (:data:`v1.DIRECTORY_URI_RE2`, checked
+  operator refused it (InvalidSpec); now the schema does too (:data:`v1_rules.DIRECTORY_URI_RE2`, checked
   here against :attr:`modeluri.ModelURI.is_prefix`)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlops_platform import api
-from mlops_platform.api import crd, modeluri, v1
+from mlops_platform.api import crd, modeluri, v1, v1_rules
 
 JSON = dict[str, Any]
 
@@ -71,14 +71,14 @@ def test_the_rules_are_in_the_schema() -> None:
     predictor = schema["properties"]["spec"]["properties"]["predictor"]
     resources = predictor["properties"]["resources"]
     assert [r["message"] for r in resources["x-kubernetes-validations"]] == [
-        r["message"] for r in v1.RESOURCES_RULES
+        r["message"] for r in v1_rules.RESOURCES_RULES
     ]
-    assert any("overcommit" in r["message"] for r in v1.RESOURCES_RULES)
+    assert any("overcommit" in r["message"] for r in v1_rules.RESOURCES_RULES)
     for part in ("requests", "limits"):
         rules = resources["properties"][part]["x-kubernetes-validations"]
         assert any("whole units" in r["message"] for r in rules)
     model = predictor["properties"]["model"]["x-kubernetes-validations"]
-    assert any(v1.DIRECTORY_URI_RE2 in r["rule"] for r in model)
+    assert any(v1_rules.DIRECTORY_URI_RE2 in r["rule"] for r in model)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_checksum_of_a_directory_is_refused(uri: str) -> None:
         api.decode(hub(sha256="0" * 64, uri=uri))
 
 
-_DIRECTORY = re.compile(v1.DIRECTORY_URI_RE2.replace("$", r"\Z"))
+_DIRECTORY = re.compile(v1_rules.DIRECTORY_URI_RE2.replace("$", r"\Z"))
 _PARTS = st.sampled_from(["a", "b", "/", "?", "#", "x.tar", "."])
 
 

@@ -915,7 +915,7 @@ def test_the_scaledobject_takes_the_inferenceservices_scale_to_zero_policy() -> 
 
 
 def test_v1_only_fields_reach_the_children() -> None:
-    """What only v1 says (read through ``v1.to_internal``) changes what the operator builds:
+    """What only v1 says (read through ``v1_decode.to_internal``) changes what the operator builds:
     ``targetUtilization`` the HPA's metrics, ``routing.router`` the router, ``canary.trafficPercent``
     the candidate's share."""
     from mlops_platform.controllers.inferenceservice import traffic

@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from mlops_platform.api import internal, v1
+from mlops_platform.api import internal, v1_rules
 from mlops_platform.testing.manifests import objects, values
 
 Path = tuple[str, ...]
@@ -82,16 +82,17 @@ _MODEL_OF_CANARY: objects.JSON = {"model": {"uri": "s3://models/bert/8"}}
 def _model_fields(at: Path, needs: objects.JSON | None = None) -> tuple[Field, ...]:
     return (
         Field((*at, "uri"), "string", values.bad_uri, "bad-uri", needs),
-        Field((*at, "format"), "string", _strings(v1.FORMAT_PATTERN, 63, "ONNX", "py torch"), "bad-string",
-               needs),
-        Field((*at, "sha256"), "string", _strings(v1.SHA256_PATTERN, 64, "A" * 64, "0" * 63), "bad-string",
-               needs),
-        Field((*at, "storage", "secretName"), "string", _strings(v1.SUBDOMAIN_PATTERN, 253, "My_Secret"),
+        Field((*at, "format"), "string", _strings(v1_rules.FORMAT_PATTERN, 63, "ONNX", "py torch"),
                "bad-string", needs),
+        Field((*at, "sha256"), "string", _strings(v1_rules.SHA256_PATTERN, 64, "A" * 64, "0" * 63),
+               "bad-string", needs),
+        Field((*at, "storage", "secretName"), "string",
+               _strings(v1_rules.SUBDOMAIN_PATTERN, 253, "My_Secret"), "bad-string", needs),
         Field((*at, "storage", "endpoint"), "string",
-               _strings(v1.ENDPOINT_PATTERN, 2048, "ftp://minio", "http://", "minio:9000", "http://a b"),
+               _strings(v1_rules.ENDPOINT_PATTERN, 2048, "ftp://minio", "http://", "minio:9000",
+                        "http://a b"),
                "bad-uri", needs),
-        Field((*at, "storage", "region"), "string", _strings(v1.REGION_PATTERN, 63, "-east", "eu west"),
+        Field((*at, "storage", "region"), "string", _strings(v1_rules.REGION_PATTERN, 63, "-east", "eu west"),
                "bad-string", needs),
         Field(at, "object", None, "out-of-range", needs),
     )  # fmt: skip
@@ -101,10 +102,10 @@ def _hub_fields(version: str) -> tuple[Field, ...]:
     fields: list[Field] = [
         *_model_fields((*_P, "model")),
         *_model_fields(("spec", "canary", "model"), {"spec": {"canary": _MODEL_OF_CANARY}}),
-        Field((*_P, "runtime"), "string", _strings(v1.RUNTIME_PATTERN, 63, "Triton", "my_runtime"),
+        Field((*_P, "runtime"), "string", _strings(v1_rules.RUNTIME_PATTERN, 63, "Triton", "my_runtime"),
                "bad-string"),
         Field((*_P, "port"), "integer", _ints(1, 65535)),
-        Field((*_P, "serviceAccountName"), "string", _strings(v1.SUBDOMAIN_PATTERN, 253, "Reader"),
+        Field((*_P, "serviceAccountName"), "string", _strings(v1_rules.SUBDOMAIN_PATTERN, 253, "Reader"),
                "bad-string"),
         Field((*_P, "autoscaling", "minReplicas"), "integer", _ints(0, 1000)),
         Field((*_P, "autoscaling", "maxReplicas"), "integer", _ints(1, 1000)),

@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from mlops_platform.api import v1
+from mlops_platform.api import v1_rules
 from mlops_platform.testing import conversion
 from mlops_platform.testing.manifests import fields, objects, values
 
@@ -59,7 +59,7 @@ def _quantity_map(draw: st.DrawFn, version: str, obj: objects.JSON) -> objects.I
         objects.set_path(obj, (*path, key), "1")
         category = "unicode-label" if not key.isascii() else "bad-string"
         return objects.Invalid(category, version, objects.dotted(path), obj, f"key {values.short(key)}")
-    count = draw(st.integers(v1.MAX_RESOURCES + 1, v1.MAX_RESOURCES + 200))
+    count = draw(st.integers(v1_rules.MAX_RESOURCES + 1, v1_rules.MAX_RESOURCES + 200))
     objects.set_path(obj, path, {f"example.com/r{i}": "1" for i in range(count)})
     return objects.Invalid("huge", version, objects.dotted(path), obj, f"{count} resource names")
 
