@@ -64,14 +64,14 @@ def strip_each_page(client: Client) -> None:
     The runtime transforms after the whole LIST; this patch strips before the informer accumulates
     all pages.
     """
-    from mlops_platform.runtime.caching import informer as rinformer
+    from mlops_platform.runtime.caching import transforms
 
     list_ = client.list
 
     async def list_stripped(*a: Any, **kw: Any) -> dict[str, Any]:
         page = await list_(*a, **kw)
         for o in page.get("items") or ():
-            rinformer.strip_managed_fields(o)
+            transforms.strip_managed_fields(o)
         return page
 
     client.list = list_stripped  # type: ignore[method-assign]
@@ -88,6 +88,7 @@ def malloc_trim_rss() -> int:
 
 async def measure(kubeconfig: str, namespace: str, selector: str, variant: str, page_size: int) -> CacheRun:
     from mlops_platform.runtime.caching import informer as rinformer
+    from mlops_platform.runtime.caching import transforms
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
 
@@ -103,7 +104,7 @@ async def measure(kubeconfig: str, namespace: str, selector: str, variant: str, 
         resources.CONFIG_MAP,
         namespace=namespace,
         label_selector=selector,
-        transform=None if variant == "kept" else rinformer.strip_managed_fields,
+        transform=None if variant == "kept" else transforms.strip_managed_fields,
         page_size=page_size,
     )
     t0 = time.perf_counter()

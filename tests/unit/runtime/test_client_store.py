@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from lightkube.config import client_adapter
 
-from mlops_platform.runtime.caching import informer, store
+from mlops_platform.runtime.caching import informer, store, transforms
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.control import controller, reconcile
 from mlops_platform.runtime.transport import client as rclient
@@ -330,7 +330,7 @@ def test_the_default_transform_drops_managed_fields_and_shares_short_strings() -
             "spec": {"containers": [{"image": "example.com/server:1", "args": ["x" * 100]}]},
         }
     )
-    a, b = (informer.compact(msgspec.json.decode(raw)) for _ in range(2))
+    a, b = (transforms.compact(msgspec.json.decode(raw)) for _ in range(2))
     assert "managedFields" not in a["metadata"]
     assert (
         a

@@ -22,6 +22,7 @@ import asyncio
 
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.caching import store as rstore
+from mlops_platform.runtime.caching import transforms as rtransforms
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import shape as rshape
@@ -59,7 +60,7 @@ class Cache:
         self.min_watch_timeout = min_watch_timeout
         self._informers: dict[tuple[rclient.Resource, str | None], rinformer.Informer] = {}
         self._selectors: dict[rclient.Resource, str] = {}
-        self._transforms: dict[rclient.Resource, rinformer.Transform] = {}
+        self._transforms: dict[rclient.Resource, rtransforms.Transform] = {}
         self._shapes: dict[rclient.Resource, rshape.Shape] = {}
         self._optional: set[tuple[rclient.Resource, str | None]] = set()
         self._scoped: set[rclient.Resource] = set()
@@ -121,9 +122,9 @@ class Cache:
         own = self._selectors.get(resource)
         return f"{own},{selector}" if own else selector
 
-    def transform(self, resource: rclient.Resource, fn: rinformer.Transform) -> None:
+    def transform(self, resource: rclient.Resource, fn: rtransforms.Transform) -> None:
         """Store objects of ``resource`` as ``fn`` returns them (call before first use), e.g. to drop
-        large fields no reader needs. Replaces the default transform (:func:`~.informer.compact`)."""
+        large fields no reader needs. Replaces the default transform (:func:`~.transforms.compact`)."""
         if any(r == resource for r, _ in self._informers):
             raise RuntimeError(f"transform({resource.kind}) after its informer was created")
         self._transforms[resource] = fn
@@ -152,7 +153,7 @@ class Cache:
                 namespace=k[1],
                 label_selector=self._selector(resource),
                 resync_period=self.resync_period,
-                transform=self._transforms.get(resource, rinformer.compact),
+                transform=self._transforms.get(resource, rtransforms.compact),
                 shape=self._shapes.get(resource),
                 min_watch_timeout=self.min_watch_timeout,
             )

@@ -17,7 +17,8 @@ Contract (client-go ``tools/cache`` reflector and shared informer semantics):
   and does not stop delivery. Handlers must be quick (typically: enqueue a key).
 - Every ``resync_period`` (default 10 h, jittered by up to 10 %) every cached object is re-delivered
   as an update (old is new) without contacting the server.
-- ``transform`` runs on every object before it is stored (default: drop ``metadata.managedFields``).
+- ``transform`` runs on every object before it is stored (default: :func:`~.transforms.compact`:
+  ``metadata.managedFields`` dropped, short strings shared).
   ``shape`` (:mod:`~mlops_platform.runtime.transport.shape`) has LIST pages and watch events
   decoded into the fields it keeps, before the transform: what it leaves out is never built.
 - ``has_synced()`` is true once the first LIST has been stored.
@@ -33,11 +34,12 @@ import asyncio
 import contextlib
 import logging
 import random
-import sys
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from mlops_platform.runtime.caching import store as rstore
+from mlops_platform.runtime.caching import transforms
+from mlops_platform.runtime.caching.transforms import intern_strings as intern_strings  # for its callers
 from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import ratelimiter
@@ -46,7 +48,6 @@ from mlops_platform.runtime.transport import codec
 from mlops_platform.runtime.transport import shape as rshape
 
 log = logging.getLogger("mlops_platform.runtime.caching.informer")
-Transform = Callable[[Obj], Obj]
 #: list/watch failures: 0.8 s doubling to 30 s, plus up to 100 % jitter; reset after 120 s healthy
 BACKOFF_INITIAL, BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_RESET = 0.8, 30.0, 1.0, 120.0
 #: a LIST/WATCH answered 404 (the kind is not served, yet) is retried this often, without backoff
@@ -57,41 +58,6 @@ class EventHandler(Protocol):
     def on_add(self, obj: Obj) -> None: ...
     def on_update(self, old: Obj, new: Obj) -> None: ...
     def on_delete(self, obj: Obj) -> None: ...
-
-
-def strip_managed_fields(obj: Obj) -> Obj:
-    """managedFields are large and no controller reads them."""
-    obj.get("metadata", {}).pop("managedFields", None)
-    return obj
-
-
-#: strings up to this length are shared between cached objects (names, labels, images, enums)
-INTERN_MAX = 64
-_intern = sys.intern
-
-
-def intern_strings(node: Any) -> Any:
-    """Share equal short strings between cached objects, in place (``sys.intern``).
-
-    Thousands of Deployments carry the same label keys and values, images, port names, probe paths
-    and enum values ("IfNotPresent", "TCP"), each decoded into a string object of its own; sharing
-    them takes a third off a cached Deployment (28.5 -> 19.2 KiB, ``docs/measurements.md``) for
-    some 50 us of CPU per object. Keys are shared already (msgspec's key cache)."""
-    items = node.items() if type(node) is dict else enumerate(node) if type(node) is list else ()
-    for k, v in items:
-        t = type(v)
-        if t is str:
-            if len(v) <= INTERN_MAX:
-                node[k] = _intern(v)
-        elif t is dict or t is list:
-            intern_strings(v)
-    return node
-
-
-def compact(obj: Obj) -> Obj:
-    """The default transform: managedFields dropped (:func:`strip_managed_fields`), equal short
-    strings shared (:func:`intern_strings`)."""
-    return intern_strings(strip_managed_fields(obj))  # type: ignore[no-any-return]
 
 
 class Informer:
@@ -106,7 +72,7 @@ class Informer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         resync_period: float = 10 * 3600.0,
-        transform: Transform | None = compact,
+        transform: transforms.Transform | None = transforms.compact,
         shape: rshape.Shape | None = None,
         page_size: int = 500,
         min_watch_timeout: float = 300.0,
@@ -257,36 +223,26 @@ class Informer:
                     )
                     need_list = True
                     continue
-                self.last_error = e
-                self.failures += 1
                 if e.status == 429:
                     delay = _retry_after_seconds(e)
                 elif e.not_found:
                     delay = NOT_FOUND_RETRY
                 else:
                     delay = backoff.next_delay()
-                log.warning(
-                    "list/watch failed",
-                    extra={
-                        "resource": self.resource.group_resource,
-                        "error": str(e),
-                        "retry_in": round(delay, 2),
-                    },
-                )
-                await self.clock.sleep(delay)
+                await self._retry_after(e, delay, "list/watch failed", str(e))
             except OSError as e:  # no HTTP answer (client.TransportError is one) or a socket error
-                self.last_error = e
-                self.failures += 1
                 delay = backoff.next_delay()
-                log.warning(
-                    "list/watch connection error",
-                    extra={
-                        "resource": self.resource.group_resource,
-                        "error": f"{type(e).__name__}: {e}",
-                        "retry_in": round(delay, 2),
-                    },
-                )
-                await self.clock.sleep(delay)
+                await self._retry_after(e, delay, "list/watch connection error", f"{type(e).__name__}: {e}")
+
+    async def _retry_after(self, e: Exception, delay: float, message: str, error: str) -> None:
+        """Count the failed attempt ``e``, log it, and wait ``delay`` seconds on the clock."""
+        self.last_error = e
+        self.failures += 1
+        log.warning(
+            message,
+            extra={"resource": self.resource.group_resource, "error": error, "retry_in": round(delay, 2)},
+        )
+        await self.clock.sleep(delay)
 
     async def _list_all(
         self, selector: str | None, *, resource_version: str | None = None
