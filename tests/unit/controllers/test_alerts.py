@@ -17,7 +17,14 @@ import pytest
 import yaml
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import alerts, children, labels, servers
+from mlops_platform.controllers.inferenceservice import (
+    alert_queries,
+    alert_settings,
+    alerts,
+    children,
+    labels,
+    servers,
+)
 from mlops_platform.controllers.inferenceservice.children import base, monitoring
 from mlops_platform.devcluster import binaries
 from mlops_platform.testing.isvc import manifest
@@ -26,7 +33,7 @@ NS, NAME, DEP = "ml", "bert", "bert-predictor"
 CANARY_URI = "s3://models/bert/8"
 FRAMEWORKS = ("triton", "seldon", "torchserve")
 STEPS = 40  # samples per series, one a minute
-DEFAULTS = alerts.AlertSettings()
+DEFAULTS = alert_settings.AlertSettings()
 Obj = dict[str, Any]
 
 
@@ -38,7 +45,7 @@ def promtool() -> Path:
 def groups_for(
     framework: str,
     min_replicas: int = 2,
-    settings: alerts.AlertSettings = DEFAULTS,
+    settings: alert_settings.AlertSettings = DEFAULTS,
     canary: str | None = None,
 ) -> list[Obj]:
     return alerts.rule_groups(
@@ -80,8 +87,8 @@ def target(component: str = "predictor", isvc: str = NAME, namespace: str = NS) 
     """The labels a scraped model-server series carries (ServiceMonitor podTargetLabels + target)."""
     return {
         "namespace": namespace,
-        alerts.ISVC_LABEL: isvc,
-        alerts.COMPONENT_LABEL: component,
+        alert_settings.ISVC_LABEL: isvc,
+        alert_settings.COMPONENT_LABEL: component,
         "pod": f"{isvc}-{component}-7d9f-abcde",
         "job": f"{isvc}-{component}",
         "endpoint": "metrics",
@@ -183,7 +190,7 @@ def fired(groups: list[Obj], alert: str, value: str) -> Obj:
     by the expression) and its annotations with ``{{ $value ... }}`` rendered as ``value``."""
     rule = rules_of(groups)[alert]
     labels = dict(rule["labels"])
-    if alert in (alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS):
+    if alert in (alert_settings.NO_READY_REPLICA, alert_settings.BELOW_MIN_REPLICAS):
         labels["deployment"] = DEP
     annotations = {k: _VALUE.sub(value, v) for k, v in rule["annotations"].items()}
     assert annotations != rule["annotations"] or "{{" not in str(rule["annotations"])
@@ -232,14 +239,14 @@ HEALTHY_REPLICAS = replicas(available=2, wanted=2)
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_rules_pass_promtool_check(promtool: Path, tmp_path: Path, framework: str) -> None:
-    settings = alerts.AlertSettings(
+    settings = alert_settings.AlertSettings(
         error_ratio=0.5, latency_seconds=0.25, for_="1m", runbook_base_url="https://docs.example/monitoring"
     )
     for min_replicas in (0, 1, 3):
         for canary in (None, CANARY_URI, 's3://models/{{ "x" }}/"quoted"\\'):
             path = tmp_path / f"rules-{min_replicas}-{canary is not None}.yaml"
             groups = groups_for(framework, min_replicas, settings, canary)
-            assert (alerts.CANARY_ERROR_RATIO in rules_of(groups)) == (canary is not None)
+            assert (alert_settings.CANARY_ERROR_RATIO in rules_of(groups)) == (canary is not None)
             path.write_text(yaml.safe_dump({"groups": groups}))
             out = subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True)
             assert out.returncode == 0, out.stdout + out.stderr
@@ -251,9 +258,15 @@ def test_high_error_ratio_fires_once_held_for_its_for(promtool: Path, tmp_path: 
     groups = groups_for(framework)
     # 10% of requests fail from minute 0; rate() has two samples at 1m, so it holds from 1m
     series_ = traffic(framework, ok=90, failed=10, seconds=0.1) + HEALTHY_REPLICAS
-    error = fired(groups, alerts.HIGH_ERROR_RATIO, "10%")
-    checks = fires_between(groups, "5m", "6m", alerts.HIGH_ERROR_RATIO, error)
-    run(promtool, tmp_path, groups, series_, [*checks, *at("20m", groups, {alerts.HIGH_ERROR_RATIO: error})])
+    error = fired(groups, alert_settings.HIGH_ERROR_RATIO, "10%")
+    checks = fires_between(groups, "5m", "6m", alert_settings.HIGH_ERROR_RATIO, error)
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        [*checks, *at("20m", groups, {alert_settings.HIGH_ERROR_RATIO: error})],
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -264,8 +277,8 @@ def test_error_ratio_is_over_all_components(promtool: Path, tmp_path: Path, fram
         *traffic(framework, ok=0, failed=10, seconds=0.1, labels=target("canary"), success_series=False),
         *HEALTHY_REPLICAS,
     ]
-    error = fired(groups, alerts.HIGH_ERROR_RATIO, "10%")
-    run(promtool, tmp_path, groups, series_, at("10m", groups, {alerts.HIGH_ERROR_RATIO: error}))
+    error = fired(groups, alert_settings.HIGH_ERROR_RATIO, "10%")
+    run(promtool, tmp_path, groups, series_, at("10m", groups, {alert_settings.HIGH_ERROR_RATIO: error}))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -275,8 +288,8 @@ def test_all_requests_failing_fires_before_any_success_is_counted(
     # MLServer creates its success series at the first success only: 100% failures must still fire
     groups = groups_for(framework)
     series_ = traffic(framework, ok=0, failed=20, seconds=0.1, success_series=False) + HEALTHY_REPLICAS
-    error = fired(groups, alerts.HIGH_ERROR_RATIO, "100%")
-    checks = fires_between(groups, "5m", "6m", alerts.HIGH_ERROR_RATIO, error)
+    error = fired(groups, alert_settings.HIGH_ERROR_RATIO, "100%")
+    checks = fires_between(groups, "5m", "6m", alert_settings.HIGH_ERROR_RATIO, error)
     run(promtool, tmp_path, groups, series_, checks)
 
 
@@ -286,8 +299,14 @@ def test_high_latency_fires_once_held_for_its_for(promtool: Path, tmp_path: Path
     series_ = traffic(framework, ok=60, failed=0, seconds=2.0) + HEALTHY_REPLICAS
     # Triton and TorchServe: the mean (2s); MLServer: the REST p95 interpolated in (1, 2.5]
     value = "2.425s" if framework == "seldon" else "2s"
-    slow = fired(groups, alerts.HIGH_LATENCY, value)
-    run(promtool, tmp_path, groups, series_, fires_between(groups, "5m", "6m", alerts.HIGH_LATENCY, slow))
+    slow = fired(groups, alert_settings.HIGH_LATENCY, value)
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        fires_between(groups, "5m", "6m", alert_settings.HIGH_LATENCY, slow),
+    )
 
 
 def test_mlserver_latency_fires_on_the_rest_p95_when_the_mean_is_fine(promtool: Path, tmp_path: Path) -> None:
@@ -295,21 +314,27 @@ def test_mlserver_latency_fires_on_the_rest_p95_when_the_mean_is_fine(promtool: 
     fast = traffic("seldon", ok=54, failed=0, seconds=0.05)
     slow = traffic("seldon", ok=6, failed=0, seconds=2.0, labels=target("predictor") | {"pod": "b"})
     # mean (54 x 0.05s + 6 x 2s) / 60 = 0.245s; p95: rank 57 of 60, 3 into (1, 2.5] of 6 -> 1.75s
-    high = fired(groups, alerts.HIGH_LATENCY, "1.75s")
+    high = fired(groups, alert_settings.HIGH_LATENCY, "1.75s")
     run(
         promtool,
         tmp_path,
         groups,
         fast + slow + HEALTHY_REPLICAS,
-        at("10m", groups, {alerts.HIGH_LATENCY: high}),
+        at("10m", groups, {alert_settings.HIGH_LATENCY: high}),
     )
 
 
 def test_mlserver_latency_of_grpc_only_traffic_is_the_mean(promtool: Path, tmp_path: Path) -> None:
     groups = groups_for("seldon")
     series_ = traffic("seldon", ok=60, failed=0, seconds=2.0, rest=False) + HEALTHY_REPLICAS
-    high = fired(groups, alerts.HIGH_LATENCY, "2s")
-    run(promtool, tmp_path, groups, series_, fires_between(groups, "5m", "6m", alerts.HIGH_LATENCY, high))
+    high = fired(groups, alert_settings.HIGH_LATENCY, "2s")
+    run(
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        fires_between(groups, "5m", "6m", alert_settings.HIGH_LATENCY, high),
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -342,14 +367,14 @@ def test_no_traffic_is_silent(promtool: Path, tmp_path: Path, framework: str) ->
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_thresholds_and_for_come_from_the_settings(promtool: Path, tmp_path: Path, framework: str) -> None:
-    settings = alerts.AlertSettings(error_ratio=0.2, latency_seconds=3.0, for_="10m")
+    settings = alert_settings.AlertSettings(error_ratio=0.2, latency_seconds=3.0, for_="10m")
     groups = groups_for(framework, settings=settings)
     below = traffic(framework, ok=90, failed=10, seconds=2.0) + HEALTHY_REPLICAS  # 10% < 20%, 2s < 3s
     (tmp_path / "below").mkdir()
     run(promtool, tmp_path / "below", groups, below, at("30m", groups))
     worse = traffic(framework, ok=70, failed=30, seconds=0.1) + HEALTHY_REPLICAS  # 30% > 20%
-    error = fired(groups, alerts.HIGH_ERROR_RATIO, "30%")
-    checks = fires_between(groups, "10m", "11m", alerts.HIGH_ERROR_RATIO, error)
+    error = fired(groups, alert_settings.HIGH_ERROR_RATIO, "30%")
+    checks = fires_between(groups, "10m", "11m", alert_settings.HIGH_ERROR_RATIO, error)
     run(promtool, tmp_path, groups, worse, checks)
 
 
@@ -373,11 +398,15 @@ def test_canary_alert_fires_once_the_canary_errors_more_than_stable_for_its_for(
     groups = groups_for(framework, canary=CANARY_URI)
     # stable 1%, canary 10% (whole service 2/110 = 1.8%: HighErrorRatio stays silent)
     series_ = canary_traffic(framework, stable=(99, 1), canary=(9, 1))
-    worse = fired(groups, alerts.CANARY_ERROR_RATIO, "10%")
+    worse = fired(groups, alert_settings.CANARY_ERROR_RATIO, "10%")
     assert CANARY_URI in worse["exp_annotations"]["summary"]
-    checks = fires_between(groups, "5m", "6m", alerts.CANARY_ERROR_RATIO, worse)
+    checks = fires_between(groups, "5m", "6m", alert_settings.CANARY_ERROR_RATIO, worse)
     run(
-        promtool, tmp_path, groups, series_, [*checks, *at("30m", groups, {alerts.CANARY_ERROR_RATIO: worse})]
+        promtool,
+        tmp_path,
+        groups,
+        series_,
+        [*checks, *at("30m", groups, {alert_settings.CANARY_ERROR_RATIO: worse})],
     )
 
 
@@ -392,13 +421,13 @@ def test_canary_alert_fires_against_a_stable_without_failure_series(
         framework, ok=90, failed=0, seconds=0.1, labels=target("predictor"), failure_series=False
     )
     canary = traffic(framework, ok=9, failed=1, seconds=0.1, labels=target("canary"))
-    worse = fired(groups, alerts.CANARY_ERROR_RATIO, "10%")
+    worse = fired(groups, alert_settings.CANARY_ERROR_RATIO, "10%")
     run(
         promtool,
         tmp_path,
         groups,
         stable + canary + HEALTHY_REPLICAS,
-        at("10m", groups, {alerts.CANARY_ERROR_RATIO: worse}),
+        at("10m", groups, {alert_settings.CANARY_ERROR_RATIO: worse}),
     )
 
 
@@ -410,8 +439,8 @@ def test_canary_alert_fires_when_the_stable_gets_no_requests(
     groups = groups_for(framework, canary=CANARY_URI)
     series_ = canary_traffic(framework, stable=(0, 0), canary=(9, 1))
     firing = {
-        alerts.CANARY_ERROR_RATIO: fired(groups, alerts.CANARY_ERROR_RATIO, "10%"),
-        alerts.HIGH_ERROR_RATIO: fired(groups, alerts.HIGH_ERROR_RATIO, "10%"),
+        alert_settings.CANARY_ERROR_RATIO: fired(groups, alert_settings.CANARY_ERROR_RATIO, "10%"),
+        alert_settings.HIGH_ERROR_RATIO: fired(groups, alert_settings.HIGH_ERROR_RATIO, "10%"),
     }
     run(promtool, tmp_path, groups, series_, at("10m", groups, firing))
 
@@ -440,50 +469,50 @@ def test_canary_alert_is_silent_unless_the_canary_errors_more(
     # "canary-better": the whole service fails 11/200 = 5.5%, so HighErrorRatio fires (and only it)
     firing = {}
     if stable == (90, 10):
-        firing[alerts.HIGH_ERROR_RATIO] = fired(groups, alerts.HIGH_ERROR_RATIO, "5.5%")
+        firing[alert_settings.HIGH_ERROR_RATIO] = fired(groups, alert_settings.HIGH_ERROR_RATIO, "5.5%")
     series_ = canary_traffic(framework, stable=stable, canary=canary, **kw)
     run(promtool, tmp_path, groups, series_, [*at("10m", groups, firing), *at("30m", groups, firing)])
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_canary_margin_and_for_come_from_the_settings(promtool: Path, tmp_path: Path, framework: str) -> None:
-    settings = alerts.AlertSettings(canary_error_margin=0.2, error_ratio=1.0, for_="10m")
+    settings = alert_settings.AlertSettings(canary_error_margin=0.2, error_ratio=1.0, for_="10m")
     groups = groups_for(framework, settings=settings, canary=CANARY_URI)
     (tmp_path / "below").mkdir()
     below = canary_traffic(framework, stable=(99, 1), canary=(85, 15))  # 15% < 1% + 20 points
     run(promtool, tmp_path / "below", groups, below, at("30m", groups))
     worse = canary_traffic(framework, stable=(99, 1), canary=(70, 30))  # 30% > 21%
-    expected = fired(groups, alerts.CANARY_ERROR_RATIO, "30%")
+    expected = fired(groups, alert_settings.CANARY_ERROR_RATIO, "30%")
     assert "20 percentage points" in expected["exp_annotations"]["description"]
     run(
         promtool,
         tmp_path,
         groups,
         worse,
-        fires_between(groups, "10m", "11m", alerts.CANARY_ERROR_RATIO, expected),
+        fires_between(groups, "10m", "11m", alert_settings.CANARY_ERROR_RATIO, expected),
     )
 
 
 def test_canary_model_uri_is_literal_text_in_the_annotations(promtool: Path, tmp_path: Path) -> None:
     uri = "s3://models/{{ .Labels }}/8"
     groups = groups_for("triton", canary=uri)
-    worse = fired(groups, alerts.CANARY_ERROR_RATIO, "10%")
+    worse = fired(groups, alert_settings.CANARY_ERROR_RATIO, "10%")
     rendered = {k: v.replace('{{ "{{" }}', "{{") for k, v in worse["exp_annotations"].items()}
     assert uri in rendered["summary"] and uri in rendered["description"]
     expected = {**worse, "exp_annotations": rendered}
     series_ = canary_traffic("triton", stable=(99, 1), canary=(9, 1))
-    run(promtool, tmp_path, groups, series_, at("10m", groups, {alerts.CANARY_ERROR_RATIO: expected}))
+    run(promtool, tmp_path, groups, series_, at("10m", groups, {alert_settings.CANARY_ERROR_RATIO: expected}))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_canary_alert_exists_only_with_a_canary(framework: str) -> None:
     plain = groups_for(framework)
     with_canary = groups_for(framework, canary=CANARY_URI)
-    assert list(rules_of(plain)) == list(alerts.ALERTS)
-    assert list(rules_of(with_canary)) == [*alerts.ALERTS, *alerts.CANARY_ALERTS]
+    assert list(rules_of(plain)) == list(alert_settings.ALERTS)
+    assert list(rules_of(with_canary)) == [*alert_settings.ALERTS, *alert_settings.CANARY_ALERTS]
     # the alerts of the predictor are untouched by the canary
-    assert with_canary[0]["rules"][: len(alerts.ALERTS)] == plain[0]["rules"]
-    rule = rules_of(with_canary)[alerts.CANARY_ERROR_RATIO]
+    assert with_canary[0]["rules"][: len(alert_settings.ALERTS)] == plain[0]["rules"]
+    rule = rules_of(with_canary)[alert_settings.CANARY_ERROR_RATIO]
     assert rule["for"] == DEFAULTS.for_
     assert rule["labels"] == {
         "severity": "warning",
@@ -494,7 +523,7 @@ def test_canary_alert_exists_only_with_a_canary(framework: str) -> None:
     assert set(rule["annotations"]) == {"summary", "description"}
     assert CANARY_URI in rule["annotations"]["summary"] and CANARY_URI in rule["annotations"]["description"]
     for component in ("canary", "predictor"):
-        assert f'{alerts.COMPONENT_LABEL}="{component}"' in rule["expr"]
+        assert f'{alert_settings.COMPONENT_LABEL}="{component}"' in rule["expr"]
     assert rule["expr"].endswith(" > 0)") and "+ 0.01)" in rule["expr"]
 
 
@@ -517,19 +546,23 @@ def test_the_prometheus_rule_has_the_canary_alert_only_while_a_canary_runs(frame
     assert plain is not None and with_canary is not None
     [plain_group], [canary_group] = plain["spec"]["groups"], with_canary["spec"]["groups"]
     names = [r["alert"] for r in canary_group["rules"]]
-    assert alerts.CANARY_ERROR_RATIO not in [r["alert"] for r in plain_group["rules"]]
-    assert names[-1] == alerts.CANARY_ERROR_RATIO and names.count(alerts.CANARY_ERROR_RATIO) == 1
+    assert alert_settings.CANARY_ERROR_RATIO not in [r["alert"] for r in plain_group["rules"]]
+    assert (
+        names[-1] == alert_settings.CANARY_ERROR_RATIO and names.count(alert_settings.CANARY_ERROR_RATIO) == 1
+    )
     assert canary_group["rules"][:-1] == plain_group["rules"]
     assert CANARY_URI in canary_group["rules"][-1]["annotations"]["summary"]
     assert with_canary["metadata"] == plain["metadata"]
 
 
 def test_the_canary_alert_takes_the_operator_margin_and_the_per_object_for() -> None:
-    ctx = base.BuildContext(alerts=alerts.AlertSettings(canary_error_margin=0.05))
+    ctx = base.BuildContext(alerts=alert_settings.AlertSettings(canary_error_margin=0.05))
     t = isvc_target("triton", CANARY_URI, extensions={"monitoring": {"alerts": {"for": "10m"}}})
     rule = monitoring.build_rule(t, ctx)
     assert rule is not None
-    canary = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}[alerts.CANARY_ERROR_RATIO]
+    canary = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}[
+        alert_settings.CANARY_ERROR_RATIO
+    ]
     assert "+ 0.05)" in canary["expr"] and canary["for"] == "10m"
 
 
@@ -539,10 +572,10 @@ def test_the_canary_alert_takes_the_operator_margin_and_the_per_object_for() -> 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_no_ready_replica_fires_once_held_for_its_for(promtool: Path, tmp_path: Path, framework: str) -> None:
     groups = groups_for(framework, min_replicas=2)
-    none = fired(groups, alerts.NO_READY_REPLICA, "0")
-    checks = fires_between(groups, "4m", "5m", alerts.NO_READY_REPLICA, none)
+    none = fired(groups, alert_settings.NO_READY_REPLICA, "0")
+    checks = fires_between(groups, "4m", "5m", alert_settings.NO_READY_REPLICA, none)
     # below minReplicas but zero is the no-replica alert only, even after below_min_for
-    checks += at("30m", groups, {alerts.NO_READY_REPLICA: none})
+    checks += at("30m", groups, {alert_settings.NO_READY_REPLICA: none})
     run(promtool, tmp_path, groups, replicas(available=0, wanted=2), checks)
 
 
@@ -559,8 +592,8 @@ def test_below_min_replicas_fires_once_held_for_below_min_for(
     promtool: Path, tmp_path: Path, framework: str
 ) -> None:
     groups = groups_for(framework, min_replicas=3)
-    below = fired(groups, alerts.BELOW_MIN_REPLICAS, "1")
-    checks = fires_between(groups, "14m", "15m", alerts.BELOW_MIN_REPLICAS, below)
+    below = fired(groups, alert_settings.BELOW_MIN_REPLICAS, "1")
+    checks = fires_between(groups, "14m", "15m", alert_settings.BELOW_MIN_REPLICAS, below)
     run(promtool, tmp_path, groups, replicas(available=1, wanted=3), checks)
 
 
@@ -573,9 +606,13 @@ def test_replica_alerts_silent_at_min_replicas(promtool: Path, tmp_path: Path, f
 @pytest.mark.parametrize(
     ("min_replicas", "expected"),
     [
-        pytest.param(0, [alerts.HIGH_ERROR_RATIO, alerts.HIGH_LATENCY], id="scale-to-zero"),
-        pytest.param(1, [alerts.NO_READY_REPLICA, alerts.HIGH_ERROR_RATIO, alerts.HIGH_LATENCY], id="one"),
-        pytest.param(2, list(alerts.ALERTS), id="two"),
+        pytest.param(0, [alert_settings.HIGH_ERROR_RATIO, alert_settings.HIGH_LATENCY], id="scale-to-zero"),
+        pytest.param(
+            1,
+            [alert_settings.NO_READY_REPLICA, alert_settings.HIGH_ERROR_RATIO, alert_settings.HIGH_LATENCY],
+            id="one",
+        ),
+        pytest.param(2, list(alert_settings.ALERTS), id="two"),
     ],
 )
 def test_replica_alerts_depend_on_min_replicas(min_replicas: int, expected: list[str]) -> None:
@@ -584,7 +621,7 @@ def test_replica_alerts_depend_on_min_replicas(min_replicas: int, expected: list
 
 
 def test_group_shape_labels_and_runbook() -> None:
-    settings = alerts.AlertSettings(runbook_base_url="https://docs.example/monitoring.md")
+    settings = alert_settings.AlertSettings(runbook_base_url="https://docs.example/monitoring.md")
     [group] = groups_for("triton", settings=settings)
     assert group["name"] == f"mlops-platform.{NS}.{NAME}"
     for rule in group["rules"]:
@@ -596,9 +633,12 @@ def test_group_shape_labels_and_runbook() -> None:
             rule["annotations"]["runbook_url"]
             == f"https://docs.example/monitoring.md#{rule['alert'].lower()}"
         )
-        if rule["alert"] in (alerts.HIGH_ERROR_RATIO, alerts.HIGH_LATENCY):
-            assert f'{alerts.ISVC_LABEL}="{NAME}"' in rule["expr"] and f'namespace="{NS}"' in rule["expr"]
-    assert "runbook_url" not in rules_of(groups_for("triton"))[alerts.HIGH_LATENCY]["annotations"]
+        if rule["alert"] in (alert_settings.HIGH_ERROR_RATIO, alert_settings.HIGH_LATENCY):
+            assert (
+                f'{alert_settings.ISVC_LABEL}="{NAME}"' in rule["expr"]
+                and f'namespace="{NS}"' in rule["expr"]
+            )
+    assert "runbook_url" not in rules_of(groups_for("triton"))[alert_settings.HIGH_LATENCY]["annotations"]
 
 
 def test_rule_groups_rejects_bad_arguments() -> None:
@@ -609,7 +649,7 @@ def test_rule_groups_rejects_bad_arguments() -> None:
 
 
 def test_the_metrics_dialects_are_the_runtime_tables() -> None:
-    assert [*alerts.SERVERS, alerts.NO_REQUEST_METRICS] == list(servers.METRICS_DIALECTS)
+    assert [*alert_queries.SERVERS, alert_queries.NO_REQUEST_METRICS] == list(servers.METRICS_DIALECTS)
 
 
 def test_a_runtime_named_otherwise_takes_its_dialects_expressions_and_none_gives_replica_alerts_only() -> (
@@ -632,7 +672,7 @@ def test_a_runtime_named_otherwise_takes_its_dialects_expressions_and_none_gives
     mirror, triton = rules("triton-mirror", "triton"), rules_of(groups_for("triton", canary=CANARY_URI))
     assert {a: r["expr"] for a, r in mirror.items()} == {a: r["expr"] for a, r in triton.items()}
     assert {r["labels"]["framework"] for r in mirror.values()} == {"triton-mirror"}
-    assert list(rules("acme", "none")) == [alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS]
+    assert list(rules("acme", "none")) == [alert_settings.NO_READY_REPLICA, alert_settings.BELOW_MIN_REPLICAS]
 
 
 # -- settings --------------------------------------------------------------------------------------
@@ -670,9 +710,9 @@ def test_bad_overrides_are_rejected_where_they_are_decoded_naming_the_field(
 def test_every_accepted_override_is_a_valid_alert_setting() -> None:
     """What the API accepts, AlertSettings accepts too (one duration grammar)."""
     for value in ("0", "30s", "5m", "1h30m", "1d", "90s"):
-        assert alerts.AlertSettings(for_=value).for_ == value
+        assert alert_settings.AlertSettings(for_=value).for_ == value
     with pytest.raises(ValueError, match="for_"):
-        alerts.AlertSettings(for_="1m1h")
+        alert_settings.AlertSettings(for_="1m1h")
 
 
 @pytest.mark.parametrize(
@@ -698,7 +738,7 @@ def test_every_accepted_override_is_a_valid_alert_setting() -> None:
 )
 def test_alert_settings_validate_themselves(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match="^" + re.escape(message)):
-        alerts.AlertSettings(**changes)
+        alert_settings.AlertSettings(**changes)
 
 
 @pytest.mark.parametrize(
@@ -716,10 +756,10 @@ def test_alert_settings_validate_themselves(changes: dict[str, Any], message: st
     ],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
-    assert alerts.parse_duration(text) == seconds
+    assert alert_settings.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "5", "1m1h", "1.5m", "-1m", "5M", "1h 30m", "1s1s", "5m\n"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="must be a Prometheus duration"):
-        alerts.parse_duration(text)
+        alert_settings.parse_duration(text)

@@ -19,7 +19,12 @@ import yaml
 
 from mlops_platform import api
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import alerts, children, labels, servers
+from mlops_platform.controllers.inferenceservice import (
+    alert_settings,
+    children,
+    labels,
+    servers,
+)
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     deployment,
@@ -813,7 +818,7 @@ def test_an_added_runtime_inherits_its_bases_alert_expressions_and_is_labelled_b
         alert_rules(of_runtime("mlserver-gpu", minReplicas=2, maxReplicas=4), ADDED),
         alert_rules(of_runtime("seldon", minReplicas=2, maxReplicas=4), ADDED),
     )
-    assert set(added) == set(alerts.ALERTS)
+    assert set(added) == set(alert_settings.ALERTS)
     for alert, rule in added.items():
         assert rule["expr"] == seldon[alert]["expr"]
         assert rule["labels"]["framework"] == "mlserver-gpu"
@@ -823,7 +828,7 @@ def test_an_added_runtime_inherits_its_bases_alert_expressions_and_is_labelled_b
 
 def test_a_runtime_without_request_metrics_gets_the_replica_alerts_only_and_says_so() -> None:
     t = of_runtime("acme", minReplicas=2, maxReplicas=4)
-    assert set(alert_rules(t, ADDED)) == {alerts.NO_READY_REPLICA, alerts.BELOW_MIN_REPLICAS}
+    assert set(alert_rules(t, ADDED)) == {alert_settings.NO_READY_REPLICA, alert_settings.BELOW_MIN_REPLICAS}
     rule = monitoring.build_rule(t, ADDED)
     got = monitoring.RULE.condition(t, ADDED, rule, rule)
     assert (got.status, got.reason) == ("True", "ReplicaAlertsOnly")

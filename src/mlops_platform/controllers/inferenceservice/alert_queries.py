@@ -1,0 +1,153 @@
+"""The PromQL of the request alerts, per model server's metrics dialect (pure): :data:`SERVERS`
+maps a dialect (the runtime table's ``metricsDialect``) to a :class:`Server`, whose expressions give
+the failed fraction of inference requests (no value without traffic), the request rate, and a
+latency comparison with a threshold, over the series a :class:`Query` selects. The metric names are
+those of the pinned releases' sources (``docs/monitoring.md``); a dialect of
+:data:`NO_REQUEST_METRICS` has none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+
+def quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def selector(**matchers: str) -> str:
+    return "{" + ", ".join(f"{k}={quote(v)}" for k, v in matchers.items()) + "}"
+
+
+def num(value: float) -> str:
+    return repr(float(value))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Query:
+    """What the request alerts need of one model server; ``sel`` is the series selector body."""
+
+    sel: str
+    window: str
+
+    def rate(self, metric: str, extra: str = "") -> str:
+        inner = self.sel if not extra else f"{self.sel}, {extra}"
+        return f"rate({metric}{{{inner}}}[{self.window}])"
+
+    def sum_rate(self, metric: str, extra: str = "") -> str:
+        return f"sum({self.rate(metric, extra)})"
+
+
+def _ratio(failed: str, succeeded: str) -> str:
+    """failed / (failed + succeeded), where a success counter that is absent (no request has
+    succeeded yet: 100% failures) counts as 0, and no request at all gives no value (0/0)."""
+    return f"{failed} / ({failed} + ({succeeded} or vector(0)))"
+
+
+def _requests(failed: str, succeeded: str) -> str:
+    """Requests per second: failed + succeeded (an absent success counter counts as 0)."""
+    return f"({failed} + ({succeeded} or vector(0)))"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Server:
+    """Per-framework expressions. ``errors`` yields the failed fraction (no value without traffic);
+    ``requests`` the request rate the fraction is of; ``latency`` yields a full comparison with the
+    threshold (seconds)."""
+
+    software: str
+    errors: Callable[[Query], str]
+    requests: Callable[[Query], str]
+    latency: Callable[[Query, float, float], str]
+    error_metrics: str
+    latency_metrics: str
+
+
+def _triton_errors(q: Query) -> str:
+    return _ratio(q.sum_rate("nv_inference_request_failure"), q.sum_rate("nv_inference_request_success"))
+
+
+def _triton_requests(q: Query) -> str:
+    return _requests(q.sum_rate("nv_inference_request_failure"), q.sum_rate("nv_inference_request_success"))
+
+
+def _triton_latency(q: Query, threshold: float, _quantile: float) -> str:
+    # Counters only by default (summaries and histograms are opt-in --metrics-config flags);
+    # the duration counter adds up successful requests, so divide by the success count.
+    mean = f"{q.sum_rate('nv_inference_request_duration_us')} / {q.sum_rate('nv_inference_request_success')}"
+    return f"{mean} / 1e6 > {num(threshold)}"
+
+
+def _mlserver_errors(q: Query) -> str:
+    return _ratio(
+        q.sum_rate("model_infer_request_failure_total"), q.sum_rate("model_infer_request_success_total")
+    )
+
+
+def _mlserver_requests(q: Query) -> str:
+    return _requests(
+        q.sum_rate("model_infer_request_failure_total"), q.sum_rate("model_infer_request_success_total")
+    )
+
+
+_MLSERVER_INFER_PATHS = 'path=~"/v2/models/.+/(infer|generate)"'
+
+
+def _mlserver_latency(q: Query, threshold: float, quantile: float) -> str:
+    # REST requests have a histogram (starlette-exporter); gRPC ones only the data plane's summary
+    # (REST and gRPC, failures included): alert when either the REST quantile or the mean is high.
+    buckets = f"sum by (le) ({q.rate('rest_server_request_duration_seconds_bucket', _MLSERVER_INFER_PATHS)})"
+    p = f"histogram_quantile({num(quantile)}, {buckets})"
+    summary = "model_infer_request_duration"
+    mean = f"{q.sum_rate(summary + '_sum')} / {q.sum_rate(summary + '_count')}"
+    return f"({p} > {num(threshold)}) or ({mean} > {num(threshold)})"
+
+
+def _torchserve_errors(q: Query) -> str:
+    # No per-model failure counter: Requests5XX counts every 5xx answer of the server (inference
+    # API); ts_inference_requests_total every inference request. Capped at 1, none without traffic.
+    total = f"({q.sum_rate('ts_inference_requests_total')} > 0)"
+    return f"clamp_max({q.sum_rate('Requests5XX')} / {total}, 1)"
+
+
+def _torchserve_requests(q: Query) -> str:
+    return q.sum_rate("ts_inference_requests_total")
+
+
+def _torchserve_latency(q: Query, threshold: float, _quantile: float) -> str:
+    # ts_inference_latency_microseconds adds up answered requests; there is no success counter,
+    # so the mean is over all requests (failed ones add no time: it under-reads while they fail).
+    mean = f"{q.sum_rate('ts_inference_latency_microseconds')} / {q.sum_rate('ts_inference_requests_total')}"
+    return f"{mean} / 1e6 > {num(threshold)}"
+
+
+#: the metrics dialect of a runtime without request metrics the operator knows (``servers``' ``none``)
+NO_REQUEST_METRICS = "none"
+#: the request expressions per metrics dialect (``ServingRuntime.metrics_dialect``, the runtime table)
+SERVERS: Mapping[str, Server] = {
+    "triton": Server(
+        "Triton",
+        _triton_errors,
+        _triton_requests,
+        _triton_latency,
+        "nv_inference_request_failure / (success + failure)",
+        "nv_inference_request_duration_us / nv_inference_request_success",
+    ),
+    "seldon": Server(
+        "MLServer",
+        _mlserver_errors,
+        _mlserver_requests,
+        _mlserver_latency,
+        "model_infer_request_failure_total / (success + failure)",
+        "REST p95 of rest_server_request_duration_seconds, or the mean of model_infer_request_duration",
+    ),
+    "torchserve": Server(
+        "TorchServe",
+        _torchserve_errors,
+        _torchserve_requests,
+        _torchserve_latency,
+        "Requests5XX / ts_inference_requests_total",
+        "ts_inference_latency_microseconds / ts_inference_requests_total",
+    ),
+}
