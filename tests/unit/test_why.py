@@ -33,7 +33,13 @@ import pytest
 import yaml
 
 from mlops_platform import api, cli, why
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers, status
+from mlops_platform.controllers.inferenceservice import (
+    children,
+    labels,
+    pod_problems,
+    reconciler,
+    servers,
+)
 from mlops_platform.controllers.inferenceservice.children import base, monitoring, virtualservice
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
@@ -587,7 +593,10 @@ async def test_a_failed_model_download_is_named_as_the_status_names_it() -> None
     r = why.analyze(dataclasses.replace(snap, pods=[failed]), now=NOW)
     name = failed["metadata"]["name"]
     assert r.summary == f"bert: not serving — ModelDownloadFailed: pod {name}: model download failed: 403"
-    assert status.pod_problem([failed]) == ("ModelDownloadFailed", f"pod {name}: model download failed: 403")
+    assert pod_problems.pod_problem([failed]) == (
+        "ModelDownloadFailed",
+        f"pod {name}: model download failed: 403",
+    )
 
 
 async def test_a_status_behind_the_spec_says_so() -> None:

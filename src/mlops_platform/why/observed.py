@@ -2,7 +2,7 @@
 :mod:`~mlops_platform.why.report` out).
 
 - :func:`pod_report`: a pod and its containers (init containers that completed are left out: no cause of
-  anything); unschedulable as the status computes it (:func:`status.unscheduled`).
+  anything); unschedulable as the status computes it (:func:`pod_problems.unscheduled`).
 - :func:`events`: the Events about the InferenceService, its children and its pods (also the
   ReplicaSets and pods of its Deployments that are gone), newest first, aged against ``now``.
 - :func:`conditions`: ``status.conditions``, Ready first.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable
 
-from mlops_platform.controllers.inferenceservice import labels, status
+from mlops_platform.controllers.inferenceservice import labels, pod_problems
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.why import report
@@ -43,7 +43,7 @@ def container_report(cs: Obj, *, init: bool) -> report.ContainerReport:
 
 def pod_report(pod: Obj) -> report.PodReport:
     st = pod.get("status") or {}
-    unscheduled = status.unscheduled(pod)
+    unscheduled = pod_problems.unscheduled(pod)
     inits = [container_report(cs, init=True) for cs in st.get("initContainerStatuses") or ()]
     # an init container that completed is no cause of anything
     inits = [c for c in inits if not (c.state == "terminated" and c.exit_code == 0)]

@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Literal
 
-from mlops_platform.controllers.inferenceservice import reconciler, status
+from mlops_platform.controllers.inferenceservice import pod_problems, reconciler
 from mlops_platform.runtime.objects import Obj
 
 #: the path of the desired-hash annotation, as the diff names it
@@ -53,7 +53,7 @@ class ContainerReport:
 
     @property
     def failing(self) -> bool:
-        return self.reason in status.POD_FAILURE_REASONS or (
+        return self.reason in pod_problems.POD_FAILURE_REASONS or (
             self.state == "terminated" and self.exit_code not in (None, 0)
         )
 

@@ -10,7 +10,7 @@ children.
 
 from __future__ import annotations
 
-from mlops_platform.controllers.inferenceservice import labels, status
+from mlops_platform.controllers.inferenceservice import labels, pod_problems
 from mlops_platform.controllers.inferenceservice.children import deployment
 from mlops_platform.why import report
 
@@ -21,8 +21,8 @@ def _container_cause(pod: report.PodReport, c: report.ContainerReport) -> str:
         failed = c.exit_code if ran else c.last_exit_code
         if failed not in (None, 0):  # the status' words: ModelDownloadFailed, the initializer's line
             message, reason = (c.message, c.reason) if ran else (c.last_message, c.last_reason)
-            line = status.download_failure(pod.name, message, failed, reason)
-            return f"{status.MODEL_DOWNLOAD_FAILED}: {line}"
+            line = pod_problems.download_failure(pod.name, message, failed, reason)
+            return f"{pod_problems.MODEL_DOWNLOAD_FAILED}: {line}"
     what = "init container" if c.init else "container"
     detail = c.message
     if c.last_reason or c.last_exit_code is not None:

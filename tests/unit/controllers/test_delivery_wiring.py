@@ -16,7 +16,13 @@ import pytest
 
 from mlops_platform import cli
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import labels, reconciler, servers, status, traffic
+from mlops_platform.controllers.inferenceservice import (
+    labels,
+    pod_problems,
+    reconciler,
+    servers,
+    traffic,
+)
 from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
@@ -375,7 +381,7 @@ WANT = ("ModelDownloadFailed", f"pod bert-predictor-7d9f-abcde: {MESSAGE}")
 @pytest.mark.parametrize("pod", [INIT_ERROR, INIT_CRASHLOOP], ids=["Init:Error", "Init:CrashLoopBackOff"])
 def test_a_failed_download_is_model_download_failed_with_the_initializers_line(pod: Obj) -> None:
     slim = reconciler.slim_pod(copy.deepcopy(pod))
-    assert status.pod_problem([pod]) == status.pod_problem([slim]) == WANT
+    assert pod_problems.pod_problem([pod]) == pod_problems.pod_problem([slim]) == WANT
     assert reconciler.pod_failure(slim) == WANT
     assert "startedAt" not in str(slim) and "containerID" not in str(slim) and "spec" not in slim
 
@@ -399,25 +405,25 @@ def test_a_download_in_progress_or_done_is_no_problem() -> None:
     running = init_pod({"running": {"startedAt": "2026-01-01T00:00:00Z"}})
     done = init_pod({"terminated": {"exitCode": 0, "reason": "Completed"}})
     for pod in (running, done):
-        assert status.pod_problem([reconciler.slim_pod(copy.deepcopy(pod))]) is None
+        assert pod_problems.pod_problem([reconciler.slim_pod(copy.deepcopy(pod))]) is None
 
 
 def test_without_a_termination_message_the_exit_code_is_said_and_long_messages_are_bounded() -> None:
     bare = init_pod({"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
-    assert status.pod_problem([reconciler.slim_pod(bare)]) == (
+    assert pod_problems.pod_problem([reconciler.slim_pod(bare)]) == (
         "ModelDownloadFailed",
         "pod bert-predictor-7d9f-abcde: the storage initializer exited with code 137 (OOMKilled)",
     )
     long = init_pod({"terminated": {"exitCode": 1, "message": "x" * 4096}})
     slim = reconciler.slim_pod(copy.deepcopy(long))
-    _, message = status.pod_problem([slim]) or ("", "")
-    assert len(message) == status.MAX_UPSTREAM_MESSAGE and message.endswith("…")
+    _, message = pod_problems.pod_problem([slim]) or ("", "")
+    assert len(message) == pod_problems.MAX_UPSTREAM_MESSAGE and message.endswith("…")
     assert len(str(slim)) < 1200  # the cache keeps a bounded message
 
 
 def test_an_initializer_image_that_cannot_be_pulled_says_so() -> None:
     pull = init_pod({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})
-    assert status.pod_problem([reconciler.slim_pod(pull)]) == (
+    assert pod_problems.pod_problem([reconciler.slim_pod(pull)]) == (
         "ImagePullBackOff",
         "pod bert-predictor-7d9f-abcde init container storage-initializer: ImagePullBackOff: "
         "Back-off pulling image",

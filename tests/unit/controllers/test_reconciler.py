@@ -22,7 +22,7 @@ import pytest
 
 from mlops_platform import api
 from mlops_platform.api import internal, v1alpha1
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers
+from mlops_platform.controllers.inferenceservice import children, labels, pod_problems, reconciler, servers
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     monitoring,
@@ -1850,7 +1850,7 @@ def test_a_crash_loop_says_why_the_container_last_exited() -> None:
 def test_an_upstream_message_is_bounded_on_the_status() -> None:
     long = _pod("Running", {"reason": "ErrImagePull", "message": "x" * 5000})
     _, message = reconciler.pod_failure(long) or ("", "")
-    assert len(message) == reconciler.status.MAX_UPSTREAM_MESSAGE and message.endswith("…")
+    assert len(message) == pod_problems.MAX_UPSTREAM_MESSAGE and message.endswith("…")
 
 
 @pytest.mark.parametrize("reason", ["Unschedulable", "SchedulerError", "SchedulingGated"])
