@@ -17,6 +17,7 @@ import pytest
 from mlops_platform import cli
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import (
+    canary_plan,
     labels,
     pod_problems,
     reconciler,
@@ -261,7 +262,7 @@ def test_a_staging_canary_takes_the_candidates_checksum_format_and_storage() -> 
     t = internal.Traffic("8", 20, V8, model_format="onnx", model_sha256="cd" * 32, storage=own)
     i = isvc(V7, model_sha256=SHA, traffic=t, storage=STORAGE)
     r = traffic.rollout(i, CTX, base.Router.ISTIO, None, None, None, None, 0)
-    assert r.plan.phase is traffic.Phase.STAGING
+    assert r.plan.phase is canary_plan.Phase.STAGING
     assert (r.canary.model_uri, r.canary.model_sha256, r.canary.model_format) == (V8, "cd" * 32, "onnx")
     assert r.canary.storage == own
     assert r.components[0].storage == STORAGE  # the predictor keeps its own
@@ -290,10 +291,10 @@ def test_a_leaving_canary_keeps_what_its_live_deployment_fetches() -> None:
     with_storage = pod_spec(isvc(V7), component=candidate(V8, "cd" * 32, "onnx", STORAGE))
     live_with = {"spec": {"template": {"spec": with_storage}}}
     assert deployment.fetch_options(live_with) == ("cd" * 32, "onnx", STORAGE)
-    weights = {traffic.STABLE_KEY: 80, traffic.CANARY_KEY: 20}
+    weights = {canary_plan.STABLE_KEY: 80, canary_plan.CANARY_KEY: 20}
     i = isvc(V7, model_sha256=SHA)
     r = traffic.rollout(i, CTX, base.Router.ISTIO, None, live, None, weights, 1, [_ready_pod(V8)])
-    assert (r.plan.phase, r.plan.canary) == (traffic.Phase.ROLLING_BACK, traffic.CanaryAction.KEEP)
+    assert (r.plan.phase, r.plan.canary) == (canary_plan.Phase.ROLLING_BACK, canary_plan.CanaryAction.KEEP)
     assert (r.canary.model_uri, r.canary.model_sha256, r.canary.model_format) == (V8, "cd" * 32, "onnx")
     assert deployment.fetch_options({}) == (None, None, internal.ModelStorage())
 

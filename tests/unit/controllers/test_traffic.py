@@ -1,4 +1,4 @@
-"""The canary state machine (``traffic.plan``): its phases on the scenarios of the contract, and its
+"""The canary state machine (``canary_plan.plan``): its phases on the scenarios of the contract, and its
 guards over every input (hypothesis)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import traffic
-from mlops_platform.controllers.inferenceservice.traffic import (
+from mlops_platform.controllers.inferenceservice import canary_plan, traffic
+from mlops_platform.controllers.inferenceservice.canary_plan import (
     CANARY_KEY,
     STABLE_KEY,
     Backend,
@@ -83,7 +83,7 @@ def test_the_phases_of_the_contract(
     action: CanaryAction,
     weights: dict[str, int],
 ) -> None:
-    p = traffic.plan(spec, stable, canary, live)
+    p = canary_plan.plan(spec, stable, canary, live)
     assert (p.phase, p.canary, p.weights) == (phase, action, weights), p.message
     assert (p.canary_uri is not None) == (action is CanaryAction.BUILD)
 
@@ -105,7 +105,7 @@ def specs(draw: st.DrawFn) -> internal.InferenceService:
 def test_the_guards_hold_for_every_input(
     spec: internal.InferenceService, stable: Backend, canary: Backend, live: int | None
 ) -> None:
-    p = traffic.plan(spec, stable, canary, live)
+    p = canary_plan.plan(spec, stable, canary, live)
     assert sum(p.weights.values()) == 100 and all(w >= 0 for w in p.weights.values())
     by = {STABLE_KEY: stable, CANARY_KEY: canary}
     for key, weight in p.weights.items():
@@ -137,7 +137,7 @@ def test_the_guards_hold_for_every_input(
 
 
 def test_a_plan_is_a_value() -> None:
-    p = traffic.plan(isvc(), READY_V7, NONE, None)
+    p = canary_plan.plan(isvc(), READY_V7, NONE, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.phase = Phase.CANARY  # type: ignore[misc]
 
@@ -157,14 +157,14 @@ def test_a_plan_is_a_value() -> None:
 def test_the_replicas_router_chooses_the_closest_endpoint_share(
     percent: int, stable: int, cap: int, replicas: int, share: float
 ) -> None:
-    split = traffic.endpoint_split(percent, stable, cap)
+    split = canary_plan.endpoint_split(percent, stable, cap)
     assert (split.canary_replicas, split.percent) == (replicas, pytest.approx(share))
     assert "ready endpoints" in split.describe(stable)
 
 
 @given(st.integers(1, 99), st.integers(1, 20), st.integers(1, 20))
 def test_no_other_replica_count_is_closer(percent: int, stable: int, cap: int) -> None:
-    split = traffic.endpoint_split(percent, stable, cap)
+    split = canary_plan.endpoint_split(percent, stable, cap)
     assert 1 <= split.canary_replicas <= cap
     err = abs(split.percent - percent)
     assert all(abs(100 * c / (stable + c) - percent) >= err - 1e-9 for c in range(1, cap + 1))
@@ -181,9 +181,9 @@ def _pod(model: str, ready: bool = True, deleting: bool = False) -> dict[str, ob
 
 def test_a_component_serves_a_model_only_when_its_ready_pods_agree_on_it() -> None:
     b = traffic.pods_backend
-    assert b(True, [_pod("m/2"), _pod("m/2")]) == traffic.Backend(True, "m/2", 2)
-    assert b(True, [_pod("m/2"), _pod("m/1", ready=False)]) == traffic.Backend(True, "m/2", 1)
-    assert b(True, [_pod("m/2"), _pod("m/1", deleting=True)]) == traffic.Backend(True, "m/2", 1)
-    assert b(True, [_pod("m/2"), _pod("m/3")]) == traffic.Backend(True, None, 0)  # a model rollout
-    assert b(True, []) == traffic.Backend(True, None, 0)
-    assert b(False, []) == traffic.Backend()
+    assert b(True, [_pod("m/2"), _pod("m/2")]) == canary_plan.Backend(True, "m/2", 2)
+    assert b(True, [_pod("m/2"), _pod("m/1", ready=False)]) == canary_plan.Backend(True, "m/2", 1)
+    assert b(True, [_pod("m/2"), _pod("m/1", deleting=True)]) == canary_plan.Backend(True, "m/2", 1)
+    assert b(True, [_pod("m/2"), _pod("m/3")]) == canary_plan.Backend(True, None, 0)  # a model rollout
+    assert b(True, []) == canary_plan.Backend(True, None, 0)
+    assert b(False, []) == canary_plan.Backend()

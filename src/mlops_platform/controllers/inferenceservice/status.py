@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import conditions, labels, pod_problems, traffic
+from mlops_platform.controllers.inferenceservice import canary_plan, conditions, labels, pod_problems, traffic
 from mlops_platform.controllers.inferenceservice.children import base, deployment, scaledobject
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
@@ -214,7 +214,7 @@ def _canary_conditions(canary: Canary, slot_conds: list[base.ChildCondition]) ->
     plan, phase = r.plan, r.plan.phase
     effective = f"effective split: {_describe(r.split)}"
     deployment_cond = next((c for c in slot_conds if c.type == "CanaryDeploymentAvailable"), None)
-    Phase = traffic.Phase
+    Phase = canary_plan.Phase
     if canary.pod_failure is not None and phase in (Phase.STAGING, Phase.STAGED, Phase.CANARY):
         reason, message = canary.pod_failure
         cond = base.ChildCondition(CANARY_READY, "False", reason, f"{message}: the candidate gets no traffic")

@@ -1,187 +1,27 @@
-"""The canary state machine: from what is asked (v1 ``spec.predictor.model`` and ``spec.canary``,
-whose ``spec.canary.trafficPercent`` is ``canaryPercent`` below; v1alpha1 ``spec.modelUri`` and
-``spec.traffic``) and what the cluster shows (each component's rolled-out model and ready
-replicas, the route's live weights), which components must exist and which weights the route must
-carry now. Pure: no I/O.
-
-Phases (:class:`Phase`), each with its guard and what it decides:
-
-- ``STABLE``: no candidate (no ``traffic``, no ``canaryVersion``, or the candidate is ``modelUri``)
-  and no canary component left: the route is 100 % stable.
-- ``STAGING``: a candidate is asked for, its component exists or is being created, but it has not
-  rolled out the candidate with a ready replica yet: 100 % stable (a backend enters the route only
-  once it can serve).
-- ``STAGED``: the candidate is ready and ``canaryPercent`` is 0: pods up, no traffic.
-- ``CANARY``: the candidate is ready and ``canaryPercent`` p > 0: ``100 - p`` / ``p``.
-- ``PROMOTING``: no candidate is asked for, a canary component is left, and it serves what
-  ``modelUri`` now asks for (the user promoted it): the canary keeps the weight the route gives it
-  now until the stable component has rolled out that model with a ready replica; then
-  ``PROMOTED``.
-- ``PROMOTED``: the stable component serves the promoted model: 100 % stable; the canary
-  component is deleted once the live route gives it 0 (never before: no traffic gap).
-- ``ROLLING_BACK``: no candidate is asked for and the canary serves something else: 100 % stable at
-  once; the canary component is deleted once the live route gives it 0.
-
-Guards that hold in every phase (a property test checks them over all inputs):
-
-- the weights are integers summing to 100; a weight > 0 goes only to a backend with a ready
-  replica, unless no backend has one (then the stable backend keeps 100: nothing can serve);
-- the candidate gets traffic only once it has rolled out the candidate's model;
-- the canary component is dropped only while the live route gives it no traffic;
-- when the stable backend has no ready replica but the candidate has and may take traffic (a
-  canary above 0 %, or the promoted model), the candidate takes the whole route (the split cannot
-  be honoured; the message says so).
+"""The canary rollout of one reconcile, from the live objects (pure: the objects come in, no I/O):
+:func:`decide` reads through callables what the reconciler has in its cache (``mlops-platform why``:
+what the API shows), :func:`rollout` reads each component's :class:`~.canary_plan.Backend` from its
+Deployment or pods (:func:`backend`, :func:`pods_backend`), asks the state machine
+(:mod:`~mlops_platform.controllers.inferenceservice.canary_plan`: phases and guards) for the plan,
+chooses the router (:func:`choose_router`), and returns a :class:`Rollout`: the plan, the
+components to keep (predictor, canary) with their replica bounds, the route to write, and the split
+the live route serves now (:class:`Share`, ``status.traffic``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from collections.abc import Callable, Iterable
 
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import labels
+from mlops_platform.controllers.inferenceservice import canary_plan, labels
 from mlops_platform.controllers.inferenceservice.children import base, httproute, scaledobject, virtualservice
 from mlops_platform.controllers.inferenceservice.children import deployment as children_deployment
 from mlops_platform.controllers.inferenceservice.children import service as children_service
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.objects import Obj
-
-STABLE_KEY = labels.PREDICTOR
-CANARY_KEY = labels.CANARY
-
-
-class Phase(enum.Enum):
-    STABLE = "Stable"
-    STAGING = "Staging"
-    STAGED = "Staged"
-    CANARY = "Canary"
-    PROMOTING = "Promoting"
-    PROMOTED = "Promoted"
-    ROLLING_BACK = "RollingBack"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Backend:
-    """What the cluster shows of one component: the model all its replicas run (None while a
-    rollout is under way or when it does not exist) and how many replicas are ready."""
-
-    exists: bool = False
-    model_uri: str | None = None
-    ready: int = 0
-
-
-class CanaryAction(enum.Enum):
-    BUILD = "build"  # the canary component as desired, serving Plan.canary_uri
-    KEEP = "keep"  # leave the live canary component as it is (it is leaving; the route goes first)
-    DELETE = "delete"  # no canary component (a live one is deleted)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Plan:
-    phase: Phase
-    canary: CanaryAction
-    #: the canary component's model with CanaryAction.BUILD, else None
-    canary_uri: str | None
-    #: the route's weights now, by component key (sum 100)
-    weights: dict[str, int]
-    message: str
-
-    @property
-    def canary_weight(self) -> int:
-        return self.weights.get(CANARY_KEY, 0)
-
-
-def _split(stable: Backend, canary: Backend, canary_share: int, why: str) -> tuple[dict[str, int], str]:
-    """``canary_share`` to the canary, the rest to stable, moved to whichever can serve."""
-    if canary_share <= 0:
-        return {STABLE_KEY: 100}, why
-    if stable.ready == 0 and canary.ready > 0:
-        return {STABLE_KEY: 0, CANARY_KEY: 100}, (
-            f"{why}; the stable component has no ready replica, so the candidate takes all requests"
-        )
-    if canary.ready == 0:
-        return {STABLE_KEY: 100}, f"{why}; the candidate has no ready replica: 100 % stable"
-    return {STABLE_KEY: 100 - canary_share, CANARY_KEY: canary_share}, why
-
-
-def plan(
-    isvc: internal.InferenceService,
-    stable: Backend,
-    canary: Backend,
-    live_canary_weight: int | None,
-) -> Plan:
-    """The decision now. ``live_canary_weight``: what the live route gives the canary (None: no
-    route, or a router without weights; then it counts as 0 once the route is rewritten)."""
-    t = isvc.traffic
-    candidate = t.model_uri if t is not None else None
-    live_weight = live_canary_weight or 0
-    build = CanaryAction.BUILD
-    if candidate is not None and candidate != isvc.model_uri:
-        percent = t.percent if t is not None else 0
-        if canary.model_uri != candidate or canary.ready == 0:
-            state = "rolling out" if canary.exists else "being created"
-            return Plan(
-                Phase.STAGING,
-                build,
-                candidate,
-                {STABLE_KEY: 100},
-                f"candidate {candidate} {state} ({canary.ready} ready): no traffic until it is ready",
-            )
-        if percent == 0:
-            return Plan(
-                Phase.STAGED, build, candidate, {STABLE_KEY: 100}, f"candidate {candidate} staged: no traffic"
-            )
-        weights, message = _split(stable, canary, percent, f"{percent} % to candidate {candidate}")
-        return Plan(Phase.CANARY, build, candidate, weights, message)
-    if not canary.exists:
-        return Plan(Phase.STABLE, CanaryAction.DELETE, None, {STABLE_KEY: 100}, "no canary")
-    leave = CanaryAction.KEEP if live_weight > 0 else CanaryAction.DELETE
-    gone = "the candidate goes once the route is updated" if live_weight > 0 else "candidate removed"
-    if canary.model_uri is not None and canary.model_uri == isvc.model_uri:
-        if stable.model_uri != isvc.model_uri or stable.ready == 0:
-            # it serves the promoted model: when the stable backend cannot serve, it takes all
-            share = 100 if stable.ready == 0 else live_weight
-            weights, message = _split(
-                stable,
-                canary,
-                share,
-                f"promoting {isvc.model_uri}: the candidate keeps {share} % until the stable "
-                "component has rolled it out",
-            )
-            return Plan(Phase.PROMOTING, build, canary.model_uri, weights, message)
-        return Plan(Phase.PROMOTED, leave, None, {STABLE_KEY: 100}, f"promoted {isvc.model_uri}: {gone}")
-    return Plan(Phase.ROLLING_BACK, leave, None, {STABLE_KEY: 100}, f"rolled back to 100 % stable: {gone}")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EndpointSplit:
-    """The replicas router's answer: how many canary replicas, and the share of ready endpoints the
-    candidate then has (what status reports: it cannot be exactly ``p`` in general)."""
-
-    canary_replicas: int
-    percent: float
-
-    def describe(self, stable_replicas: int) -> str:
-        total = stable_replicas + self.canary_replicas
-        return f"candidate {self.canary_replicas} of {total} ready endpoints = {self.percent:.0f} %"
-
-
-def endpoint_split(percent: int, stable_replicas: int, max_canary: int) -> EndpointSplit:
-    """The canary replica count ``c`` in ``1..max_canary`` whose endpoint share ``c / (s + c)`` is
-    closest to ``percent`` (ties: fewer replicas), for ``s`` stable replicas; ``percent`` 0 or
-    100 and ``s`` 0 are the route's business (the umbrella Service then selects one component), so
-    the canary keeps one replica (staged or serving alone)."""
-    if percent <= 0 or percent >= 100 or stable_replicas <= 0:
-        return EndpointSplit(1, 0.0 if percent <= 0 else 100.0)
-    want = percent / 100
-    best = min(range(1, max(1, max_canary) + 1), key=lambda c: (abs(c / (stable_replicas + c) - want), c))
-    return EndpointSplit(best, 100 * best / (stable_replicas + best))
-
-
-# -- the rollout: plan + components + route, from the live objects -------------------------------
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -210,7 +50,7 @@ class Share:
 class Rollout:
     """Everything one reconcile decides about the canary, from the CR and the live objects."""
 
-    plan: Plan
+    plan: canary_plan.Plan
     #: the predictor, then the canary (``present`` False when no canary component is wanted)
     components: tuple[base.Component, ...]
     route: base.Route
@@ -224,7 +64,7 @@ class Rollout:
     @property
     def involved(self) -> bool:
         """Whether a canary is asked for or still around (then CanaryReady and status.traffic)."""
-        return self.canary.present or self.plan.phase is not Phase.STABLE
+        return self.canary.present or self.plan.phase is not canary_plan.Phase.STABLE
 
 
 def choose_router(
@@ -244,14 +84,14 @@ def choose_router(
     return base.Router.REPLICAS
 
 
-def backend(deployment: Obj | None) -> Backend:
-    """What a live component Deployment shows (:class:`Backend`): the model all its pods run
+def backend(deployment: Obj | None) -> canary_plan.Backend:
+    """What a live component Deployment shows (:class:`canary_plan.Backend`): the model all its pods run
     (:func:`~.children.deployment.serving_model`: a scale-up keeps it, a model rollout clears it
     until no old pod is left) and its available replicas."""
     if deployment is None:
-        return Backend()
+        return canary_plan.Backend()
     ready = int((deployment.get("status") or {}).get("availableReplicas") or 0)
-    return Backend(True, children_deployment.serving_model(deployment), ready)
+    return canary_plan.Backend(True, children_deployment.serving_model(deployment), ready)
 
 
 def pod_ready(pod: Obj) -> bool:
@@ -270,7 +110,7 @@ def pod_model(pod: Obj) -> str | None:
     return str(value) if value else None
 
 
-def pods_backend(exists: bool, pods: Iterable[Obj]) -> Backend:
+def pods_backend(exists: bool, pods: Iterable[Obj]) -> canary_plan.Backend:
     """A component as its pods show it: the model its ready pods run when they all run the same
     one (None while a model rollout leaves pods of two models ready), and how many are ready. Exact
     where the Deployment's status lags: a scale-up bumps the Deployment's generation, so until its
@@ -278,7 +118,7 @@ def pods_backend(exists: bool, pods: Iterable[Obj]) -> Backend:
     ready = [p for p in pods if pod_ready(p)]
     models = {pod_model(p) for p in ready}
     model = next(iter(models)) if len(models) == 1 else None
-    return Backend(exists, model, len(ready) if model is not None else 0)
+    return canary_plan.Backend(exists, model, len(ready) if model is not None else 0)
 
 
 def _live_model(deployment: Obj | None) -> str | None:
@@ -319,30 +159,31 @@ def rollout(
     only once its Service has them too (what a mesh or gateway routes to), not just when the
     Deployment says its replicas are available. The candidate's model is read from its ready pods
     (:func:`pods_backend`), so scaling it (a new percent) never takes it out of the route."""
+    stable_key, canary_key = canary_plan.STABLE_KEY, canary_plan.CANARY_KEY
     stable = backend(stable_live)
     canary = pods_backend(canary_live is not None, canary_pods)
     canary = dataclasses.replace(canary, ready=min(canary.ready, canary_endpoints))
     if router is base.Router.REPLICAS:
         chosen = children_service.selected(route_live)
         live: dict[str, int] = {}
-        if chosen == {CANARY_KEY}:
-            live = {CANARY_KEY: 100}
-        elif CANARY_KEY in chosen:  # both selected (the stable key marks it; shares by ready endpoints)
+        if chosen == {canary_key}:
+            live = {canary_key: 100}
+        elif canary_key in chosen:  # both selected (the stable key marks it; shares by ready endpoints)
             whole = stable.ready + canary.ready
-            live = {STABLE_KEY: 0, CANARY_KEY: max(1, _share(canary.ready, whole)) if whole else 1}
+            live = {stable_key: 0, canary_key: max(1, _share(canary.ready, whole)) if whole else 1}
     else:
         live = dict(live_weights or {})
-    p = plan(isvc, stable, canary, live.get(CANARY_KEY))
+    p = canary_plan.plan(isvc, stable, canary, live.get(canary_key))
     pred = base.predictor(isvc, keda=keda)
-    if p.canary is CanaryAction.DELETE:
-        cand = base.Component(CANARY_KEY, "", "Canary", 0, 0, present=False)
+    if p.canary is canary_plan.CanaryAction.DELETE:
+        cand = base.Component(canary_key, "", "Canary", 0, 0, present=False)
     else:
-        uri = p.canary_uri if p.canary is CanaryAction.BUILD else _live_model(canary_live)
+        uri = p.canary_uri if p.canary is canary_plan.CanaryAction.BUILD else _live_model(canary_live)
         uri = uri or isvc.model_uri
         lo, hi = _canary_bounds(isvc, router, stable_live, canary_live)
         sha256, model_format, storage = _candidate_artifact(isvc, uri, canary_live)
         cand = base.Component(
-            CANARY_KEY,
+            canary_key,
             uri,
             "Canary",
             lo,
@@ -382,7 +223,7 @@ def _canary_bounds(
     - no percent asked (a promotion or rollback under way): the live count is kept (never scaled
       down while it may carry traffic);
     - replicas router: the count whose share of ready endpoints is closest to ``canaryPercent``
-      next to the stable Deployment's current count (:func:`endpoint_split`), 1 when staged; no
+      next to the stable Deployment's current count (:func:`canary_plan.endpoint_split`), 1 when staged; no
       canary HPA (an autoscaler would move the share);
     - weighted routers: ``ceil(minReplicas * p / 100)`` (at least 1) and, when the stable component
       is autoscaled, an HPA from there up to ``maxReplicas`` (its share of the load sizes it).
@@ -396,7 +237,7 @@ def _canary_bounds(
         return count, count
     if router is base.Router.REPLICAS:
         s = _live_replicas(stable_live) or isvc.min_replicas
-        count = endpoint_split(percent, s, isvc.max_replicas).canary_replicas
+        count = canary_plan.endpoint_split(percent, s, isvc.max_replicas).canary_replicas
         return count, count
     lo = max(1, min(isvc.min_replicas, math.ceil(isvc.min_replicas * percent / 100)))
     hpa = base.replica_owner(base.predictor(isvc)) is base.ReplicaOwner.HPA
@@ -406,30 +247,30 @@ def _canary_bounds(
 def _effective(
     isvc: internal.InferenceService,
     router: base.Router,
-    stable: Backend,
-    canary: Backend,
+    stable: canary_plan.Backend,
+    canary: canary_plan.Backend,
     live: dict[str, int],
     pred: base.Component,
     cand: base.Component,
 ) -> tuple[Share, ...]:
     """What the live route does now: the replicas router's share of ready endpoints, else the live
     weights (no route object: everything goes to the predictor Service)."""
-    if router is base.Router.REPLICAS and live.get(CANARY_KEY) and STABLE_KEY in live:
+    if router is base.Router.REPLICAS and live.get(canary_plan.CANARY_KEY) and canary_plan.STABLE_KEY in live:
         # both components selected: each gets its share of the ready endpoints
         whole = stable.ready + canary.ready
         c_pct = _share(canary.ready, whole)
         s_pct = 100 - c_pct if whole else 0
     elif live:
-        c_pct, s_pct = live.get(CANARY_KEY, 0), live.get(STABLE_KEY, 0)
+        c_pct, s_pct = live.get(canary_plan.CANARY_KEY, 0), live.get(canary_plan.STABLE_KEY, 0)
     else:  # no route object, or the predictor Service selects only the predictor
         c_pct, s_pct = 0, 100
     stable_uri = stable.model_uri or pred.model_uri
-    out = [Share(STABLE_KEY, stable_uri, s_pct, stable.ready, version_of(stable_uri))]
+    out = [Share(canary_plan.STABLE_KEY, stable_uri, s_pct, stable.ready, version_of(stable_uri))]
     if cand.present:
         t = isvc.traffic
         token = t.version if t is not None and t.model_uri == cand.model_uri and t.version else None
         version = token if token and "://" not in token else version_of(cand.model_uri)
-        out.append(Share(CANARY_KEY, cand.model_uri, c_pct, canary.ready, version))
+        out.append(Share(canary_plan.CANARY_KEY, cand.model_uri, c_pct, canary.ready, version))
     return tuple(out)
 
 
