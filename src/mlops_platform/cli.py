@@ -11,7 +11,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 import click
 
@@ -662,6 +662,66 @@ def why_command(
     click.echo(why.render_text(report, width=why.terminal_width(), color=color), nl=False, color=color)
 
 
+@main.command(name="infer")
+@click.argument("name")
+@click.option("-n", "--namespace", help="default: the kubeconfig context's namespace, else default")
+@click.option("--json", "body", metavar="BODY", help="the request body (JSON)")
+@click.option(
+    "--file", "body_file", type=click.File("r"), help="a file holding the request body (JSON; - for stdin)"
+)
+@click.option("--model", help="the model's name in the server (default: NAME)")
+@click.option(
+    "--path", help="the server's inference path (default: the runtime's; {model} is the model's name)"
+)
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
+)
+@click.option("--context", help="kubeconfig context (default: current)")
+def infer_command(
+    name: str,
+    namespace: str | None,
+    body: str | None,
+    body_file: TextIO | None,
+    model: str | None,
+    path: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Send one inference request to NAME through the API server and print the answer.
+
+    The runtime's protocol: Open Inference Protocol v2 (MLServer, Triton: POST
+    /v2/models/NAME/infer), TorchServe's /predictions/NAME. Exits 1 with the server's error when
+    the request fails. Example: mlops-platform infer iris -n ml --json
+    '{"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP64", "data": [6.8, 2.8, 4.8, 1.4]}]}'
+    """
+    from mlops_platform import infer
+    from mlops_platform.runtime.transport import client as rclient
+    from mlops_platform.why import command as why_command_io
+
+    if (body is None) == (body_file is None):
+        raise click.UsageError("give the request body with exactly one of --json and --file")
+    text = body if body is not None else body_file.read() if body_file is not None else ""
+    try:
+        request = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(
+            f"not JSON: {e}", param_hint="--json" if body is not None else "--file"
+        ) from None
+
+    async def send() -> Any:
+        ns = namespace or why_command_io.default_namespace(kubeconfig, context)
+        async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+            return await infer.infer(c, name, ns, request, model=model, path=path)
+
+    try:
+        answer = asyncio.run(send())
+    except infer.InferError as e:
+        raise click.ClickException(str(e)) from None
+    except rclient.TransportError as e:
+        raise click.ClickException(f"the API server: {e}") from None
+    click.echo(json.dumps(answer, indent=2))
+
+
 @main.group()
 def dev() -> None:
     """The local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes)."""
@@ -962,10 +1022,12 @@ def migrate_storage(
 @click.group(name="kubectl mlops")
 @click.version_option(__version__, prog_name="kubectl-mlops")
 def plugin() -> None:
-    """The kubectl plugin of mlops-platform: kubectl mlops why NAME [-n NAMESPACE]."""
+    """The kubectl plugin of mlops-platform: kubectl mlops why NAME [-n NAMESPACE], kubectl mlops
+    infer NAME [-n NAMESPACE] --json BODY."""
 
 
 plugin.add_command(why_command)
+plugin.add_command(infer_command)
 
 
 def kubectl_plugin() -> None:

@@ -1,0 +1,80 @@
+"""``mlops-platform infer NAME``: one inference request to an InferenceService, through the API
+server (like ``seldon model infer``), so it works wherever ``kubectl`` does: no port-forward, no
+ingress, no route from the client to the cluster's addresses.
+
+Contract:
+- the request goes to the Service ``<name>-predictor``, port ``http``, through the API server's
+  service proxy (``/api/v1/namespaces/NS/services/http:<name>-predictor:http/proxy/<path>``): the
+  API server picks a ready endpoint; under the replicas router that may be the canary's;
+- the path is the runtime's protocol (:data:`PATHS`): the Open Inference Protocol v2
+  (``/v2/models/<model>/infer``) for MLServer, Triton and any runtime the client does not know;
+  TorchServe's inference API (``/predictions/<model>``); ``--path`` says another; the model's name is
+  the InferenceService's (what the storage initializer names it), ``--model`` another;
+- :func:`infer` returns the server's JSON answer; a failure is :class:`InferError` with the
+  server's own message (its status and body) or the API server's (no ready endpoint, no such object).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mlops_platform import api
+from mlops_platform.runtime.transport import client as rclient
+
+V2 = "/v2/models/{model}/infer"
+#: the inference path of each built-in runtime (``{model}``: the model's name)
+PATHS = {"seldon": V2, "triton": V2, "torchserve": "/predictions/{model}"}
+
+
+class InferError(Exception):
+    """The request failed: the message is the server's (or the API server's) own."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where one request goes: the service proxy path of the InferenceService's predictor Service."""
+
+    namespace: str
+    service: str
+    path: str
+
+    @property
+    def proxy_path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/services/http:{self.service}:http/proxy{self.path}"
+
+
+def target(isvc: dict[str, Any], *, model: str | None = None, path: str | None = None) -> Target:
+    """The request's target for a live InferenceService (any served version)."""
+    decoded = api.decode(isvc)
+    template = path or PATHS.get(decoded.framework, V2)
+    if not template.startswith("/"):
+        raise InferError(f"--path: {template!r} must start with /")
+    return Target(
+        decoded.namespace,
+        f"{decoded.name}-predictor",
+        template.replace("{model}", model or decoded.name),
+    )
+
+
+async def infer(
+    c: rclient.Client,
+    name: str,
+    namespace: str,
+    body: Any,
+    *,
+    model: str | None = None,
+    path: str | None = None,
+) -> Any:
+    """Send ``body`` (JSON) to the InferenceService ``namespace/name``; its JSON answer."""
+    try:
+        live = await c.get(api.RESOURCE, name, namespace)
+    except rclient.ApiError as e:
+        raise InferError(f"inferenceservice {namespace}/{name}: {e.status} {e.reason}: {e.message}") from None
+    t = target(live, model=model, path=path)
+    try:
+        return await c.request(
+            "POST", t.proxy_path, body=body, resource="services/proxy", namespace=namespace
+        )
+    except rclient.ApiError as e:
+        raise InferError(f"{t.service}{t.path}: {e.status} {e.reason}: {e.message}") from None
