@@ -13,26 +13,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from importlib import resources as importlib_resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mlops_platform import api
+from mlops_platform import api, infer
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import servers
 from mlops_platform.devcluster import binaries, cluster
+from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.devcluster.realnode import images
 from mlops_platform.runtime import objects, wait
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 
 NAMESPACE = "mlops-demo"
 EXPECT = "demo.mlops.platform/expect"
+#: a sample served for real (on the real node) carries the request the demo sends it
+REQUEST = "demo.mlops.platform/request"
 FIELD_MANAGER = "mlops-demo"
 
 
@@ -55,6 +61,18 @@ def operator_log(name: str) -> Path:
     return cluster.cluster_dir(name) / "mlops-operator.log"
 
 
+def local_runtimes() -> Path:
+    """The local cluster's runtime-table override (``--runtime-config``): MLServer's local image on
+    the real node."""
+    return Path(str(importlib_resources.files("mlops_platform.devcluster").joinpath("local-runtimes.yaml")))
+
+
+#: the operator flags of the local cluster: its runtime table and its storage initializer's image
+LOCAL_FLAGS = (
+    "--runtime-config", str(local_runtimes()),
+    "--storage-initializer-image", images.OPERATOR.ref,
+)  # fmt: skip
+
 #: where the demo operator serves the conversion webhook (the CRD's URL on the local control plane)
 WEBHOOK = "127.0.0.1:19443"
 WEBHOOK_URL = f"https://{WEBHOOK}/convert"
@@ -69,6 +87,7 @@ def start_operator(name: str, *, health: str = "127.0.0.1:18081", metrics: str =
         "--health-probe-bind-address", health,
         "--metrics-bind-address", metrics,
         "--webhook-bind-address", WEBHOOK,
+        *LOCAL_FLAGS,
     ]  # fmt: skip
     with open(operator_log(name), "ab") as out:
         proc = subprocess.Popen(
@@ -200,8 +219,30 @@ def scaling_hints(samples: list[dict[str, Any]], name: str) -> list[str]:
     return out
 
 
+async def predictions(name: str, samples: list[dict[str, Any]]) -> str:
+    """Each sample that runs on the real node asked for a real prediction with the `infer` command
+    the user can type; the others labelled as simulated (kwok nodes run no container)."""
+    lines = [f"\nPredictions (export KUBECONFIG={cluster.kubeconfig_path(name)}):"]
+    async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
+        for s in samples:
+            isvc, request = objects.name(s), objects.annotations(s).get(REQUEST)
+            if request is None:
+                lines.append(f"  {isvc}: simulated (kwok nodes: its pods run no model server)")
+                continue
+            body = " ".join(request.split())
+            lines.append(f"$ mlops-platform infer {isvc} -n {NAMESPACE} --json '{body}'")
+            try:
+                answer = await infer.infer(c, isvc, NAMESPACE, json.loads(body))
+            except infer.InferError as e:
+                raise RuntimeError(f"{isvc} did not answer: {e}") from None
+            lines.append(json.dumps(answer))
+    return "\n".join(lines)
+
+
 def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
     cluster.up(name)
+    modelstore.install(name)
+    asyncio.run(modelstore.grant_all(cluster.kubeconfig_path(name), [NAMESPACE]))
     asyncio.run(_run(name, timeout))
     for args in (
         ["get", "nodes", "-L", "mlops.platform/pool"],
@@ -216,6 +257,7 @@ def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
     ):
         print(f"\n$ kubectl {' '.join(args)}", flush=True)
         cluster.kubectl(name, args)
+    print(asyncio.run(predictions(name, load_samples())), flush=True)
     hints = scaling_hints(load_samples(), name)
     print(
         f"\nThe operator keeps running (PID file {operator_pid_file(name)}, log {operator_log(name)}).\n"

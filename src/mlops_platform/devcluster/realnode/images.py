@@ -26,6 +26,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,7 @@ class Recipe:
     base: Recipe | None = None  # an image this one adds a layer to
     requirements: str = ""  # a pinned pip requirements file (``requirements/``) installed in VENV
     project: bool = False  # this checkout's own wheel too (the source tree is an input)
+    owned_dirs: tuple[tuple[str, int], ...] = ()  # directories made and owned by that uid (a WORKDIR)
 
     @property
     def ref(self) -> str:
@@ -136,7 +138,9 @@ MLSERVER = Recipe(
     config=(
         f"--config.env=PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "--config.env=PYTHONUNBUFFERED=1",
-        "--config.workingdir=/",
+        # as upstream's image: its working directory (where MLServer writes .metrics) is the user's
+        "--config.workingdir=/opt/mlserver",
+        "--config.user=1000",
         "--clear=config.cmd",
         "--config.cmd=mlserver",
         "--config.cmd=start",
@@ -147,6 +151,7 @@ MLSERVER = Recipe(
     ),
     base=PYTHON,
     requirements="mlserver-1.7.1.txt",
+    owned_dirs=(("/opt/mlserver", 1000),),
 )
 #: the local cluster's model store (``devcluster.modelstore``): the pinned MinIO (static) alone
 MINIO = Recipe(
@@ -254,6 +259,10 @@ def _build(recipe: Recipe, out: Path, tar: Path) -> None:
         if recipe.name == "pause":
             _run("gcc", "-Os", "-static", "-o", str(rootfs / "pause"), str(_pause_source()))
             _run("strip", str(rootfs / "pause"))
+        for directory, uid in recipe.owned_dirs:
+            made = rootfs / directory.lstrip("/")
+            made.mkdir(parents=True, exist_ok=True)
+            os.chown(made, uid, 0)
         if recipe.requirements:
             _pip_install(rootfs, _requirements(recipe), work / "wheels", project=recipe.project)
         packages = _packages(rootfs)
