@@ -20,6 +20,7 @@ from lightkube.config import client_adapter
 
 from mlops_platform.runtime.caching import informer, store, transforms
 from mlops_platform.runtime.clock import FakeClock
+from mlops_platform.runtime.control import builder as rbuilder
 from mlops_platform.runtime.control import controller, reconcile
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import http as rhttp
@@ -239,9 +240,9 @@ def test_builder_reports_every_misconfiguration_at_once() -> None:
         pass
 
     cache = object.__new__(type("C", (), {}))
-    b = controller.Builder("", cache)  # type: ignore[arg-type]
+    b = rbuilder.Builder("", cache)  # type: ignore[arg-type]
     b.with_options(max_concurrent_reconciles=0)
-    with pytest.raises(controller.BuildError) as e:
+    with pytest.raises(rbuilder.BuildError) as e:
         b.build(NotAReconciler())  # type: ignore[arg-type]
     msg = str(e.value)
     assert "needs a name" in msg

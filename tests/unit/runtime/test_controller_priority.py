@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from mlops_platform.runtime.caching import cache as rcache
-from mlops_platform.runtime.control import controller as rcontroller
+from mlops_platform.runtime.control import builder as rbuilder
 from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.transport import resources
@@ -27,7 +27,7 @@ def cm(name: str, rv: str = "1") -> dict[str, Any]:
 async def test_initial_list_and_resyncs_go_behind_real_changes() -> None:
     cache = rcache.Cache(fakes.FakeClient())
     informer = fakes.seed(cache, CM, synced=False)
-    ctrl = rcontroller.Builder("cms", cache).for_(CM).build(Noop())
+    ctrl = rbuilder.Builder("cms", cache).for_(CM).build(Noop())
     for i in range(3):  # the initial LIST, before the informer has synced
         informer.store.upsert(cm(f"old-{i}"))
         for h in informer.handlers:
@@ -56,7 +56,7 @@ async def test_a_worker_lets_the_watches_in_between_reconciles_of_a_backlog() ->
 
     cache = rcache.Cache(fakes.FakeClient())
     fakes.seed(cache, CM)
-    ctrl = rcontroller.Builder("cms", cache).for_(CM).build(CpuOnly())
+    ctrl = rbuilder.Builder("cms", cache).for_(CM).build(CpuOnly())
     for i in range(200):
         ctrl.queue.add(Request("ns", f"old-{i}"), workqueue.LOW)
     ctrl.start()
@@ -86,10 +86,7 @@ async def test_a_high_priority_primary_goes_before_the_children_events() -> None
     primaries = fakes.seed(cache, CM)
     children = fakes.seed(cache, resources.SECRET)
     ctrl = (
-        rcontroller.Builder("cms", cache)
-        .for_(CM, priority=workqueue.HIGH)
-        .owns(resources.SECRET)
-        .build(Noop())
+        rbuilder.Builder("cms", cache).for_(CM, priority=workqueue.HIGH).owns(resources.SECRET).build(Noop())
     )
     for h in children.handlers:  # status changes of children of a and b
         h.on_update(owned_cm("a-child", "a"), owned_cm("a-child", "a", rv="2"))

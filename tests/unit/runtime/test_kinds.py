@@ -11,6 +11,7 @@ import pytest
 
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
+from mlops_platform.runtime.control import builder as rbuilder
 from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.transport import resources
@@ -367,10 +368,7 @@ async def test_owning_an_optional_kind_enqueues_every_primary_when_it_appears_an
     ok = crdwatch.OptionalKinds(cache)
     fakes.seed(cache, PRIMARY, [widget("a", "w1"), widget("b", "w2")])
     ctrl = (
-        rcontroller.Builder("widgets", cache, optional_kinds=ok)
-        .for_(PRIMARY)
-        .owns(RULE)
-        .build(NoopReconciler())
+        rbuilder.Builder("widgets", cache, optional_kinds=ok).for_(PRIMARY).owns(RULE).build(NoopReconciler())
     )
     fakes.seed(cache, resources.CRD, [])  # registered (build) before the CRD informer's first use
     everyone = [Request("a", "w1"), Request("b", "w2")]
@@ -420,10 +418,7 @@ async def test_the_kind_disappearing_before_its_informer_synced_still_enqueues()
     ok = crdwatch.OptionalKinds(cache)
     fakes.seed(cache, PRIMARY, [widget("a", "w1")])
     ctrl = (
-        rcontroller.Builder("widgets", cache, optional_kinds=ok)
-        .for_(PRIMARY)
-        .owns(RULE)
-        .build(NoopReconciler())
+        rbuilder.Builder("widgets", cache, optional_kinds=ok).for_(PRIMARY).owns(RULE).build(NoopReconciler())
     )
     try:
         ok.on_add(fakes.crd(RULE))
@@ -440,14 +435,14 @@ async def test_the_kind_disappearing_before_its_informer_synced_still_enqueues()
 
 def test_owning_an_optional_kind_needs_optional_kinds() -> None:
     cache = rcache.Cache(fakes.FakeClient())
-    with pytest.raises(rcontroller.BuildError, match=r"owns\(PrometheusRule\)"):
-        rcontroller.Builder("widgets", cache).for_(PRIMARY).owns(RULE).build(NoopReconciler())
+    with pytest.raises(rbuilder.BuildError, match=r"owns\(PrometheusRule\)"):
+        rbuilder.Builder("widgets", cache).for_(PRIMARY).owns(RULE).build(NoopReconciler())
 
 
 def test_owning_a_built_in_kind_watches_its_resource_at_once() -> None:
     cache = rcache.Cache(fakes.FakeClient())
     ok = crdwatch.OptionalKinds(cache)
-    builder = rcontroller.Builder("widgets", cache, optional_kinds=ok).for_(PRIMARY)
+    builder = rbuilder.Builder("widgets", cache, optional_kinds=ok).for_(PRIMARY)
     ctrl = builder.owns(kinds.Kind.of(resources.DEPLOYMENT)).build(NoopReconciler())
     assert ctrl.resources == [PRIMARY, resources.DEPLOYMENT]
     assert ok.registered == []

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from mlops_platform import cli
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.clock import FakeClock
+from mlops_platform.runtime.control import builder as rbuilder
 from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control import partitioning, shardgroup, sharding
 from mlops_platform.runtime.control.reconcile import Request, Result
@@ -303,7 +304,7 @@ def _controller(reconciler: Recording, primaries: list[str]) -> tuple[rcontrolle
     cache = rcache.Cache(fakes.FakeClient())
     fakes.seed(cache, PRIMARY, [_cm(n) for n in primaries])
     fakes.seed(cache, CHILD, [])
-    ctrl = rcontroller.Builder("shardy", cache).for_(PRIMARY).owns(CHILD).build(reconciler)
+    ctrl = rbuilder.Builder("shardy", cache).for_(PRIMARY).owns(CHILD).build(reconciler)
     return ctrl, cache
 
 

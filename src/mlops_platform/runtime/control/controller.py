@@ -1,15 +1,7 @@
 """Controllers: watch kinds, map events to requests, run a reconciler on N workers.
 
-Registration is builder-style (controller-runtime ``builder``)::
-
-    ctrl = (
-        controller.Builder("inferenceservice", cache, metrics)
-        .for_(ISVC, predicates.generation_changed())
-        .owns(resources.DEPLOYMENT)
-        .watches(resources.CONFIG_MAP, map_config_to_services)
-        .with_options(max_concurrent_reconciles=4)
-        .build(reconciler)
-    )
+Declare one with the builder (:mod:`~mlops_platform.runtime.control.builder`: ``for_``, ``owns``,
+``watches``, ``with_options``, ``build``).
 
 Contract:
 - ``for_`` enqueues the object itself; ``owns`` enqueues the controller owner (ownerReferences entry
@@ -19,7 +11,6 @@ Contract:
   kind's CRD is established (:mod:`~mlops_platform.runtime.caching.crdwatch`), also long after start, and
   stops when it goes away; either way every object of the ``for_`` kind is enqueued (once the new
   informer has synced), so reconcilers see the kind appear and disappear without a restart.
-- ``build`` raises :class:`BuildError` listing EVERY misconfiguration at once.
 - Each request is reconciled by at most one worker at a time; results and exceptions are handled as
   documented in :mod:`mlops_platform.runtime.control.reconcile`. One failing object never blocks others.
 - ``ownership`` (default None: every request), set before :meth:`Controller.start`, makes a replica
@@ -54,10 +45,6 @@ Mapper = Callable[[Obj], Iterable[Request]]
 Ownership = Callable[[Request], bool]
 
 
-class BuildError(ValueError):
-    pass
-
-
 def request_for(obj: Obj) -> Request:
     meta = obj["metadata"]
     return Request(meta.get("namespace"), meta["name"])
@@ -78,7 +65,7 @@ def owner_mapper(owner: rclient.Resource) -> Mapper:
 
 
 @dataclasses.dataclass
-class _Watch:
+class Watch:
     resource: rclient.Resource
     mapper: Mapper | None  # None: the object itself
     predicate: rpredicates.Predicate
@@ -92,7 +79,7 @@ class _Handler:
 
     def __init__(
         self,
-        watch: _Watch,
+        watch: Watch,
         queue: rate_limiting_queue.RateLimitingQueue[Request],
         owned: Ownership,
         synced: Callable[[], bool] = lambda: True,
@@ -127,129 +114,6 @@ class _Handler:
             self._enqueue(obj, self._w.priority)
 
 
-class Builder:
-    """Declares one controller, like controller-runtime's ``builder.Builder``.
-
-    ``Builder(name, cache, metrics)`` ~ ``ctrl.NewControllerManagedBy(mgr).Named(name)`` (use
-    :meth:`Manager.builder <mlops_platform.runtime.manager.Manager.builder>` to get one bound to the
-    manager). Every method returns the builder; misconfiguration is collected and raised by
-    :meth:`build`, all at once. Unlike controller-runtime, ``build`` does not register the
-    controller with the manager: pass the result to ``Manager.add``.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        cache: rcache.Cache,
-        metrics: rmetrics.Metrics | None = None,
-        optional_kinds: crdwatch.OptionalKinds | None = None,
-    ) -> None:
-        self._name = name
-        self._cache = cache
-        self._metrics = metrics
-        self._kinds = optional_kinds
-        self._for: list[_Watch] = []
-        self._watches: list[_Watch] = []
-        self._owns: list[tuple[rclient.Resource, tuple[rpredicates.Predicate, ...]]] = []
-        self._owns_optional: list[tuple[kinds.Kind, rpredicates.Predicate]] = []
-        self._max_concurrent = 1
-        self._rate_limiter: ratelimiter.RateLimiter[Request] | None = None
-        self._errors: list[str] = []
-
-    def for_(
-        self, resource: rclient.Resource, *predicates: rpredicates.Predicate, priority: int = workqueue.NORMAL
-    ) -> Builder:
-        """The reconciled kind: its events enqueue the object itself, after ``predicates``.
-
-        ~ ``Builder.For(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForObject``);
-        exactly one is required. ``priority``: of its change events in the queue (e.g.
-        :data:`~.workqueue.HIGH`: a new object or a spec change goes before the children's status
-        changes; an informer's initial list and resyncs stay at ``LOW``); controller-runtime's
-        priority queue has it per handler (``handler.WithLowPriorityWhenUnchanged``).
-        """
-        self._for.append(_Watch(resource, None, rpredicates.all_of(*predicates), priority))
-        return self
-
-    def owns(self, target: rclient.Resource | kinds.Kind, *predicates: rpredicates.Predicate) -> Builder:
-        """A child kind: its events enqueue their controller owner of the ``for_`` kind.
-
-        ~ ``Builder.Owns(obj, builder.WithPredicates(...))`` (``handler.EnqueueRequestForOwner``
-        with ``OnlyControllerOwner``). ``target`` is a resource or a :class:`~.kinds.Kind`; an
-        optional kind is watched only while its CRD is served (controller-runtime: a watch added
-        with ``Controller.Watch`` after start), which needs the manager's builder.
-        """
-        if isinstance(target, kinds.Kind):
-            if not target.optional:
-                target = target.resource()
-            elif self._kinds is None:
-                self._errors.append(f"owns({target.kind}): an optional kind needs the manager's builder")
-                return self
-            else:
-                self._owns_optional.append((target, rpredicates.all_of(*predicates)))
-                return self
-        self._owns.append((target, predicates))
-        return self
-
-    def watches(
-        self, resource: rclient.Resource, mapper: Mapper, *predicates: rpredicates.Predicate
-    ) -> Builder:
-        """Any other kind: its events enqueue the requests ``mapper(obj)`` returns.
-
-        ~ ``Builder.Watches(obj, handler.EnqueueRequestsFromMapFunc(fn), builder.WithPredicates(...))``.
-        """
-        if not callable(mapper):
-            self._errors.append(f"watches({resource.kind}): mapper is not callable")
-        self._watches.append(_Watch(resource, mapper, rpredicates.all_of(*predicates)))
-        return self
-
-    def with_options(
-        self,
-        *,
-        max_concurrent_reconciles: int = 1,
-        rate_limiter: ratelimiter.RateLimiter[Request] | None = None,
-    ) -> Builder:
-        """Workers and retry policy: ~ ``Builder.WithOptions(controller.Options{MaxConcurrentReconciles,
-        RateLimiter})``; the default limiter is client-go's ``DefaultControllerRateLimiter``.
-        """
-        if max_concurrent_reconciles < 1:
-            self._errors.append(f"max_concurrent_reconciles must be >= 1, got {max_concurrent_reconciles}")
-        self._max_concurrent = max_concurrent_reconciles
-        self._rate_limiter = rate_limiter
-        return self
-
-    def build(self, reconciler: Reconciler) -> Controller:
-        """The :class:`Controller` running ``reconciler``, ~ ``Builder.Build(reconciler)``.
-
-        Raises :class:`BuildError` listing every misconfiguration (controller-runtime stops at the
-        first). Registers the event handlers on the cache's informers at once.
-        """
-        errors = list(self._errors)
-        if not self._name:
-            errors.append("a controller needs a name")
-        if len(self._for) != 1:
-            errors.append(f"exactly one for_() is required, got {len(self._for)}")
-        if not callable(getattr(reconciler, "reconcile", None)):
-            errors.append("the reconciler has no reconcile(request) method")
-        if errors:
-            raise BuildError(f"controller {self._name!r}: " + "; ".join(errors))
-        primary = self._for[0]
-        watches = [primary, *self._watches]
-        for res, ps in self._owns:
-            watches.append(_Watch(res, owner_mapper(primary.resource), rpredicates.all_of(*ps)))
-        ctrl = Controller(
-            self._name,
-            self._cache,
-            watches,
-            reconciler,
-            self._max_concurrent,
-            self._rate_limiter,
-            self._metrics,
-        )
-        if self._kinds is not None and self._owns_optional:
-            ctrl.follow(self._kinds, self._owns_optional)
-        return ctrl
-
-
 class Controller:
     """A work queue of :class:`Request` fed by the watches and drained by N workers running the
     reconciler: controller-runtime's ``controller.Controller`` (``pkg/internal/controller``).
@@ -262,14 +126,14 @@ class Controller:
       ``source.Channel`` of generic events would do it there;
     - ``ownership`` and :meth:`wait_idle` (sharding) have none either.
 
-    Build one with :class:`Builder`, not directly.
+    Build one with :class:`~.builder.Builder`, not directly.
     """
 
     def __init__(
         self,
         name: str,
         cache: rcache.Cache,
-        watches: list[_Watch],
+        watches: list[Watch],
         reconciler: Reconciler,
         max_concurrent_reconciles: int,
         rate_limiter: ratelimiter.RateLimiter[Request] | None,
@@ -322,7 +186,7 @@ class Controller:
             self.enqueue_all()
             return
         informer = self.cache.informer_for(new, optional=True)
-        watch = _Watch(new, owner_mapper(self.primary), predicate)
+        watch = Watch(new, owner_mapper(self.primary), predicate)
         informer.add_event_handler(_Handler(watch, self.queue, self.accepts, informer.has_synced))
 
         async def after_sync() -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
+from mlops_platform.runtime.control import builder as rbuilder
 from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control import heap, labeler, leaderelection, shardgroup, sharding
 from mlops_platform.runtime.observability import events
@@ -154,9 +155,9 @@ class Manager:
 
     # -- registration -------------------------------------------------------------------------------
 
-    def builder(self, name: str) -> rcontroller.Builder:
+    def builder(self, name: str) -> rbuilder.Builder:
         """A controller builder bound to this manager's cache and metrics; pass the result to add()."""
-        return rcontroller.Builder(name, self.cache, self.metrics, self.optional_kinds)
+        return rbuilder.Builder(name, self.cache, self.metrics, self.optional_kinds)
 
     def add(self, ctrl: rcontroller.Controller) -> None:
         self.controllers.append(ctrl)
