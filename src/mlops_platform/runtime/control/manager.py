@@ -21,6 +21,8 @@ Contract (controller-runtime ``manager``):
   (a standby); ``/metrics`` serves the Prometheus registry.
 - ``stop()`` (or SIGTERM via :meth:`run_until_signal`): stop taking work, let in-flight reconciles
   finish within ``graceful_shutdown_timeout``, release the Lease(s), stop informers and servers.
+
+The endpoints live in :mod:`~.endpoints`, the wiring of a shard replica in :mod:`~.shardsetup`.
 """
 
 from __future__ import annotations
@@ -39,11 +41,10 @@ from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch
 from mlops_platform.runtime.control import builder as rbuilder
 from mlops_platform.runtime.control import controller as rcontroller
-from mlops_platform.runtime.control import heap, labeler, leaderelection, shardgroup, sharding
+from mlops_platform.runtime.control import endpoints, heap, labeler, leaderelection, sharding, shardsetup
 from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.observability import metrics as rmetrics
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import httpserver
 
 log = logging.getLogger("mlops_platform.runtime.control.manager")
 
@@ -132,8 +133,7 @@ class Manager:
         self._stop = asyncio.Event()
         #: set when :meth:`_lead` has stopped the controllers (every in-flight reconcile ended)
         self._drained = asyncio.Event()
-        self._health_server: httpserver.HttpServer | None = None
-        self._metrics_server: httpserver.HttpServer | None = None
+        self._endpoints: endpoints.Endpoints | None = None  # /healthz, /readyz, /metrics while running
         self._synced = False
         self._recorders: list[events.EventRecorder] = []
         self._ready_checks: dict[str, Callable[[], bool]] = {}
@@ -190,25 +190,13 @@ class Manager:
             return self.elector is not None and self.elector.is_leader()
         return True
 
-    async def _healthz(self, method: str, path: str, body: bytes) -> httpserver.Response:
-        return 200, "text/plain", b"ok\n"
-
-    async def _readyz(self, method: str, path: str, body: bytes) -> httpserver.Response:
-        if self.is_ready():
-            return 200, "text/plain", b"ok\n"
-        return 503, "text/plain", b"not ready: caches syncing or not leading\n"
-
     @property
     def health_port(self) -> int | None:
-        return self._health_server.port if self._health_server else None
+        return self._endpoints.health_port if self._endpoints else None
 
     @property
     def metrics_port(self) -> int | None:
-        return self._metrics_server.port if self._metrics_server else None
-
-    @property
-    def _servers(self) -> list[httpserver.HttpServer]:
-        return [s for s in (self._health_server, self._metrics_server) if s is not None]
+        return self._endpoints.metrics_port if self._endpoints else None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -235,7 +223,11 @@ class Manager:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
-        await self._start_servers()
+        o = self.options
+        self._endpoints = endpoints.Endpoints(
+            self.is_ready, self.metrics.registry, o.health_probe_address, o.metrics_address
+        )
+        await self._endpoints.start()
         for rec in self._recorders:
             rec.start()
         keeper: asyncio.Task[None] | None = None
@@ -286,9 +278,7 @@ class Manager:
                 await rec.stop()
             await self.cache.stop()
             await self.optional_kinds.stop()
-            for s in self._servers:
-                await s.stop()
-            self._health_server = self._metrics_server = None
+            await self._endpoints.stop()
             log.info("manager stopped")
 
     async def _until_stopped(self, aw: Coroutine[Any, Any, None]) -> None:
@@ -345,48 +335,10 @@ class Manager:
         raise LeadershipLost(f"lost the Lease {o.leader_election_namespace}/{o.leader_election_id}")
 
     def _setup_shards(self) -> sharding.ShardCoordinator:
-        o = self.options
-        if not o.leader_election_id:
-            raise ValueError("sharding needs leader_election_id (the shard Leases are named after it)")
-        config = shardgroup.ShardConfig(
-            namespace=o.leader_election_namespace,
-            group=o.leader_election_id,
-            identity=o.identity,
-            partitions=o.shards,
-            shard_id=o.shard_id,
-            lease_duration=o.lease_duration,
-            renew_deadline=o.renew_deadline,
-            retry_period=o.retry_period,
-            sync_timeout=o.cache_sync_timeout,
+        self.shards, self.labelers = shardsetup.setup(
+            self.client, self.options, self.cache, self.controllers, self.metrics.registry
         )
-        # the primary objects are narrowed server-side like the children: each replica watches
-        # only its partitions' ones, which a labeler per primary kind keeps labelled (labeler.py)
-        self.labelers = []
-        for c in self.controllers:
-            if any(lab.resource == c.primary for lab in self.labelers):
-                continue
-            self.cache.scope_also(c.primary)
-            self.labelers.append(
-                labeler.BucketLabeler(
-                    self.client,
-                    c.primary,
-                    owns=lambda req: coordinator.owns(req),
-                    primary=self.cache.informer_for(c.primary),
-                    label_selector=self.cache.own_selector(c.primary),
-                    registry=self.metrics.registry,
-                )
-            )
-        coordinator = sharding.ShardCoordinator(
-            self.client,
-            config,
-            [*self.controllers, *self.labelers],
-            scope=self.cache,
-            registry=self.metrics.registry,
-        )
-        self.shards = coordinator
-        for c in self.controllers:
-            c.ownership = coordinator.owns
-        return coordinator
+        return self.shards
 
     async def _run_sharded(self, coordinator: sharding.ShardCoordinator) -> None:
         o = self.options
@@ -435,17 +387,3 @@ class Manager:
             await asyncio.shield(asyncio.gather(*(c.stop(timeout) for c in self.controllers)))
             log.info("controllers stopped")
             self._drained.set()
-
-    async def _start_servers(self) -> None:
-        o = self.options
-        if o.health_probe_address:
-            host, port = o.health_probe_address
-            routes: dict[str, httpserver.Handler] = {"/healthz": self._healthz, "/readyz": self._readyz}
-            self._health_server = httpserver.HttpServer(routes, host=host, port=port)
-        if o.metrics_address:
-            host, port = o.metrics_address
-            self._metrics_server = rmetrics.metrics_server(self.metrics.registry, host, port)
-        for what, server in (("health probe", self._health_server), ("metrics", self._metrics_server)):
-            if server is not None:
-                await server.start()  # port 0: the kernel picks one; the log says which
-                log.info("serving", extra={"server": what, "address": f"{server.host}:{server.port}"})
