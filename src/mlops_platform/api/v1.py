@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import internal, modeluri, v1_rules, v1alpha1
+from mlops_platform.api import internal, isvc_status, modeluri, v1_rules, v1alpha1
 
 GROUP = v1alpha1.GROUP
 VERSION = "v1"
@@ -281,7 +281,9 @@ class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
     spec: InferenceServiceSpec
     api_version: str = API_VERSION
     kind: str = KIND
-    status: v1alpha1.InferenceServiceStatus = msgspec.field(default_factory=v1alpha1.InferenceServiceStatus)
+    status: isvc_status.InferenceServiceStatus = msgspec.field(
+        default_factory=isvc_status.InferenceServiceStatus
+    )
 
     @property
     def name(self) -> str:

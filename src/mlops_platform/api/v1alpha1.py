@@ -8,7 +8,8 @@ are what ``kubectl explain`` shows. Field names are camelCase on the wire.
 Contract: every rule is enforced twice, identically — by the server (the CRD schema and its CEL
 rules ``SPEC_RULES`` / ``RESOURCES_RULES``) and by :func:`from_dict` (msgspec constraints plus
 :func:`validate`). Quantities (``spec.resources.*``) accept a string or a non-negative integer on
-the wire, like Kubernetes' int-or-string; in Python they are always ``str`` after decoding.
+the wire, like Kubernetes' int-or-string; in Python they are always ``str`` after decoding. The
+status types, shared by every version, are :mod:`~mlops_platform.api.isvc_status`'.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import modeluri
+from mlops_platform.api import isvc_status, modeluri
 from mlops_platform.runtime import quantity
 
 GROUP = "mlops.platform"
@@ -224,97 +225,6 @@ class InferenceServiceSpec(_Base):
     extensions: Extensions = None
 
 
-class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
-    """A metav1.Condition: one aspect of the service's observed state."""
-
-    type: Annotated[
-        str, Meta(max_length=316, description="Condition type in CamelCase, e.g. Ready or Reconciled.")
-    ]
-    status: Annotated[Literal["True", "False", "Unknown"], Meta(description="True, False or Unknown.")]
-    reason: Annotated[
-        str,
-        Meta(
-            min_length=1,
-            max_length=1024,
-            pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-            description="CamelCase reason for the last transition, e.g. CrashLoopBackOff.",
-        ),
-    ]
-    message: Annotated[
-        str, Meta(max_length=32768, description="Human-readable details of the last transition.")
-    ] = ""
-    last_transition_time: Annotated[
-        str,
-        Meta(
-            description="When the status last changed (RFC 3339).",
-            extra_json_schema={"format": "date-time"},
-        ),
-    ] = ""
-    observed_generation: Annotated[
-        Annotated[int, Meta(ge=0)] | None, Meta(description="The spec generation the condition was set for.")
-    ] = None
-
-
-class TrafficTarget(msgspec.Struct, rename="camel", omit_defaults=True):
-    """One backend of the effective traffic split."""
-
-    component: Annotated[str, Meta(max_length=63, description="predictor (stable) or canary (candidate).")]
-    model_uri: Annotated[str, Meta(max_length=2048, description="The model this backend serves.")]
-    percent: Annotated[
-        int,
-        Meta(
-            ge=0, le=100, description="Share of requests it gets now (replicas router: of ready endpoints)."
-        ),
-    ]
-    ready_replicas: Annotated[int, Meta(ge=0, description="Its ready replicas.")] = 0
-    version: (
-        Annotated[
-            str, Meta(max_length=2048, description="The version (canaryVersion, or modelUri's last segment).")
-        ]
-        | None
-    ) = None
-
-
-class InferenceServiceStatus(msgspec.Struct, rename="camel", omit_defaults=True):
-    """The observed state, written by the operator only."""
-
-    conditions: Annotated[
-        list[Condition],
-        Meta(
-            description="Ready, Reconciled and one condition per child object.",
-            extra_json_schema={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        ),
-    ] = msgspec.field(default_factory=list)
-    replicas: Annotated[int, Meta(description="Replicas of the predictor (all pods, ready or not).")] = 0
-    ready_replicas: Annotated[int, Meta(description="Predictor replicas that are Ready.")] = 0
-    replicas_summary: Annotated[
-        str | None, Meta(description='"ready/desired" predictor replicas, for the Replicas printer column.')
-    ] = None
-    url: Annotated[
-        str | None, Meta(description="Cluster-local URL, set only while the service can serve.")
-    ] = None
-    active_version: Annotated[
-        str | None, Meta(description="The model (URI) actually rolled out and serving, not merely requested.")
-    ] = None
-    last_reconcile_time: Annotated[str | None, Meta(description="When the operator last reconciled.")] = None
-    observed_generation: Annotated[int | None, Meta(description="The generation the status describes.")] = (
-        None
-    )
-    selector: Annotated[
-        str | None, Meta(description="Label selector of the predictor pods (scale subresource).")
-    ] = None
-    traffic: (
-        Annotated[
-            list[TrafficTarget],
-            Meta(
-                max_length=2,
-                description="The effective traffic split while a canary is asked for or still running.",
-            ),
-        ]
-        | None
-    ) = None
-
-
 class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
     """InferenceService is one model service: predictor Deployment, Service, autoscaler and more."""
 
@@ -325,7 +235,9 @@ class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
     ]
     api_version: str = API_VERSION
     kind: str = KIND
-    status: InferenceServiceStatus = msgspec.field(default_factory=InferenceServiceStatus)
+    status: isvc_status.InferenceServiceStatus = msgspec.field(
+        default_factory=isvc_status.InferenceServiceStatus
+    )
 
     @property
     def name(self) -> str:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import v1, v1_rules, v1alpha1
+from mlops_platform.api import isvc_status, v1, v1_rules, v1alpha1
 
 GROUP = v1alpha1.GROUP
 VERSION = "v1beta1"
@@ -71,4 +71,6 @@ class InferenceService(msgspec.Struct, rename="camel", omit_defaults=True):
     spec: InferenceServiceSpec
     api_version: str = API_VERSION
     kind: str = KIND
-    status: v1alpha1.InferenceServiceStatus = msgspec.field(default_factory=v1alpha1.InferenceServiceStatus)
+    status: isvc_status.InferenceServiceStatus = msgspec.field(
+        default_factory=isvc_status.InferenceServiceStatus
+    )

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mlops_platform import api
-from mlops_platform.api import v1alpha1
+from mlops_platform.api import isvc_status, v1alpha1
 from mlops_platform.api.v1alpha1 import ValidationError, from_dict
 from mlops_platform.runtime import quantity
 
@@ -40,7 +40,7 @@ def test_minimal_manifest_gets_the_defaults() -> None:
     s = isvc.spec
     assert (s.port, s.min_replicas, s.max_replicas, s.gpu_per_replica) == (8080, 1, 1, 0)
     assert (s.resources, s.traffic, s.extensions) == (None, None, None)
-    assert isvc.status == v1alpha1.InferenceServiceStatus()
+    assert isvc.status == isvc_status.InferenceServiceStatus()
     assert (isvc.name, isvc.namespace, isvc.uid, isvc.generation) == ("m", "ns", "u-1", 3)
     assert v1alpha1.Traffic().canary_percent == 0
 

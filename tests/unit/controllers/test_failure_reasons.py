@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from mlops_platform import api
-from mlops_platform.api import v1alpha1
+from mlops_platform.api import isvc_status
 from mlops_platform.controllers.inferenceservice import status
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.transport import client as rclient
@@ -36,7 +36,7 @@ def test_the_reconciled_reason_is_one_the_api_takes(reason: str, shown: str) -> 
         OBJ, {}, [], [status.Failure("apply Deployment", error)], None, base.BuildContext()
     )
     for cond in computed["conditions"]:
-        msgspec.convert(cond, v1alpha1.Condition)  # raises on what the API server refuses
+        msgspec.convert(cond, isvc_status.Condition)  # raises on what the API server refuses
     reconciled = next(c for c in computed["conditions"] if c["type"] == "Reconciled")
     assert reconciled["reason"] == shown
     assert "admission webhook said no" in reconciled["message"]

@@ -21,7 +21,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mlops_platform import api
-from mlops_platform.api import v1alpha1
+from mlops_platform.api import isvc_status
 from mlops_platform.controllers.inferenceservice import status
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.caching import informer
@@ -90,7 +90,7 @@ async def test_a_plain_text_error_has_a_reason_a_condition_takes() -> None:
                 reasons.append(e.reason)
                 failed = status.compute(obj, {}, [], [status.Failure("apply Deployment", e)], None, CTX)
                 for cond in failed["conditions"]:
-                    msgspec.convert(cond, v1alpha1.Condition)  # raises on what the API server refuses
+                    msgspec.convert(cond, isvc_status.Condition)  # raises on what the API server refuses
     assert reasons == ["TooManyRequests", "BadGateway", "ServiceUnavailable", "IMATeapot"]
 
 

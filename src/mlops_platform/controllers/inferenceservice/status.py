@@ -91,7 +91,7 @@ def _replacing(cond: base.ChildCondition | None, o: Observed, previous: Obj) -> 
     return deployment.replacing(cond, o.live, previous.get("activeVersion"))
 
 
-#: what the API takes as a condition's reason (``v1alpha1.Condition.reason``)
+#: what the API takes as a condition's reason (``isvc_status.Condition.reason``)
 _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 
