@@ -379,7 +379,14 @@ INIT_CRASHLOOP = init_pod(
 WANT = ("ModelDownloadFailed", f"pod bert-predictor-7d9f-abcde: {MESSAGE}")
 
 
-@pytest.mark.parametrize("pod", [INIT_ERROR, INIT_CRASHLOOP], ids=["Init:Error", "Init:CrashLoopBackOff"])
+INIT_RETRYING = init_pod({"running": {"startedAt": "2026-01-01T00:00:02Z"}}, FAILED)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [INIT_ERROR, INIT_CRASHLOOP, INIT_RETRYING],
+    ids=["Init:Error", "Init:CrashLoopBackOff", "retrying after a failed run"],
+)
 def test_a_failed_download_is_model_download_failed_with_the_initializers_line(pod: Obj) -> None:
     slim = reconciler.slim_pod(copy.deepcopy(pod))
     assert pod_problems.pod_problem([pod]) == pod_problems.pod_problem([slim]) == WANT

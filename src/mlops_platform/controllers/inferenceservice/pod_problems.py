@@ -98,8 +98,9 @@ MODEL_DOWNLOAD_FAILED = "ModelDownloadFailed"
 
 def model_download_failure(pod: Obj) -> tuple[str, str] | None:
     """``(ModelDownloadFailed, "pod <name>: <the initializer's last line>")`` when the pod's storage
-    initializer ran and failed: terminated with a non-zero exit code (``Init:Error``), or waiting
-    to be restarted after such a run (``Init:CrashLoopBackOff``, its last termination failed). The
+    initializer ran and failed: terminated with a non-zero exit code (``Init:Error``), waiting
+    to be restarted after such a run (``Init:CrashLoopBackOff``, its last termination failed) or
+    running again after it (the kubelet's retry: the failure stands until a run succeeds). The
     message is the initializer's termination message (``model download failed: ...``, its one
     line), else its exit code; the same in both states, so a restart changes nothing. The
     initializer waiting for another reason (its image cannot be pulled) is that reason."""
@@ -109,7 +110,8 @@ def model_download_failure(pod: Obj) -> tuple[str, str] | None:
         state = cs.get("state") or {}
         waiting = state.get("waiting") or {}
         terminated = state.get("terminated") or {}
-        if not terminated and waiting.get("reason") == "CrashLoopBackOff":
+        if not terminated and (waiting.get("reason") == "CrashLoopBackOff" or "running" in state):
+            # waiting to retry, or retrying: the last run's failure stands until a run succeeds
             terminated = (cs.get("lastState") or {}).get("terminated") or {}
         code = terminated.get("exitCode")
         if code not in (None, 0):
