@@ -28,6 +28,7 @@ import yaml
 from mlops_platform import api, infer
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import servers
+from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.devcluster.realnode import images
@@ -65,6 +66,12 @@ def local_runtimes() -> Path:
     """The local cluster's runtime-table override (``--runtime-config``): MLServer's local image on
     the real node."""
     return Path(str(importlib_resources.files("mlops_platform.devcluster").joinpath("local-runtimes.yaml")))
+
+
+def local_settings() -> base.BuildContext:
+    """The same as :data:`LOCAL_FLAGS`, for an operator run in-process (the serving tests)."""
+    table = servers.load_overrides(yaml.safe_load(local_runtimes().read_text()))
+    return base.BuildContext(servers=table, storage_initializer_image=images.OPERATOR.ref)
 
 
 #: the operator flags of the local cluster: its runtime table and its storage initializer's image
