@@ -9,11 +9,9 @@ MLServer's local image on the real node, the operator's image as storage initial
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import json
 import random
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,32 +19,21 @@ from typing import Any
 import pytest
 
 from mlops_platform import api, infer, why
+from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import demo
 from mlops_platform.devcluster.modelstore import install as modelstore
-from mlops_platform.devcluster.modelstore import manifests as store
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import operator as operator_process
-from mlops_platform.testing import probes, wait, webhook
+from mlops_platform.testing import probes, serving, wait
 from mlops_platform.testing.plugin import Kubectl
-
-QUICKSTART = [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6]]  # KServe's first tutorial's input
-READY_TIMEOUT = 240.0  # image already imported; the initializer, MLServer's start on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
 async def serving_operator(
     kube_cluster: Path, local_cluster_name: str, admin_client: rclient.Client
 ) -> AsyncIterator[rmanager.Manager]:
-    """The model store running (images imported, demo models uploaded) and the operator with the
-    local cluster's settings."""
-    await asyncio.to_thread(modelstore.install, local_cluster_name)
-    await webhook.install_crd(admin_client)
-    async with (
-        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
-        operator_process.running(c, settings=demo.local_settings()) as mgr,
-    ):
+    async with serving.operator(kube_cluster, local_cluster_name, admin_client, demo.local_settings()) as mgr:
         yield mgr
 
 
@@ -57,49 +44,18 @@ async def ns(namespace: str, admin_client: rclient.Client, serving_operator: rma
     return namespace
 
 
-def iris(
-    name: str, uri: str = "s3://models/iris/1", *, memory: str = "1Gi", secret: str = store.CLIENT_SECRET
-) -> Any:
-    return {
-        "apiVersion": "mlops.platform/v1",
-        "kind": "InferenceService",
-        "metadata": {"name": name},
-        "spec": {
-            "predictor": {
-                "runtime": "seldon",
-                "model": {
-                    "uri": uri,
-                    "format": "sklearn",
-                    "storage": {"secretName": secret, "endpoint": store.ENDPOINT},
-                },
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": memory}},
-            }
-        },
-    }
-
-
-def v2(rows: list[list[float]]) -> dict[str, Any]:
-    return {"inputs": [{"name": "input-0", "shape": [len(rows), 4], "datatype": "FP64", "data": rows}]}
-
-
-def answer(response: Any) -> list[int]:
-    return [int(v) for v in response["outputs"][0]["data"]]
+iris, v2, answer, ready, QUICKSTART = (
+    serving.iris,
+    serving.v2,
+    serving.answer,
+    serving.ready,
+    serving.QUICKSTART,
+)
+READY_TIMEOUT = serving.READY_TIMEOUT
 
 
 async def create(c: rclient.Client, ns: str, obj: Any) -> None:
     await c.create(api.RESOURCE, obj, ns)
-
-
-async def ready(c: rclient.Client, ns: str, name: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
-    async def serving() -> dict[str, Any] | None:
-        live = await c.get(api.RESOURCE, name, ns)
-        return live if probes.condition(live, "Ready").get("status") == "True" else None
-
-    try:
-        return await wait.until(serving, timeout=timeout, what=f"{ns}/{name} Ready")
-    except TimeoutError:
-        live = await c.get(api.RESOURCE, name, ns)
-        raise AssertionError(f"{name} not Ready: {probes.condition(live, 'Ready')}") from None
 
 
 async def test_a_prediction_equals_the_models_own_for_the_same_input(
@@ -135,55 +91,12 @@ async def test_a_prediction_equals_the_models_own_for_the_same_input(
     assert len(set(served)) > 1, f"the inputs should reach more than one class: {served}"
 
 
-@dataclasses.dataclass
-class Load:
-    """Requests one after another through the API server until stopped: each answer or error."""
-
-    answers: list[list[int]] = dataclasses.field(default_factory=list)
-    errors: list[str] = dataclasses.field(default_factory=list)
-
-    async def run(self, c: rclient.Client, ns: str, name: str) -> None:
-        while True:
-            try:
-                self.answers.append(answer(await infer.infer(c, name, ns, v2(QUICKSTART))))
-            except infer.InferError as e:
-                self.errors.append(str(e))
-
-
-@contextlib.asynccontextmanager
-async def load(c: rclient.Client, ns: str, name: str) -> AsyncIterator[Load]:
-    result = Load()
-    task = asyncio.create_task(result.run(c, ns, name))
-    try:
-        yield result
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def rolled_out(c: rclient.Client, ns: str, deployment: str) -> bool:
-    """The Deployment's rollout is over: every replica updated and available, no old pod left."""
-    d = await c.get(resources.DEPLOYMENT, deployment, ns)
-    st, want = d.get("status") or {}, d["spec"].get("replicas", 1)
-    if st.get("observedGeneration", 0) < d["metadata"]["generation"]:
-        return False
-    if not st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == want:
-        return False
-    pods = await c.list(
-        resources.POD,
-        ns,
-        label_selector=f"app.kubernetes.io/instance={deployment.removesuffix('-predictor')}",
-    )
-    return bool(len(pods["items"]) == want)
-
-
 async def test_a_model_update_rolls_out_under_load_with_zero_failed_requests(
     admin_client: rclient.Client, ns: str
 ) -> None:
     await create(admin_client, ns, iris("iris"))
     await ready(admin_client, ns, "iris")
-    async with load(admin_client, ns, "iris") as traffic:
+    async with serving.load(admin_client, ns, "iris") as traffic:
         await wait.until(lambda: len(traffic.answers) >= 20, timeout=60, what="20 answers of version 1")
         patch = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}}}
         await admin_client.patch(api.RESOURCE, "iris", patch, namespace=ns)
@@ -193,13 +106,11 @@ async def test_a_model_update_rolls_out_under_load_with_zero_failed_requests(
             what="20 answers in a row from version 2",
         )
         await wait.until(
-            lambda: rolled_out(admin_client, ns, "iris-predictor"), timeout=120, what="the rollout over"
+            lambda: serving.rolled_out(admin_client, ns, "iris"), timeout=120, what="the rollout over"
         )
         settled = len(traffic.answers)
-        await wait.until(lambda: len(traffic.answers) >= settled + 20, timeout=60, what="20 more answers")
-    assert traffic.errors == [], (
-        f"{len(traffic.errors)} of {len(traffic.answers) + len(traffic.errors)} failed: {traffic.errors[:3]}"
-    )
+        await traffic.more(20)
+    assert traffic.errors == [], traffic.summary()
     assert traffic.answers[0] == [1, 1]
     assert all(a == [2, 2] for a in traffic.answers[settled:]), "version 1 answered after its pods were gone"
 
@@ -254,3 +165,38 @@ async def test_a_failure_of_the_real_kubelet_or_initializer_is_in_status_and_why
     report = await why.collect(str(kube_cluster), None, ns, case, demo.local_settings())
     text = why.render_text(report, width=200, color=False)
     assert reason in text and why_says in text, text
+
+
+async def test_every_metric_the_alerts_use_is_exported_by_the_real_server(
+    admin_client: rclient.Client, ns: str
+) -> None:
+    """The PrometheusRule the operator wrote for an MLServer service asks for metrics the real server
+    exports (its ``/metrics`` after a request), and the latency alert's path matcher matches the
+    REST histogram's real path label."""
+    await create(admin_client, ns, iris("iris"))
+    await ready(admin_client, ns, "iris")
+    await infer.infer(admin_client, "iris", ns, v2(QUICKSTART))
+    rule = await admin_client.get(monitoring.PROMETHEUS_RULE.resource(), "iris", ns)
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    used = {m for e in exprs for m in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", e)}
+    server_metrics = {
+        m for m in used if not m.startswith("kube_")
+    }  # kube-state-metrics' are not the server's
+    assert server_metrics, exprs
+    pods = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
+    pod = pods["items"][0]["metadata"]["name"]
+    port = serving_runtime_metrics_port()
+    scrape = await admin_client.request_text(
+        f"/api/v1/namespaces/{ns}/pods/{pod}:{port}/proxy/metrics", resource="pods/proxy"
+    )
+    exported = {line.split("{")[0].split(" ")[0] for line in scrape.splitlines() if line and line[0] != "#"}
+    missing = sorted(server_metrics - exported)
+    assert missing == [], f"the alerts use metrics MLServer does not export: {missing}"
+    paths = set(re.findall(r'rest_server_request_duration_seconds_bucket\{[^}]*path="([^"]+)"', scrape))
+    matcher = re.search(r'path=~"([^"]+)"', " ".join(exprs))
+    assert matcher is not None, exprs
+    assert any(re.fullmatch(matcher.group(1), p) for p in paths), (matcher.group(1), paths)
+
+
+def serving_runtime_metrics_port() -> int:
+    return demo.local_settings().servers["seldon"].ports["metrics"]

@@ -1,0 +1,156 @@
+"""Real model serving in tests (the real node, the model store, real requests): the manifests, the
+requests and their answers, a continuous load, and the operator with the local cluster's settings.
+
+::
+
+    async with serving.operator(kube_cluster, cluster_name, admin_client, demo.local_settings()):
+        await modelstore.grant(admin_client, ns)
+        await admin_client.create(api.RESOURCE, serving.iris("iris"), ns)
+        await serving.ready(admin_client, ns, "iris")
+        async with serving.load(admin_client, ns, "iris") as traffic:
+            ...
+        assert traffic.errors == []
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from mlops_platform import api, infer
+from mlops_platform.controllers.inferenceservice import labels
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.devcluster.modelstore import manifests as store
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import operator as operator_process
+from mlops_platform.testing import probes, wait, webhook
+
+#: KServe's first tutorial's input: version 1 of the demo iris model answers [1, 1], version 2 [2, 2]
+QUICKSTART = [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6]]
+#: images imported; the initializer and MLServer's start on a loaded 2-core machine
+READY_TIMEOUT = 240.0
+
+
+@contextlib.asynccontextmanager
+async def operator(
+    kube_cluster: Path, cluster_name: str, admin_client: rclient.Client, settings: base.BuildContext
+) -> AsyncIterator[rmanager.Manager]:
+    """The model store running (images imported, the demo models uploaded), the CRD installed and
+    the operator in this process with ``settings``."""
+    await asyncio.to_thread(modelstore.install, cluster_name)
+    await webhook.install_crd(admin_client)
+    async with (
+        rclient.Client.from_kubeconfig(str(kube_cluster)) as c,
+        operator_process.running(c, settings=settings) as mgr,
+    ):
+        yield mgr
+
+
+def iris(
+    name: str,
+    uri: str = "s3://models/iris/1",
+    *,
+    memory: str = "1Gi",
+    secret: str = store.CLIENT_SECRET,
+    replicas: int = 1,
+    canary: str | None = None,
+    canary_percent: int = 20,
+) -> dict[str, Any]:
+    """A v1 InferenceService of the demo iris model (MLServer, from the model store)."""
+    model = {"format": "sklearn", "storage": {"secretName": secret, "endpoint": store.ENDPOINT}}
+    spec: dict[str, Any] = {
+        "predictor": {
+            "runtime": "seldon",
+            "model": {"uri": uri, **model},
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": memory}},
+            "autoscaling": {"minReplicas": replicas, "maxReplicas": replicas},
+        }
+    }
+    if canary is not None:
+        spec["canary"] = {"model": {"uri": canary}, "trafficPercent": canary_percent}
+    return {
+        "apiVersion": "mlops.platform/v1",
+        "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def v2(rows: list[list[float]]) -> dict[str, Any]:
+    """An Open Inference Protocol v2 request of ``rows`` (4 features each)."""
+    return {"inputs": [{"name": "input-0", "shape": [len(rows), 4], "datatype": "FP64", "data": rows}]}
+
+
+def answer(response: Any) -> list[int]:
+    """The predicted classes of a v2 answer."""
+    return [int(v) for v in response["outputs"][0]["data"]]
+
+
+async def ready(c: rclient.Client, ns: str, name: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+    """The InferenceService once ``Ready=True``; on a timeout its Ready condition is the message."""
+
+    async def serving() -> dict[str, Any] | None:
+        live = await c.get(api.RESOURCE, name, ns)
+        return live if probes.condition(live, "Ready").get("status") == "True" else None
+
+    try:
+        return await wait.until(serving, timeout=timeout, what=f"{ns}/{name} Ready")
+    except TimeoutError:
+        live = await c.get(api.RESOURCE, name, ns)
+        raise AssertionError(f"{name} not Ready: {probes.condition(live, 'Ready')}") from None
+
+
+@dataclasses.dataclass
+class Load:
+    """Requests one after another through the API server until stopped: each answer or error."""
+
+    answers: list[list[int]] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    async def run(self, c: rclient.Client, ns: str, name: str) -> None:
+        while True:
+            try:
+                self.answers.append(answer(await infer.infer(c, name, ns, v2(QUICKSTART))))
+            except infer.InferError as e:
+                self.errors.append(str(e))
+
+    async def more(self, n: int, timeout: float = 60.0) -> None:
+        """Wait until ``n`` more requests have been answered."""
+        want = len(self.answers) + n
+        await wait.until(lambda: len(self.answers) >= want, timeout=timeout, what=f"{n} more answers")
+
+    def summary(self) -> str:
+        return f"{len(self.errors)} of {len(self.answers) + len(self.errors)} failed: {self.errors[:3]}"
+
+
+@contextlib.asynccontextmanager
+async def load(c: rclient.Client, ns: str, name: str) -> AsyncIterator[Load]:
+    """A continuous load on ``ns/name`` while the block runs."""
+    result = Load()
+    task = asyncio.create_task(result.run(c, ns, name))
+    try:
+        yield result
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def rolled_out(c: rclient.Client, ns: str, name: str) -> bool:
+    """``name``'s predictor rollout is over: every replica updated and available, no other pod left."""
+    d = await c.get(resources.DEPLOYMENT, f"{name}-predictor", ns)
+    st, want = d.get("status") or {}, d["spec"].get("replicas", 1)
+    if st.get("observedGeneration", 0) < d["metadata"]["generation"]:
+        return False
+    if not st.get("updatedReplicas") == st.get("availableReplicas") == st.get("replicas") == want:
+        return False
+    selector = f"{labels.INFERENCESERVICE}={name},{labels.COMPONENT}={labels.PREDICTOR}"
+    pods = await c.list(resources.POD, ns, label_selector=selector)
+    return bool(len(pods["items"]) == want)
