@@ -154,3 +154,17 @@ async def rolled_out(c: rclient.Client, ns: str, name: str) -> bool:
     selector = f"{labels.INFERENCESERVICE}={name},{labels.COMPONENT}={labels.PREDICTOR}"
     pods = await c.list(resources.POD, ns, label_selector=selector)
     return bool(len(pods["items"]) == want)
+
+
+async def pod_states(c: rclient.Client, ns: str, name: str) -> str:
+    """Each pod of ``name``: phase, readiness, restarts and last termination (for failure messages)."""
+    pods = await c.list(resources.POD, ns, label_selector=f"{labels.INFERENCESERVICE}={name}")
+    out = []
+    for pod in pods["items"]:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+            last = ((cs.get("lastState") or {}).get("terminated")) or {}
+            out.append(
+                f"{pod['metadata']['name']}: {pod['status'].get('phase')} ready={cs.get('ready')} "
+                f"restarts={cs.get('restartCount')} last={last.get('reason')}"
+            )
+    return "; ".join(out) or "no pods"

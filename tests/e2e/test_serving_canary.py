@@ -1,0 +1,125 @@
+"""Canary rollouts with real requests on the real node, under the replicas router (no mesh: the
+predictor Service selects both components' pods, the canary's share is its share of ready
+endpoints; each request lands on one at random). Version 1 of the demo iris model answers [1, 1] to
+the quickstart input, version 2 (the canary) [2, 2], so every answer says who served it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from mlops_platform import api, infer
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.devcluster import demo
+from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import probes, serving, wait
+
+STABLE, CANARY = [1, 1], [2, 2]
+REQUESTS = 1000
+
+
+@pytest.fixture(scope="module")
+async def replicas_operator(
+    kube_cluster: Path, local_cluster_name: str, admin_client: rclient.Client
+) -> AsyncIterator[rmanager.Manager]:
+    settings = dataclasses.replace(demo.local_settings(), router=base.Router("replicas"))
+    async with serving.operator(kube_cluster, local_cluster_name, admin_client, settings) as mgr:
+        yield mgr
+
+
+@pytest.fixture
+async def ns(namespace: str, admin_client: rclient.Client, replicas_operator: rmanager.Manager) -> str:
+    await modelstore.grant(admin_client, namespace)
+    return namespace
+
+
+def binomial_interval(n: int, p: float, z: float = 2.576) -> tuple[float, float]:
+    """The 99 % interval of a Binomial(n, p) count (normal approximation: n p (1 - p) = 160 here)."""
+    sd = math.sqrt(n * p * (1 - p))
+    return n * p - z * sd, n * p + z * sd
+
+
+async def canary_ready(c: rclient.Client, ns: str, name: str) -> None:
+    async def canary() -> bool:
+        cond = probes.condition(await c.get(api.RESOURCE, name, ns), "CanaryReady")
+        return cond.get("status") == "True" and cond.get("reason") == "Canary"
+
+    await wait.until(canary, timeout=serving.READY_TIMEOUT, what="CanaryReady=True/Canary")
+
+
+async def test_a_20_percent_canary_answers_its_share_and_promotes_under_load(
+    admin_client: rclient.Client, ns: str
+) -> None:
+    await admin_client.create(api.RESOURCE, serving.iris("iris", replicas=4, canary="s3://models/iris/2"), ns)
+    await serving.ready(admin_client, ns, "iris")
+    await canary_ready(admin_client, ns, "iris")
+    answers = [
+        serving.answer(await infer.infer(admin_client, "iris", ns, serving.v2(serving.QUICKSTART)))
+        for _ in range(REQUESTS)
+    ]
+    canary = answers.count(CANARY)
+    low, high = binomial_interval(REQUESTS, 0.2)
+    assert answers.count(STABLE) + canary == REQUESTS, set(map(tuple, answers))
+    assert low <= canary <= high, (
+        f"{canary} of {REQUESTS} answered by the canary, not within [{low:.0f}, {high:.0f}]"
+    )
+
+    async with serving.load(admin_client, ns, "iris") as traffic:
+        await traffic.more(10)
+        promote = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}, "canary": None}}
+        await admin_client.patch(api.RESOURCE, "iris", promote, namespace=ns)
+        await wait.until(
+            lambda: serving.rolled_out(admin_client, ns, "iris"),
+            timeout=serving.READY_TIMEOUT,
+            what="promoted",
+        )
+        await wait.until(lambda: _no_canary(admin_client, ns), timeout=120, what="the canary's objects gone")
+        settled = len(traffic.answers)
+        await traffic.more(30)
+    assert traffic.errors == [], traffic.summary()
+    assert all(a == CANARY for a in traffic.answers[settled:]), "version 1 answered after the promotion"
+
+
+async def test_a_rollback_under_load_fails_no_request(admin_client: rclient.Client, ns: str) -> None:
+    await admin_client.create(api.RESOURCE, serving.iris("iris", replicas=2, canary="s3://models/iris/2"), ns)
+    await serving.ready(admin_client, ns, "iris")
+    await canary_ready(admin_client, ns, "iris")
+    async with serving.load(admin_client, ns, "iris") as traffic:
+        await wait.until(lambda: CANARY in traffic.answers, timeout=60, what="an answer of the canary")
+        await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
+        await wait.until(lambda: _no_canary(admin_client, ns), timeout=120, what="the canary's objects gone")
+        settled = len(traffic.answers)
+        await traffic.more(30)
+    assert traffic.errors == [], traffic.summary()
+    assert all(a == STABLE for a in traffic.answers[settled:]), "the canary answered after the rollback"
+
+
+async def test_a_canary_that_cannot_serve_gets_no_request(admin_client: rclient.Client, ns: str) -> None:
+    """The candidate's model file is not a model: MLServer exits at start, again and again."""
+    await admin_client.create(
+        api.RESOURCE, serving.iris("iris", replicas=1, canary="s3://models/broken/1"), ns
+    )
+    await serving.ready(admin_client, ns, "iris")
+
+    async def canary_failing() -> bool:
+        cond = probes.condition(await admin_client.get(api.RESOURCE, "iris", ns), "CanaryReady")
+        return cond.get("status") == "False" and cond.get("reason") != "Staging"
+
+    await wait.until(canary_failing, timeout=serving.READY_TIMEOUT, what="CanaryReady=False (not Staging)")
+    async with serving.load(admin_client, ns, "iris") as traffic:
+        await traffic.more(100)
+    states = await serving.pod_states(admin_client, ns, "iris")
+    assert traffic.errors == [], f"{traffic.summary()}; pods: {states}"
+    assert all(a == STABLE for a in traffic.answers)
+
+
+async def _no_canary(c: rclient.Client, ns: str) -> bool:
+    return await probes.absent(c, resources.DEPLOYMENT, ns, "iris-canary")
