@@ -9,6 +9,7 @@ MLServer's local image on the real node, the operator's image as storage initial
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -26,7 +27,8 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import probes, serving, wait
-from mlops_platform.testing.plugin import Kubectl
+from mlops_platform.testing import realnode as rn
+from mlops_platform.testing.plugin import Kubectl, temporary_namespace
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +202,57 @@ async def test_every_metric_the_alerts_use_is_exported_by_the_real_server(
 
 def serving_runtime_metrics_port() -> int:
     return demo.local_settings().servers["seldon"].ports["metrics"]
+
+
+async def test_the_network_policy_lets_its_namespace_predict_and_monitoring_scrape_and_no_one_else(
+    admin_client: rclient.Client, ns: str, kubectl: Kubectl
+) -> None:
+    obj = iris("iris")
+    obj["spec"]["networkPolicy"] = {"enabled": True}
+    await create(admin_client, ns, obj)
+    await ready(admin_client, ns, "iris")
+    monitoring_ns = demo.local_settings().monitoring_namespace
+    with contextlib.suppress(rclient.ApiError):  # shared by the tests, kept
+        meta = {"name": monitoring_ns}
+        await admin_client.create(
+            resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+        )
+    scraper = f"scraper-{ns}"[:63]
+    async with temporary_namespace(admin_client, "np-elsewhere") as elsewhere:
+        clients = [(ns, "client"), (elsewhere, "client"), (monitoring_ns, scraper)]
+        try:
+            for where, pod in clients:
+                await admin_client.create(resources.POD, rn.server(pod), where)
+            for where, pod in clients:
+                await rn.wait_pod(admin_client, where, pod, rn.is_ready, what="Ready")
+            infer_url = f"http://iris-predictor.{ns}.svc:8080/v2/models/iris/infer"
+            metrics_url = f"http://iris-predictor.{ns}.svc:{serving_runtime_metrics_port()}/metrics"
+            body = json.dumps(v2(QUICKSTART))
+            said = await rn.eventually_reaches(
+                kubectl,
+                ns,
+                "client",
+                infer_url,
+                True,
+                "its namespace predicts",
+                body=body,
+                expect='"predict"',
+            )
+            assert answer(json.loads(said)) == [1, 1]
+            said = await rn.eventually_reaches(
+                kubectl, elsewhere, "client", infer_url, False, "another namespace is refused", body=body
+            )
+            # kube-router rejects what no policy allows (an ICMP error: "refused" at once, where a
+            # dropping implementation makes the client time out); the port is open to the allowed one
+            assert "Connection refused" in said or "timed out" in said, said
+            await rn.eventually_reaches(
+                kubectl, monitoring_ns, scraper, metrics_url, True, "monitoring scrapes", expect="model_infer"
+            )
+            await rn.eventually_reaches(
+                kubectl, elsewhere, "client", metrics_url, False, "another namespace cannot scrape"
+            )
+            await rn.eventually_reaches(
+                kubectl, monitoring_ns, scraper, infer_url, False, "monitoring cannot predict", body=body
+            )
+        finally:
+            await admin_client.delete(resources.POD, scraper, monitoring_ns)

@@ -29,12 +29,15 @@ class H(http.server.BaseHTTPRequestHandler):
 print("serving on 8080", flush=True)
 http.server.ThreadingHTTPServer(("", 8080), H).serve_forever()
 """
-#: ``python3 -c FETCH URL [TIMEOUT]``: print the body of a GET, or the error (exit 1)
+#: ``python3 -c FETCH URL [TIMEOUT [BODY]]``: print the body of a GET (a POST of the JSON ``BODY``),
+#: or the error (exit 1)
 FETCH = """
 import sys, urllib.request
 timeout = float(sys.argv[2]) if len(sys.argv) > 2 else 5
+data = sys.argv[3].encode() if len(sys.argv) > 3 else None
+req = urllib.request.Request(sys.argv[1], data=data, headers={"Content-Type": "application/json"})
 try:
-    print(urllib.request.urlopen(sys.argv[1], timeout=timeout).read().decode())
+    print(urllib.request.urlopen(req, timeout=timeout).read().decode())
 except Exception as e:
     print(f"error: {e}"); sys.exit(1)
 """
@@ -116,11 +119,18 @@ async def wait_pod(
 
 
 async def exec_fetch(
-    kubectl: Callable[..., Any], namespace: str, pod_name: str, url: str, timeout: float = 5
+    kubectl: Callable[..., Any],
+    namespace: str,
+    pod_name: str,
+    url: str,
+    timeout: float = 5,
+    body: str | None = None,
 ) -> tuple[int, str]:
-    """GET ``url`` from inside ``pod_name`` (``kubectl exec``); (exit code, what it printed)."""
+    """GET ``url`` (POST the JSON ``body``) from inside ``pod_name`` (``kubectl exec``); (exit code,
+    what it printed)."""
+    post = [body] if body is not None else []
     rc, out, err = await kubectl(
-        "exec", "-n", namespace, pod_name, "--", "python3", "-c", FETCH, url, str(timeout)
+        "exec", "-n", namespace, pod_name, "--", "python3", "-c", FETCH, url, str(timeout), *post
     )
     return rc, (out + err).strip()
 
@@ -142,3 +152,33 @@ async def run_once(
     if rc != 0:
         raise RuntimeError(f"kubectl logs {name}: {err}")
     return done["status"]["phase"], out
+
+
+async def eventually_reaches(
+    kubectl: Callable[..., Any],
+    namespace: str,
+    pod_name: str,
+    url: str,
+    reach: bool,
+    what: str,
+    *,
+    body: str | None = None,
+    expect: str = "",
+) -> str:
+    """Policies take effect within a sync of the agent: wait until ``pod_name`` reaches ``url`` (its
+    answer holds ``expect``) or not, as ``reach`` says, three probes in a row; the last output."""
+    last = ""
+
+    async def settled() -> bool:
+        nonlocal last
+        for _ in range(3):
+            rc, last = await exec_fetch(kubectl, namespace, pod_name, url, timeout=2, body=body)
+            if (rc == 0 and expect in last) != reach:
+                return False
+        return True
+
+    try:
+        await until(settled, timeout=60, interval=0.5, what=what)
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}; last answer: {last}") from None
+    return last

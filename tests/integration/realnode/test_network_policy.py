@@ -9,7 +9,6 @@ from typing import Any
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import realnode as rn
-from mlops_platform.testing import wait
 from mlops_platform.testing.plugin import temporary_namespace
 
 Kubectl = Any
@@ -25,22 +24,8 @@ def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _reaches(kubectl: Kubectl, ns: str, pod: str, url: str) -> bool:
-    rc, _ = await rn.exec_fetch(kubectl, ns, pod, url, timeout=2)
-    return rc == 0
-
-
 async def _eventually(kubectl: Kubectl, ns: str, pod: str, url: str, reach: bool, what: str) -> None:
-    """Policies take effect within a sync of the agent: wait for the expected answer, then check it
-    stays so (three probes in a row)."""
-
-    async def settled() -> bool:
-        for _ in range(3):
-            if await _reaches(kubectl, ns, pod, url) != reach:
-                return False
-        return True
-
-    await wait.until(settled, timeout=60, interval=0.5, what=what)
+    await rn.eventually_reaches(kubectl, ns, pod, url, reach, what)
 
 
 async def test_policies_block_what_they_do_not_allow_and_let_through_what_they_do(
