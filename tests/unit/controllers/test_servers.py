@@ -134,7 +134,12 @@ seldon:
     )
     assert dict(second["seldon"].node_selector) == {"pool": "cpu", "mlops.platform/real-node": "true"}
     assert [dict(t) for t in second["seldon"].tolerations] == [
-        {"key": "mlops.platform/real-node", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}
+        {
+            "key": "mlops.platform/real-node",
+            "operator": "Exists",
+            "effect": "NoSchedule",
+            "tolerationSeconds": 5,
+        }
     ]
     assert servers.default_table()["seldon"].tolerations == ()
 

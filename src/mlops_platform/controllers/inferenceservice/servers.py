@@ -513,9 +513,7 @@ def _merge(spec: ServingRuntime, o: _Override) -> ServingRuntime:
     if o.node_selector is not None:
         changes["node_selector"] = MappingProxyType({**spec.node_selector, **o.node_selector})
     if o.tolerations is not None:
-        changes["tolerations"] = tuple(
-            MappingProxyType(msgspec.to_builtins(t)) for t in o.tolerations
-        )
+        changes["tolerations"] = tuple(MappingProxyType(msgspec.to_builtins(t)) for t in o.tolerations)
     if o.default_requests is not None:
         changes["default_requests"] = MappingProxyType({k: str(v) for k, v in o.default_requests.items()})
     for name in ("readiness_probe", "liveness_probe", "startup_probe"):
@@ -586,7 +584,9 @@ def _validate_placement(spec: ServingRuntime, where: str) -> None:
     for i, t in enumerate(spec.tolerations):
         operator = t.get("operator", "Equal")
         if operator == "Exists" and t.get("value"):
-            raise ServingRuntimeError(f"{where}.tolerations[{i}].value: must be empty when operator is Exists")
+            raise ServingRuntimeError(
+                f"{where}.tolerations[{i}].value: must be empty when operator is Exists"
+            )
         if not t.get("key") and operator != "Exists":
             raise ServingRuntimeError(f"{where}.tolerations[{i}].operator: must be Exists when key is empty")
 
