@@ -9,10 +9,13 @@ MLServer's local image on the real node, the operator's image as storage initial
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import random
 import re
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +24,9 @@ import pytest
 
 from mlops_platform import api, infer, why
 from mlops_platform.controllers.inferenceservice.children import monitoring
-from mlops_platform.devcluster import demo
+from mlops_platform.devcluster import cluster, demo
 from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.devcluster.realnode import fabric
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -256,3 +260,35 @@ async def test_the_network_policy_lets_its_namespace_predict_and_monitoring_scra
             )
         finally:
             await admin_client.delete(resources.POD, scraper, monitoring_ns)
+
+
+async def test_running_model_servers_keep_answering_while_containerd_then_kubelet_restart(
+    admin_client: rclient.Client, ns: str, local_cluster_name: str
+) -> None:
+    """The real node's containerd, then its kubelet, stopped (SIGTERM) and started again (``dev up``)
+    under continuous load: the containers run on (their shims are not containerd's children), no
+    request fails, and the InferenceService is Ready again with the same pod once the node is back."""
+    await create(admin_client, ns, iris("iris"))
+    await ready(admin_client, ns, "iris")
+    before = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
+    block = fabric.block_of(cluster.workdir(), local_cluster_name)
+    assert block is not None
+    node = fabric.Fabric(local_cluster_name, cluster.cluster_dir(local_cluster_name), block).node(0)
+    async with serving.load(admin_client, ns, "iris") as traffic:
+        await traffic.more(10)
+        for daemon in ("containerd", "kubelet"):
+            pid = node.pid(daemon)
+            assert pid is not None
+            os.kill(pid, signal.SIGTERM)
+            await wait.until(lambda: node.pid(daemon) is None, timeout=30, what=f"{daemon} stopped")  # noqa: B023
+            await traffic.more(10)  # served with the daemon gone
+            await asyncio.to_thread(cluster.up, local_cluster_name)
+            assert node.pid(daemon) not in (None, pid)
+            await traffic.more(10)
+    assert traffic.errors == [], traffic.summary()
+    live = await ready(admin_client, ns, "iris")
+    after = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
+    assert [p["metadata"]["uid"] for p in after["items"]] == [p["metadata"]["uid"] for p in before["items"]]
+    statuses = after["items"][0]["status"]["containerStatuses"]
+    assert [cs["restartCount"] for cs in statuses] == [0], statuses
+    assert probes.condition(live, "Ready").get("reason") == "Serving"
