@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from mlops_platform import api, infer, why
+from mlops_platform.api import v1alpha1
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import cluster, demo
 from mlops_platform.devcluster.modelstore import install as modelstore
@@ -292,3 +293,59 @@ async def test_running_model_servers_keep_answering_while_containerd_then_kubele
     statuses = after["items"][0]["status"]["containerStatuses"]
     assert [cs["restartCount"] for cs in statuses] == [0], statuses
     assert probes.condition(live, "Ready").get("reason") == "Serving"
+
+
+#: a load generator pod: THREADS loops POSTing a big batch to URL until the pod is deleted
+LOADGEN = """
+import json, sys, threading, urllib.request
+url, threads = sys.argv[1], int(sys.argv[2])
+rows = [[5.0 + i % 30 / 10, 3.0, 1.0 + i % 60 / 10, 0.2 + i % 20 / 10] for i in range(2000)]
+tensor = {"name": "x", "shape": [len(rows), 4], "datatype": "FP64", "data": rows}
+body = json.dumps({"inputs": [tensor]}).encode()
+request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+def loop():
+    while True:
+        try:
+            urllib.request.urlopen(request, timeout=10).read()
+        except Exception as e:
+            print(f"error: {e}", flush=True)
+print("loading", flush=True)
+for _ in range(threads):
+    threading.Thread(target=loop, daemon=True).start()
+threading.Event().wait()
+"""
+
+
+async def test_an_hpa_on_real_cpu_scales_up_under_load_and_back_without_the_operator_writing_replicas(
+    admin_client: rclient.Client, ns: str
+) -> None:
+    low, high = 1, 3
+    obj = iris("iris")
+    obj["spec"]["predictor"]["autoscaling"] = {
+        "minReplicas": low,
+        "maxReplicas": high,
+        "targetUtilization": {"cpu": 50},
+    }
+    await create(admin_client, ns, obj)
+    await ready(admin_client, ns, "iris")
+
+    async def replicas() -> int:
+        d = await admin_client.get(resources.DEPLOYMENT, "iris-predictor", ns)
+        return int(d["spec"].get("replicas", 0))
+
+    url = f"http://iris-predictor.{ns}.svc:8080/v2/models/iris/infer"
+    await admin_client.create(resources.POD, rn.pod("loadgen", ["python3", "-c", LOADGEN, url, "4"]), ns)
+    await wait.until(lambda: _at(replicas, high), timeout=300, what=f"the HPA scales to {high} on real CPU")
+    await admin_client.delete(resources.POD, "loadgen", ns)
+    await wait.until(lambda: _at(replicas, low), timeout=300, what=f"the HPA back to {low} without load")
+    d = await admin_client.get(resources.DEPLOYMENT, "iris-predictor", ns)
+    owners = [
+        m["manager"]
+        for m in d["metadata"]["managedFields"]
+        if '"f:replicas"' in json.dumps(m.get("fieldsV1"))
+    ]
+    assert owners and v1alpha1.FIELD_MANAGER not in owners, owners
+
+
+async def _at(current: Any, want: int) -> bool:
+    return bool(await current() == want)
