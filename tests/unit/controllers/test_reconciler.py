@@ -1847,6 +1847,28 @@ def test_a_crash_loop_says_why_the_container_last_exited() -> None:
     assert "startedAt" not in str(slim)
 
 
+def test_a_crash_loop_says_the_servers_own_last_words() -> None:
+    """A server that exits with an error: its termination message (the kubelet's fallback is the
+    log's end) says why in the server's words, its last line."""
+    failed = _pod("Running", CRASH)
+    words = "Traceback (most recent call last):\n  ...\nUnpicklingError: invalid load key, 'n'.\n\n"
+    failed["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"reason": "Error", "exitCode": 1, "message": words}
+    }
+    reason, message = reconciler.pod_failure(reconciler.slim_pod(copy.deepcopy(failed))) or ("", "")
+    assert reason == "CrashLoopBackOff"
+    assert message.endswith("(last exit: Error, code 1): UnpicklingError: invalid load key, 'n'.")
+    # a server that exits 0 when its model fails to load (MLServer) leaves the kubelet nothing to keep
+    failed["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"reason": "Completed", "exitCode": 0}
+    }
+    _, message = reconciler.pod_failure(reconciler.slim_pod(copy.deepcopy(failed))) or ("", "")
+    assert message.endswith(
+        "(last exit: Completed, code 0): it stopped by itself (e.g. a model it could not load); "
+        "its log says why"
+    )
+
+
 def test_an_upstream_message_is_bounded_on_the_status() -> None:
     long = _pod("Running", {"reason": "ErrImagePull", "message": "x" * 5000})
     _, message = reconciler.pod_failure(long) or ("", "")

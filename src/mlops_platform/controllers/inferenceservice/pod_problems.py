@@ -62,6 +62,11 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
                 last = ((cs.get("lastState") or {}).get("terminated")) or {}
                 if last.get("reason") or last.get("exitCode") is not None:
                     msg += f" (last exit: {last.get('reason') or 'Error'}, code {last.get('exitCode')})"
+                said = last_line(str(last.get("message") or ""))
+                if said:  # the server's own words: its termination message, or its log's last line
+                    msg += f": {said}"
+                elif last.get("exitCode") == 0:  # nothing for the kubelet to keep: say where to look
+                    msg += ": it stopped by itself (e.g. a model it could not load); its log says why"
                 return str(waiting["reason"]), bounded(msg)
         if pending is None:
             for cs in st.get("containerStatuses") or ():
@@ -126,9 +131,13 @@ def model_download_failure(pod: Obj) -> tuple[str, str] | None:
     return None
 
 
+def last_line(message: str) -> str:
+    """The last non-blank line of a termination message (a server's error ends its log)."""
+    return next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "")
+
+
 def download_failure(pod: str, message: str, exit_code: int, reason: str = "") -> str:
     """``pod <name>: <the last line of the initializer's termination message>`` (bounded), else its
     exit code (``why`` says the same from the pods it reads)."""
-    last = next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "")
-    why = last or f"the storage initializer exited with code {exit_code} ({reason or 'Error'})"
+    why = last_line(message) or f"the storage initializer exited with code {exit_code} ({reason or 'Error'})"
     return bounded(f"pod {pod}: {why}")

@@ -101,9 +101,8 @@ def slim_pod(pod: Obj) -> Obj:
             if flag in cs:
                 slim_cs[flag] = cs[flag]
         terminated = (cs.get("lastState") or {}).get("terminated")
-        if waiting and terminated:  # why it is waiting again (OOMKilled, Error)
-            keep = ("reason", "exitCode")
-            slim_cs["lastState"] = {"terminated": {k: terminated[k] for k in keep if k in terminated}}
+        if waiting and terminated:  # why it is waiting again (OOMKilled, Error, the server's words)
+            slim_cs["lastState"] = {"terminated": _slim_terminated(terminated)}
         statuses.append(slim_cs)
     slim_status: Obj = {"containerStatuses": statuses}
     initializer = _slim_initializer(st)
