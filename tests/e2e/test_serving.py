@@ -132,8 +132,9 @@ async def test_a_model_update_rolls_out_under_load_with_zero_failed_requests(
         ),
         ("wrong-credentials", "ModelDownloadFailed", "403 Forbidden (InvalidAccessKeyId", "403 Forbidden"),
         ("memory-limit", "CrashLoopBackOff", "(last exit: OOMKilled, code 137)", "OOMKilled, exit code 137"),
+        ("not-a-model", "CrashLoopBackOff", "code 0): it stopped by itself", "it stopped by itself"),
     ],
-    ids=["missing-model", "wrong-credentials", "memory-limit"],
+    ids=["missing-model", "wrong-credentials", "memory-limit", "not-a-model"],
 )
 async def test_a_failure_of_the_real_kubelet_or_initializer_is_in_status_and_why(
     admin_client: rclient.Client,
@@ -155,8 +156,10 @@ async def test_a_failure_of_the_real_kubelet_or_initializer_is_in_status_and_why
         }
         await admin_client.create(resources.SECRET, secret, ns)
         obj = iris(case, secret="wrong")
-    else:
+    elif case == "memory-limit":
         obj = iris(case, memory="100Mi")  # MLServer with scikit-learn needs more
+    else:
+        obj = iris(case, "s3://models/broken/1")  # MLServer stops (exit 0) when it cannot load it
     await create(admin_client, ns, obj)
 
     async def failed() -> dict[str, Any] | None:
