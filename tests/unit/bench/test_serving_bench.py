@@ -187,3 +187,33 @@ def test_the_fetch_pod_runs_that_initializer_on_another_uri_without_a_layout() -
     assert "--format" not in init["args"] and "--endpoint" in init["args"]
     assert p["spec"]["restartPolicy"] == "Never"
     assert p["spec"]["nodeSelector"] == {"mlops.platform/real-node": "true"}
+
+
+def test_render_writes_every_section_from_a_result() -> None:
+    def start(path: str, run: int, total: float, counted: bool = True) -> dict[str, Any]:
+        phases = {k: 1.0 for k, _ in serving.PHASES} | {"ready": total - 7.0}
+        return {"path": path, "run": run, "counted": counted, "total": total, "phases": phases,
+                "delivered": {"seconds": 0.004}}  # fmt: skip
+
+    result = {
+        "cold_start": [start("operator", 0, 99.0, counted=False)]
+        + [start(p, i, 11.0 + 10 * (i % 2)) for i in range(1, 4) for p in serving.PATHS],
+        "latency": [
+            {"path": p, "round": i, "requests": 3, "error_count": 0, "latencies_ms": [4.0, 5.0, 6.0]}
+            for i, p in enumerate(serving.abba(1), 1)
+        ],
+        "network_policies": [],
+        "download": [
+            {"mib": 64, "fetch": 0, "seconds": 0.2, "mib_per_second": 320.0, "init_container_seconds": 1.0}
+        ],
+        "arguments": {"runs": 3, "warmup": 1, "poll": 0.1, "rate": 20.0, "seconds": 30.0, "rounds": 1},
+        "machine": {"date": "2026-12-06T08:00:00+00:00", "cpus": 2},
+        "command": "python -m bench.serving",
+    }
+    text = serving.render(result)
+    assert "| operator | 3 | 21.00 | 21.00 | 11.00 - 21.00 | 6.00 | 6.00 |" in text
+    assert "**operator / hand-written, p50: 1.00x** (goal <= 1.10x: met)" in text
+    assert "99.00" not in text  # the warm-up is not counted
+    assert "| 64 MiB | 1 | 0.20 | 320.0 | 320.0 - 320.0 | 1.00 |" in text
+    assert "NetworkPolicies in the namespace during the rounds: none" in text
+    assert "shared machine" in text.lower()
