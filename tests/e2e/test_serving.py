@@ -132,7 +132,12 @@ async def test_a_model_update_rolls_out_under_load_with_zero_failed_requests(
         ),
         ("wrong-credentials", "ModelDownloadFailed", "403 Forbidden (InvalidAccessKeyId", "403 Forbidden"),
         ("memory-limit", "CrashLoopBackOff", "(last exit: OOMKilled, code 137)", "OOMKilled, exit code 137"),
-        ("not-a-model", "CrashLoopBackOff", "code 0): it stopped by itself", "it stopped by itself"),
+        (
+            "not-a-model",
+            "CrashLoopBackOff",
+            "code 0): it stopped by itself",
+            "exit code 0: its log:",
+        ),
     ],
     ids=["missing-model", "wrong-credentials", "memory-limit", "not-a-model"],
 )

@@ -881,3 +881,31 @@ def test_why_takes_the_operators_runtime_config(tmp_path: Path, monkeypatch: pyt
     result = click.testing.CliRunner().invoke(cli.main, ["why", NAME, "--runtime-config", str(good)])
     assert result.output == "Error: stop here\n"
     assert set(seen[0].servers) == {"triton", "seldon", "torchserve", "triton-large"}
+
+
+def test_a_container_that_stopped_silently_is_explained_by_its_previous_logs_last_error() -> None:
+    from mlops_platform.why import reading
+
+    log = "\n".join(
+        [
+            "2026-12-06 08:14:09,700 [mlserver.parallel] ERROR - An error occurred processing a model update",
+            "Traceback (most recent call last):",
+            '  File "/opt/venv/lib/python3.11/site-packages/joblib/numpy_pickle.py", line 577, in _unpickle',
+            "_pickle.UnpicklingError: invalid load key, 'n'.",
+            "INFO:     Shutting down",
+            "2026-12-06 08:14:10,480 [mlserver.parallel] INFO - Shutdown of default inference pool complete",
+        ]
+    )
+    assert reading.last_error(log) == "_pickle.UnpicklingError: invalid load key, 'n'."
+    assert reading.last_error("a\n[x] ERROR - it broke\nINFO done\n") == "[x] ERROR - it broke"
+    assert reading.last_error("INFO all good\n") == ""
+    silent = {"name": "predictor", "lastState": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    said = {"name": "sidecar", "lastState": {"terminated": {"exitCode": 1, "message": "boom"}}}
+    never = {"name": "fresh", "state": {"running": {}}}
+    stopping = {"name": "now", "state": {"terminated": {"exitCode": 0}}, "lastState": {"terminated": {}}}
+    pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [silent, said, never, stopping]}}
+    assert reading.silent_stops(pod) == [("predictor", True), ("now", False)]
+    line = reading.last_error(log)
+    report = why.observed.pod_report(pod, {("p", "predictor"): line})
+    predictor = next(c for c in report.containers if c.name == "predictor")
+    assert predictor.last_message == f"its log: {line}"

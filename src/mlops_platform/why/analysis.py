@@ -78,7 +78,7 @@ def analyze(
     name, namespace = objects.name(raw), objects.namespace(raw) or ""
     st = raw.get("status") or {}
     compared = _compare(snap, ctx)
-    pods = tuple(sorted((observed.pod_report(p) for p in snap.pods), key=lambda p: p.name))
+    pods = tuple(sorted((observed.pod_report(p, snap.logs) for p in snap.pods), key=lambda p: p.name))
     names = {(api.v1alpha1.KIND, name), *compared.names, *(("Pod", p.name) for p in pods)}
     events = observed.events(snap.events, names, name, now)
     conds = observed.conditions(st)

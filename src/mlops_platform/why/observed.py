@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from mlops_platform.controllers.inferenceservice import labels, pod_problems
 from mlops_platform.runtime import objects
@@ -19,7 +19,9 @@ from mlops_platform.runtime.objects import Obj
 from mlops_platform.why import report
 
 
-def container_report(cs: Obj, *, init: bool) -> report.ContainerReport:
+def container_report(cs: Obj, *, init: bool, logged: str = "") -> report.ContainerReport:
+    """One container; ``logged``: the error its previous run logged last, where it left no
+    termination message (``Snapshot.logs``)."""
     state = cs.get("state") or {}
     kind = next((k for k in ("waiting", "terminated", "running") if state.get(k) is not None), "unknown")
     now = state.get(kind) or {}
@@ -37,17 +39,21 @@ def container_report(cs: Obj, *, init: bool) -> report.ContainerReport:
         exit_code=None if exit_code is None else int(exit_code),
         last_reason=str(last.get("reason") or ""),
         last_exit_code=None if last_code is None else int(last_code),
-        last_message=str(last.get("message") or "").strip(),
+        last_message=str(last.get("message") or "").strip() or (f"its log: {logged}" if logged else ""),
     )
 
 
-def pod_report(pod: Obj) -> report.PodReport:
+def pod_report(pod: Obj, logs: Mapping[tuple[str, str], str] | None = None) -> report.PodReport:
     st = pod.get("status") or {}
+    logged = {c: line for (p, c), line in (logs or {}).items() if p == objects.name(pod)}
     unscheduled = pod_problems.unscheduled(pod)
     inits = [container_report(cs, init=True) for cs in st.get("initContainerStatuses") or ()]
     # an init container that completed is no cause of anything
     inits = [c for c in inits if not (c.state == "terminated" and c.exit_code == 0)]
-    mains = [container_report(cs, init=False) for cs in st.get("containerStatuses") or ()]
+    mains = [
+        container_report(cs, init=False, logged=logged.get(str(cs.get("name")), ""))
+        for cs in st.get("containerStatuses") or ()
+    ]
     return report.PodReport(
         name=objects.name(pod),
         component=objects.labels(pod).get(labels.COMPONENT, ""),

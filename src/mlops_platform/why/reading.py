@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, traffic
+from mlops_platform.controllers.inferenceservice import children, labels, pod_problems, reconciler, traffic
 from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
@@ -59,6 +61,8 @@ def read_rules() -> list[Obj]:
     ]
     rules += [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        # the previous run's log of a container that stopped and left no termination message
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
@@ -81,6 +85,9 @@ class Snapshot:
     pods: Sequence[Obj] = ()
     #: the namespace's Events (events.k8s.io/v1), any order; filtered by :func:`analyze`
     events: Sequence[Obj] = ()
+    #: (pod, container) -> the error its previous run logged last, for a restarted container that
+    #: left no termination message (it stopped by itself: MLServer when a model fails to load)
+    logs: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     #: reads that failed, by what was read ("pods", "deployments.apps/bert-predictor"): the message
     errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -138,15 +145,67 @@ async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
     optional = [(k, n, r) for k, n in names if k.optional and (r := resolve(k, crds)) is not None]
     answers = await asyncio.gather(*(get_child(k, r, n) for k, n, r in optional))
     lives.update({(group_resource(k), n): obj for (k, n, _), obj in zip(optional, answers, strict=True)})
+    pod_items = tuple((pods or {}).get("items") or ())
+    silent = [(objects.name(p), c, previous) for p in pod_items for c, previous in silent_stops(p)]
+    tails = await asyncio.gather(
+        *(
+            attempt(
+                "pods/log", client.request_text(_log_path(namespace, *s), resource="pods/log", accept="*/*")
+            )
+            for s in silent
+        )
+    )
     return Snapshot(
         raw=raw,
         crds=crds,
         children=lives,
         canary_slices=tuple((slices or {}).get("items") or ()),
-        pods=tuple((pods or {}).get("items") or ()),
+        pods=pod_items,
         events=tuple(events or ()),
         errors=errors,
+        logs={
+            (p, c): line
+            for (p, c, _), tail in zip(silent, tails, strict=True)
+            if tail and (line := last_error(tail))
+        },
     )
+
+
+#: the most a pod's previous log is read for its last error (its tail: where a server's error is)
+LOG_TAIL_LINES = 200
+#: a Python exception's last line (``pickle.UnpicklingError: invalid load key``) or a logged error
+_EXCEPTION = re.compile(r"^[\w.]*(Error|Exception)\w*: .+")
+_LOGGED_ERROR = re.compile(r"\b(ERROR|FATAL|Error|error)\b")
+
+
+def silent_stops(pod: Obj) -> list[tuple[str, bool]]:
+    """The containers of ``pod`` that stopped and left no termination message (what the kubelet keeps
+    only for a non-zero exit with ``FallbackToLogsOnError``), and whether the run that stopped is the
+    previous one (the container waits to restart) or the current one (it has not restarted yet):
+    that run's log says why."""
+    out = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        now = (cs.get("state") or {}).get("terminated")
+        last = (cs.get("lastState") or {}).get("terminated")
+        stopped, previous = (now, False) if now else (last, True)
+        if stopped and not str(stopped.get("message") or "").strip():
+            out.append((str(cs.get("name")), previous))
+    return out
+
+
+def _log_path(namespace: str, pod: str, container: str, previous: bool) -> str:
+    path = f"{resources.POD.path(namespace, pod)}/log?container={container}&tailLines={LOG_TAIL_LINES}"
+    return path + ("&previous=true" if previous else "")
+
+
+def last_error(log: str) -> str:
+    """The last exception line of a log, else its last line that logs an error ("" when none)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for pattern in (_EXCEPTION, _LOGGED_ERROR):
+        found = next((line for line in reversed(lines) if pattern.search(line)), "")
+        if found:
+            return pod_problems.bounded(found)
+    return ""
 
 
 async def _list_events(client: rclient.Client, namespace: str) -> list[Obj]:

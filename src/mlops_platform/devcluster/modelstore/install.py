@@ -94,7 +94,7 @@ async def _pod_logs(c: rclient.Client, job: str) -> str:
             pod_path = resources.POD.path(manifests.NAMESPACE, objects.name(pod))
             path = f"{pod_path}/log?container={container}&tailLines=10"
             with contextlib.suppress(rclient.ApiError):
-                out.append(f"{container}: {await c.request_text(path, resource='pods')}")
+                out.append(f"{container}: {await c.request_text(path, resource='pods/log', accept='*/*')}")
     return "\n".join(out) or "no pod logs"
 
 

@@ -191,11 +191,14 @@ class Client:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def request_text(self, path: str, *, resource: str = "nonresource") -> str:
-        """GET a non-JSON endpoint (``/metrics``, ``/version`` text) and return its body."""
+    async def request_text(
+        self, path: str, *, resource: str = "nonresource", accept: str = "text/plain"
+    ) -> str:
+        """GET a non-JSON endpoint (``/metrics``, ``/version`` text; a pod's log with ``accept="*/*"``:
+        the log endpoint refuses ``text/plain``) and return its body."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        response = await self._http.send("GET", path, headers={"Accept": "text/plain"})
+        response = await self._http.send("GET", path, headers={"Accept": accept})
         self._record("get", resource, None, response.status, loop.time() - started)
         if response.status >= 300:
             codec.decode_answer(response)
