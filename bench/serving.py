@@ -67,6 +67,8 @@ from bench._common import (
     log,
     markdown_table,
     percentile,
+    read_machine,
+    read_proc,
     results_dir,
     wait_while_terminating,
     write_json,
@@ -475,6 +477,23 @@ class ColdStart:
     delivered: dict[str, Any] | None
     status_times: dict[str, float]
     t0: float
+    usage: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _usage_now(pid: int) -> tuple[float, float, float]:
+    """(wall clock, the operator's CPU seconds, the machine's busy CPU seconds)."""
+    return time.monotonic(), read_proc(pid).cpu_seconds, read_machine().busy_seconds
+
+
+def usage_since(before: tuple[float, float, float], after: tuple[float, float, float]) -> dict[str, float]:
+    """What the operator and the whole machine used between two :func:`_usage_now` readings: the
+    operator's CPU seconds, and the machine's busy CPUs on average (every process: the cluster's,
+    the benchmark's and the other engineers' on the same machine)."""
+    wall = after[0] - before[0]
+    return {
+        "operator_cpu_seconds": after[1] - before[1],
+        "machine_busy_cpus": (after[2] - before[2]) / wall if wall > 0 else float("nan"),
+    }
 
 
 def _kubectl() -> str:
@@ -895,7 +914,9 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
             order = interleaved(a.runs, a.warmup)
             for k, (run, path, counted) in enumerate(order, 1):
                 what = f"run {run}/{a.runs}" if counted else "warm-up"
+                before = _usage_now(op.proc.pid)
                 cs = await cold_start(c, kubeconfig, path, run, counted, a.poll)
+                cs.usage = usage_since(before, _usage_now(op.proc.pid))
                 starts.append(dataclasses.asdict(cs))
                 detail = ", ".join(f"{key} {v:.1f}" for key, v in cs.phases.items() if v is not None)
                 log(f"cold start [{k}/{len(order)}] {what} {path}: {cs.total:.2f} s ({detail})")
@@ -912,7 +933,9 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
                     f"latency [{i}/{2 * a.rounds}] {path}: {a.rate:g} req/s for {a.seconds:g} s"
                     " from a client pod"
                 )
+                before = _usage_now(op.proc.pid)
                 r = await latency_round(c, kubeconfig, path, i, a.rate, a.seconds)
+                r["usage"] = usage_since(before, _usage_now(op.proc.pid))
                 ms = r["latencies_ms"]
                 log(
                     f"latency [{i}/{2 * a.rounds}] {path}: p50 {percentile(ms, 50):.1f} ms,"
@@ -988,14 +1011,51 @@ def per_run_table(starts: Sequence[Mapping[str, Any]]) -> str:
             s["path"],
             _s(s["total"]),
             _s(until_loaded(s["phases"])),
+            _s(s["phases"]["server"]),
+            _s(s["phases"]["load"]),
             _s(s["phases"]["ready"]),
+            *_usage_cells(s.get("usage") or {}),
         ]
         for s in starts
         if s["counted"]
     ]
     return markdown_table(
-        ["run", "path", "total (s)", "to `Loaded model` (s)", "`Loaded model` -> Ready (s)"], rows
+        [
+            "run",
+            "path",
+            "total (s)",
+            "to `Loaded model` (s)",
+            "of it `server` (s)",
+            "`load` (s)",
+            "`Loaded model` -> Ready (s)",
+            *USAGE_HEADER,
+        ],
+        rows,
     )
+
+
+USAGE_HEADER = ("operator CPU (s)", "machine busy CPUs")
+
+
+def _usage_cells(usage: Mapping[str, float]) -> list[str]:
+    return [_s(usage.get("operator_cpu_seconds")), _s(usage.get("machine_busy_cpus"))]
+
+
+def per_round_table(rounds: Sequence[Mapping[str, Any]]) -> str:
+    rows = [
+        [
+            str(x["round"]),
+            x["path"],
+            str(x["error_count"]),
+            _s(percentile(x["latencies_ms"], 50)),
+            _s(percentile(x["latencies_ms"], 99)),
+            _s(x.get("max_send_lateness_ms")),
+            *_usage_cells(x.get("usage") or {}),
+        ]
+        for x in rounds
+    ]
+    header = ["round", "path", "errors", "p50 (ms)", "p99 (ms)", "client's worst send lateness (ms)"]
+    return markdown_table([*header, *USAGE_HEADER], rows)
 
 
 def _s(x: float | None) -> str:
@@ -1057,17 +1117,20 @@ def render(r: Mapping[str, Any]) -> str:
         "the initializer's Python start.\n\n"
         "Every run, in the order they ran:\n\n"
         + per_run_table(r["cold_start"])
-        + "\n\n**Reading.** Both paths run the same pod template, and the phases before the probes agree "
-        f"(apply -> `Loaded model` p50: operator / hand-written {f['until_loaded_ratio_p50']:.2f}x); the "
-        "operator's own share is the `create` phase (its reconcile before the Deployment exists): "
+        + "\n\n**Reading.** Both paths run the same pod template, so everything after the pod exists "
+        "happens alike on both; what differs run to run there is the machine (the busy CPUs column): "
+        "`server` and `load` are MLServer's imports and model load inside the pod, and stretch when the "
+        "2 cores are busy. Apply -> `Loaded model` p50: operator / hand-written "
+        f"{f['until_loaded_ratio_p50']:.2f}x. The operator's own share is the `create` phase (its "
+        "reconcile before the Deployment exists): "
         + " against ".join(f"{_s(cold[p]['phases']['create']['p50'])} s" for p in PATHS)
-        + " p50. The totals fall into groups 10 s apart (the table above), whichever the path: the "
+        + " p50, and its CPU seconds per run (the column). The totals fall into groups 10 s apart "
+        "(the table above), whichever the path: the "
         "template's startup probe (the runtime table's: `periodSeconds: 10`, no initial delay) ticks every "
         "10 s, and whether the tick that finds MLServer live is the earlier or the later one depends on "
         "how long the server's start and the model load (`server` + `load`) took on the loaded machine. "
         "With 5 runs a path, each path's p50 is one of those groups and the ratio of the totals swings "
-        "with it; the `Loaded model` column is the "
-        "comparison free of that tick. The probe's period, not the operator, is the largest lever on "
+        "with it. The probe's period, not the operator, is the largest lever on "
         "the cold start: `Loaded model` -> Ready is up to 10 s of waiting for the next tick.\n"
     )
     lat_rows = [
@@ -1094,7 +1157,11 @@ def render(r: Mapping[str, Any]) -> str:
         f"p99 {lat[OPERATOR]['p99'] / lat[HAND]['p99']:.2f}x. Both paths are a ClusterIP Service in "
         "front of the same pod: the operator is not in the data path (its Service selects the pod by "
         "label as the hand-written one does; no sidecar, no proxy in between). NetworkPolicies in the "
-        f"namespace during the rounds: {', '.join(r['network_policies']) or 'none'}.\n"
+        f"namespace during the rounds: {', '.join(r['network_policies']) or 'none'}. Each round:\n\n"
+        + per_round_table(r["latency"])
+        + "\n\nThe machine's busy CPUs count every process on it (the cluster, the benchmark, the client, "
+        "and other engineers' work on the same 2 cores): the round-to-round spread of the tail is the "
+        "machine's, not a path's.\n"
     )
     dl_rows = [
         [
@@ -1148,7 +1215,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-cluster", action="store_true")
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
     p.add_argument("--json", help="also write every run to this file")
+    p.add_argument("--report", metavar="JSON", help="run nothing: write the Markdown of a saved --json")
     a = p.parse_args(argv)
+    if a.report:
+        return write_report(json.loads(Path(a.report).read_text()), Path(a.out))
     own = a.name is None
     a.name = a.name or CLUSTER
     out, machine, arguments = results_dir(a, REPO)
@@ -1168,14 +1238,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if own and not a.keep_cluster:
             dev_cluster_down(a.name)
-    result |= {
-        "machine": machine,
-        "arguments": arguments,
-        "command": "python -m bench.serving " + " ".join(argv if argv is not None else sys.argv[1:]),
-    }
+    result |= {"machine": machine, "arguments": arguments, "command": command(argv)}
     if a.json:
         write_json(a.json, result | {"figures": figures(result)})
+    return write_report(result, out)
+
+
+def command(argv: list[str] | None) -> str:
+    """The command line for the Markdown, without ``--json FILE`` (where the run was also written, not
+    how it was measured: a path of the machine)."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    if "--json" in args:
+        i = args.index("--json")
+        del args[i : i + 2]
+    args = [x for x in args if not x.startswith("--json=")]
+    return " ".join(["python -m bench.serving", *args])
+
+
+def write_report(result: Mapping[str, Any], out: Path) -> int:
     text = render(result)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "serving.md").write_text(text)
     log(f"wrote {out / 'serving.md'}")
     print(text)

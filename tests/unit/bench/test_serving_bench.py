@@ -217,3 +217,15 @@ def test_render_writes_every_section_from_a_result() -> None:
     assert "| 64 MiB | 1 | 0.20 | 320.0 | 320.0 - 320.0 | 1.00 |" in text
     assert "NetworkPolicies in the namespace during the rounds: none" in text
     assert "shared machine" in text.lower()
+
+
+def test_usage_is_the_operators_cpu_and_the_machines_busy_cpus_between_two_readings() -> None:
+    got = serving.usage_since((100.0, 2.0, 500.0), (110.0, 2.5, 515.0))
+    assert got == {"operator_cpu_seconds": 0.5, "machine_busy_cpus": 1.5}
+
+
+def test_the_command_in_the_doc_leaves_out_where_the_json_went() -> None:
+    assert (
+        serving.command(["--runs", "3", "--json", "/somewhere/x.json"]) == "python -m bench.serving --runs 3"
+    )
+    assert serving.command(["--json=/x.json"]) == "python -m bench.serving"
