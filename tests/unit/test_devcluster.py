@@ -62,6 +62,17 @@ def test_object_store_server_go_modules_pin_the_versions_in_versions_env() -> No
     assert re.fullmatch(r"v0\.0\.0-\d{14}-[0-9a-f]{12}", v["MINIO_VERSION"]), v["MINIO_VERSION"]
 
 
+def test_traefik_go_module_pins_the_version_in_versions_env() -> None:
+    v = binaries.versions()
+    go_mod = (ROOT / "hack/traefik/go.mod").read_text()
+    assert re.search(
+        rf"^require github\.com/traefik/traefik/v3 {re.escape(v['TRAEFIK_VERSION'])}$", go_mod, re.M
+    )
+    assert '"github.com/traefik/traefik/v3/cmd/traefik"' in (ROOT / "hack/traefik/tools.go").read_text()
+    assert binaries.NODE_TOOLS["traefik"] == "TRAEFIK_VERSION"
+    assert binaries.node_tool_dir("traefik").name == f"traefik-{v['TRAEFIK_VERSION']}"
+
+
 def test_object_store_servers_have_their_own_cache_directories() -> None:
     dirs = {name: binaries.object_store_server_cache_dir(name) for name in binaries.OBJECT_STORE_SERVERS}
     v = binaries.versions()

@@ -238,6 +238,9 @@ NODE_TOOLS = {
     "cni-plugins": "CNI_PLUGINS_VERSION",
     "kube-router": "KUBE_ROUTER_VERSION",
     "coredns": "COREDNS_VERSION",
+    # the local cluster's Gateway API implementation (devcluster.gateway): an image run on the node
+    # on demand, so not among _NODE_FILES (a node starts without it); :func:`traefik` builds it
+    "traefik": "TRAEFIK_VERSION",
 }
 _NODE_FILES = {
     "containerd": ("containerd", "containerd-shim-runc-v2", "ctr"),
@@ -271,3 +274,21 @@ def node_tools(build: bool = True) -> dict[str, Path]:
             raise FileNotFoundError(f"hack/build-control-plane --node-only did not produce {missing()}")
     found = {t: node_tool_dir(t) for t in NODE_TOOLS}
     return found | {"kubelet": cache_bin_dir() / "kubelet", "kube-proxy": cache_bin_dir() / "kube-proxy"}
+
+
+def traefik(build: bool = True) -> Path:
+    """The pinned Traefik from the cache (``node_tool_dir("traefik")``), else built there
+    (``hack/build-control-plane --traefik-only``, many minutes when cold) if allowed.
+
+    Only the cache counts. Raises ``FileNotFoundError`` saying how to get it."""
+    cached = node_tool_dir("traefik") / "traefik"
+    if cached.is_file():
+        return cached
+    root = repo_root()
+    if not build or root is None:
+        how = "run `hack/build-control-plane --traefik-only`" if root else "use a source checkout"
+        raise FileNotFoundError(f"traefik not found in {cached.parent}: {how}")
+    subprocess.run([str(root / "hack" / "build-control-plane"), "--traefik-only"], check=True)
+    if not cached.is_file():
+        raise FileNotFoundError(f"hack/build-control-plane --traefik-only did not produce {cached}")
+    return cached

@@ -16,6 +16,8 @@ and ``pip freeze`` of its root filesystem).
   workloads and of the images built on it;
 - :data:`COREDNS`: the cluster DNS, the pinned CoreDNS binary (static) alone, as upstream's image;
 - :data:`MINIO`: the local cluster's model store, the pinned MinIO binary (static) alone;
+- :data:`TRAEFIK`: the local cluster's Gateway API implementation, the pinned Traefik binary (static)
+  alone;
 - :data:`MLSERVER`: MLServer 1.7.1 with its scikit-learn and XGBoost runtimes, on :data:`PYTHON`,
   at the versions upstream's image of that release installs (``requirements/mlserver-1.7.1.txt``).
 """
@@ -161,6 +163,20 @@ MINIO = Recipe(
     config=("--config.entrypoint=/minio", "--config.exposedports=9000/tcp", "--config.user=1000:1000"),
     tool="minio",
 )
+#: the local cluster's Gateway API implementation (``devcluster.gateway``): the pinned Traefik (static)
+#: alone, imported on demand (never at a node's start)
+TRAEFIK = Recipe(
+    "traefik",
+    binaries.versions()["TRAEFIK_VERSION"],
+    "the Gateway API implementation (the pinned Traefik, static)",
+    config=(
+        "--config.entrypoint=/traefik",
+        "--config.exposedports=8000/tcp",
+        "--config.exposedports=8080/tcp",
+        "--config.user=65532:65532",
+    ),
+    tool="traefik",
+)
 #: the operator and the storage initializer (the Dockerfile's recipe: a venv with the project's wheel
 #: and its pinned dependencies, no pip, non-root)
 OPERATOR = Recipe(
@@ -186,7 +202,7 @@ OPERATOR = Recipe(
     requirements="operator.txt",
     project=True,
 )
-ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, MINIO, OPERATOR)
+ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, MINIO, OPERATOR, TRAEFIK)
 #: what every real node imports when it starts; the others are imported when asked for
 #: (:meth:`~mlops_platform.devcluster.realnode.fabric.Fabric.import_images`)
 NODE = (PAUSE, PYTHON, COREDNS)

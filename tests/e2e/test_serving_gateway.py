@@ -1,0 +1,217 @@
+"""Canary rollouts through a real Gateway API implementation (issue #38): the operator's
+``gateway-api`` router writes the HTTPRoute, Traefik (:mod:`mlops_platform.devcluster.gateway`, on
+the real node) routes every request by it. Version 1 of the demo iris model answers [1, 1] to the
+quickstart input, version 2 (the canary) [2, 2], so every answer says who served it.
+
+Requests go to Traefik's Service through the API server's service proxy (which passes the Host
+header on) with the InferenceService's hostname (its ``status.url``), as a client of the Gateway
+sends them; never to a cluster address directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import urllib.parse
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_platform import api, infer
+from mlops_platform.controllers.inferenceservice import labels
+from mlops_platform.controllers.inferenceservice.children import base, httproute
+from mlops_platform.devcluster import demo, gateway
+from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import probes, serving, wait
+
+STABLE, CANARY = [1, 1], [2, 2]
+REQUESTS = 1000
+SHARE = 0.2
+#: Traefik's Service through the API server's service proxy
+PROXY = (
+    f"/api/v1/namespaces/{gateway.NAMESPACE}/services/http:{gateway.NAME}:{gateway.SERVICE_PORT_NAME}/proxy"
+)
+
+
+@pytest.fixture(scope="module")
+async def gateway_operator(
+    kube_cluster: Path, local_cluster_name: str, admin_client: rclient.Client
+) -> AsyncIterator[rmanager.Manager]:
+    await asyncio.to_thread(gateway.install, local_cluster_name)
+    settings = dataclasses.replace(
+        demo.local_settings(), router=base.Router("gateway-api"), gateway=gateway.GATEWAY
+    )
+    async with serving.operator(kube_cluster, local_cluster_name, admin_client, settings) as mgr:
+        yield mgr
+
+
+@pytest.fixture
+async def ns(namespace: str, admin_client: rclient.Client, gateway_operator: rmanager.Manager) -> str:
+    await modelstore.grant(admin_client, namespace)
+    return namespace
+
+
+def binomial_interval(n: int, p: float, z: float = 2.576) -> tuple[float, float]:
+    """The 99 % interval of a Binomial(n, p) count (normal approximation: n p (1 - p) = 160 here)."""
+    sd = math.sqrt(n * p * (1 - p))
+    return n * p - z * sd, n * p + z * sd
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """Where a client of the Gateway sends requests for one InferenceService."""
+
+    host: str  # the HTTPRoute's hostname, from the InferenceService's status.url
+    path: str  # the model's inference path
+
+
+async def route_of(c: rclient.Client, ns: str, name: str) -> Route:
+    live = await c.get(api.RESOURCE, name, ns)
+    host = urllib.parse.urlsplit(live["status"]["url"]).hostname
+    assert host, live["status"]
+    return Route(host, infer.target(live).path)
+
+
+async def send(c: rclient.Client, route: Route) -> list[int]:
+    """One request through the Gateway; its answer's classes (``infer.InferError`` when it failed)."""
+    body = json.dumps(serving.v2(serving.QUICKSTART)).encode()
+    headers = {"Host": route.host, "Content-Type": "application/json", "Accept": "application/json"}
+    try:
+        # the client's own transport: its request() sets no Host header
+        r = await c._http.send("POST", PROXY + route.path, content=body, headers=headers, timeout=30)
+    except ConnectionError as e:
+        raise infer.InferError(str(e)) from None
+    if r.status >= 300:
+        last = r.body.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise infer.InferError(f"{r.status} {r.reason}: {last[0][:200]}")
+    return serving.answer(json.loads(r.body))
+
+
+@dataclasses.dataclass
+class Load:
+    """Requests through the Gateway one after another until stopped: each answer or error."""
+
+    answers: list[list[int]] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    async def run(self, c: rclient.Client, route: Route) -> None:
+        while True:
+            try:
+                self.answers.append(await send(c, route))
+            except infer.InferError as e:
+                self.errors.append(str(e))
+
+    async def more(self, n: int, timeout: float = 60.0) -> None:
+        want = len(self.answers) + n
+        await wait.until(lambda: len(self.answers) >= want, timeout=timeout, what=f"{n} more answers")
+
+    def summary(self) -> str:
+        return f"{len(self.errors)} of {len(self.answers) + len(self.errors)} failed: {self.errors[:3]}"
+
+
+@contextlib.asynccontextmanager
+async def load(c: rclient.Client, route: Route) -> AsyncIterator[Load]:
+    result = Load()
+    task = asyncio.create_task(result.run(c, route))
+    try:
+        yield result
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
+    """The canary is Ready, the HTTPRoute carries its weight and Traefik accepted it, and requests
+    through the Gateway reach both versions. Traefik applies a route some time after accepting it,
+    and a backend whose endpoints it has not seen ready yet is down for it (the other takes every
+    request): with both components' pods started together, the canary alone answered for ~10 s."""
+
+    async def split() -> bool:
+        live = await c.get(api.RESOURCE, name, ns)
+        canary = probes.condition(live, "CanaryReady")
+        routed = probes.condition(live, httproute.CONDITION)
+        return (
+            canary.get("status") == "True"
+            and canary.get("reason") == "Canary"
+            and routed.get("status") == "True"
+            and f"accepted by Gateway {gateway.GATEWAY}" in routed.get("message", "")
+        )
+
+    await wait.until(split, timeout=serving.READY_TIMEOUT, what="CanaryReady=True/Canary, route accepted")
+    route = await route_of(c, ns, name)
+
+    async def both_answer() -> bool:
+        answers = []
+        for _ in range(10):  # 1 in 5 is the canary's under Traefik's weighted round robin
+            with contextlib.suppress(infer.InferError):
+                answers.append(await send(c, route))
+        return STABLE in answers and CANARY in answers
+
+    await wait.until(both_answer, timeout=60, what="both versions answering through the Gateway")
+    return route
+
+
+async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes_under_load(
+    admin_client: rclient.Client, ns: str
+) -> None:
+    await admin_client.create(api.RESOURCE, serving.iris("iris", canary="s3://models/iris/2"), ns)
+    await serving.ready(admin_client, ns, "iris")
+    route = await canary_routed(admin_client, ns, "iris")
+    answers = [await send(admin_client, route) for _ in range(REQUESTS)]
+    canary = answers.count(CANARY)
+    low, high = binomial_interval(REQUESTS, SHARE)
+    print(f"canary share through Traefik: {canary} of {REQUESTS}, 99 % interval [{low:.1f}, {high:.1f}]")
+    assert answers.count(STABLE) + canary == REQUESTS, {tuple(a) for a in answers}
+    assert low <= canary <= high, f"{canary} of {REQUESTS} from the canary, not in [{low:.0f}, {high:.0f}]"
+
+    async with load(admin_client, route) as traffic:
+        await traffic.more(10)
+        promote = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}, "canary": None}}
+        await admin_client.patch(api.RESOURCE, "iris", promote, namespace=ns)
+        # the canary goes once the stable component serves version 2 (then the old pods go)
+        await wait.until(
+            lambda: _canary_gone(admin_client, ns), timeout=serving.READY_TIMEOUT, what="the canary gone"
+        )
+        await wait.until(lambda: serving.rolled_out(admin_client, ns, "iris"), timeout=120, what="promoted")
+        settled = len(traffic.answers)
+        await traffic.more(30)
+    print(f"promotion under load: {traffic.summary()} ({len(traffic.answers)} answered)")
+    assert traffic.errors == [], traffic.summary()
+    assert all(a == CANARY for a in traffic.answers[settled:]), "version 1 answered after the promotion"
+
+
+async def test_a_rollback_behind_traefik_under_load_fails_no_request(
+    admin_client: rclient.Client, ns: str
+) -> None:
+    await admin_client.create(api.RESOURCE, serving.iris("iris", canary="s3://models/iris/2"), ns)
+    await serving.ready(admin_client, ns, "iris")
+    route = await canary_routed(admin_client, ns, "iris")
+    async with load(admin_client, route) as traffic:
+        await traffic.more(10)
+        await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
+        await wait.until(lambda: _canary_gone(admin_client, ns), timeout=120, what="the canary gone")
+        settled = len(traffic.answers)
+        await traffic.more(30)
+    print(f"rollback under load: {traffic.summary()} ({len(traffic.answers)} answered)")
+    assert traffic.errors == [], traffic.summary()
+    assert all(a == STABLE for a in traffic.answers[settled:]), "the canary answered after the rollback"
+
+
+async def _canary_gone(c: rclient.Client, ns: str) -> bool:
+    """The canary's Deployment and pods are gone and the HTTPRoute routes to the predictor alone."""
+    if not await probes.absent(c, resources.DEPLOYMENT, ns, "iris-canary"):
+        return False
+    selector = f"{labels.INFERENCESERVICE}=iris,{labels.COMPONENT}={labels.CANARY}"
+    if (await c.list(resources.POD, ns, label_selector=selector))["items"]:
+        return False
+    live: dict[str, Any] = await c.get(httproute.KIND.resource(), "iris", ns)
+    return httproute.live_weights(live) == {"predictor": 100}
