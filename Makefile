@@ -35,7 +35,9 @@ cluster-up: venv binaries ## start the local control plane (idempotent)
 cluster-down: venv ## stop the local control plane; no process is left behind
 	@$(CLI) dev down --name $(DEMO_CLUSTER)
 
-demo: venv binaries ## the main job: local cluster, CRD, operator, samples (left running)
+demo: venv ## the main job: local cluster, model store, CRD, operator, samples (left running), real predictions
+	@hack/install-node-packages
+	@hack/build-control-plane --demo  # only what the demo runs: no promtool, fake-gcs-server, Traefik
 	@$(CLI) demo --name $(DEMO_CLUSTER)
 
 lint: venv ## ruff, mypy --strict, import-linter, generated-files check
