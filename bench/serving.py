@@ -205,12 +205,14 @@ spec:
             failureThreshold: 3
           startupProbe:
             httpGet: {path: /v2/health/live, port: http}
-            periodSeconds: 10
+            periodSeconds: 2
             timeoutSeconds: 5
-            failureThreshold: 60
+            failureThreshold: 300
           resources:
             requests: {cpu: 100m, memory: 64Mi}
             limits: {memory: 1Gi}
+          lifecycle:
+            preStop: {sleep: {seconds: 5}}
           securityContext:
             allowPrivilegeEscalation: false
             capabilities: {drop: [ALL]}

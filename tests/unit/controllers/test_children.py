@@ -346,6 +346,17 @@ def test_gpu_resources_image_and_toleration() -> None:
     assert "limits" not in container(cpu)["resources"]
 
 
+def test_a_terminating_server_drains_for_the_runtimes_drain_seconds() -> None:
+    """A preStop sleep keeps a terminating pod serving until load balancers have dropped it."""
+    c = container(make(framework="seldon"))
+    assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    table = servers.load_overrides({"runtimes.yaml": "seldon: {drainSeconds: 0}"})
+    pod = deployment.build(make(framework="seldon"), base.BuildContext(servers=table))["spec"]["template"][
+        "spec"
+    ]
+    assert "lifecycle" not in pod["containers"][0]
+
+
 def test_the_runtimes_placement_comes_before_the_gpu_toleration() -> None:
     table = servers.load_overrides(
         {

@@ -148,6 +148,15 @@ seldon:
     ("data", "error"),
     [
         (
+            {"runtimes.yaml": "seldon: {drainSeconds: 60}"},
+            "runtimes.yaml: seldon.drainSeconds: 60 leaves the server no time to stop within "
+            "terminationGracePeriodSeconds 60",
+        ),
+        (
+            {"runtimes.yaml": "seldon: {drainSeconds: -1}"},
+            "runtimes.yaml: seldon.drainSeconds: Expected `int` >= 0",
+        ),
+        (
             {"runtimes.yaml": "seldon: {nodeSelector: {pool: 3}}"},
             "runtimes.yaml: seldon.nodeSelector.pool: expected str",
         ),
@@ -231,6 +240,8 @@ seldon:
         ({"runtimes.yaml": 3}, "runtimes.yaml: expected YAML text"),
     ],
     ids=[
+        "drain-longer-than-grace",
+        "drain-negative",
         "node-selector-not-string",
         "node-selector-not-a-label-value",
         "toleration-exists-with-value",
@@ -408,7 +419,7 @@ def test_a_full_definition_gets_the_documented_defaults() -> None:
     assert servers.render(rt.args[3], rt.placeholders(8080)) == "--metrics=9090"
     assert rt.readiness_probe == servers.Probe("/ready")
     assert rt.liveness_probe == servers.Probe("/live", period_seconds=20)
-    assert rt.startup_probe == servers.Probe("/live", failure_threshold=60)  # liveness path, 10 minutes
+    assert rt.startup_probe == servers.Probe("/live", period_seconds=2, failure_threshold=300)  # 10 minutes
     assert (rt.formats, rt.metrics_dialect) == (("onnx", "acme"), "none")
     assert (rt.run_as_user, rt.run_as_non_root, rt.metrics_path, rt.model_dir) == (
         1000,

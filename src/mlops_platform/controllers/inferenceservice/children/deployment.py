@@ -12,9 +12,11 @@ Contract of :func:`build` (pure):
   the built object; :func:`settle` (run by the reconciler after hashing) then applies the LIVE
   count, so server-side apply neither fights the HPA nor removes the field (which would reset the
   Deployment to 1 replica); otherwise ``minReplicas`` (0 = scaled to zero);
-- zero-downtime rollouts (maxSurge 25 %, maxUnavailable 0), a progress deadline longer than the
-  startup probe's budget (a failed rollout becomes ``ProgressDeadlineExceeded``), no service links,
-  no API token, non-root where the image supports it, no privilege escalation, no capabilities;
+- zero-downtime rollouts (maxSurge 25 %, maxUnavailable 0; a terminating pod serves on for the
+  runtime's ``drain_seconds``, a preStop sleep, until load balancers have dropped it), a progress
+  deadline longer than the startup probe's budget (a failed rollout becomes
+  ``ProgressDeadlineExceeded``), no service links, no API token, non-root where the image supports
+  it, no privilege escalation, no capabilities;
 - the model at the runtime's ``model_dir``, per scheme of the component's model URI
   (:mod:`mlops_platform.api.modeluri`; ``docs/model-delivery.md``): ``s3``/``gs``/``http(s)``: an
   ``emptyDir`` filled by the init container ``storage-initializer`` (the operator's image, ``python
@@ -259,6 +261,8 @@ def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Deliv
     compute = _resources(isvc, rt)
     if compute:
         container["resources"] = compute
+    if rt.drain_seconds:  # keep serving until every load balancer has seen the endpoint go
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": rt.drain_seconds}}}
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     if delivery.mounts:
         container["volumeMounts"] = [dict(m) for m in delivery.mounts]
