@@ -62,6 +62,11 @@ async def test_a_20_percent_canary_answers_its_share_and_rolls_back_under_load(
     await admin_client.create(api.RESOURCE, serving.iris("iris", replicas=4, canary="s3://models/iris/2"), ns)
     await serving.ready(admin_client, ns, "iris")
     await canary_ready(admin_client, ns, "iris")
+
+    async def five() -> bool:  # Ready needs fewer: the share is 1 of 5 only once all 5 serve
+        return await serving.ready_endpoints(admin_client, ns, "iris-predictor") == 5
+
+    await wait.until(five, timeout=serving.READY_TIMEOUT, what="4 stable and 1 canary endpoints ready")
     gate = asyncio.Semaphore(8)  # 8 in flight: the 1,000 take seconds, not minutes
 
     async def one() -> list[int]:

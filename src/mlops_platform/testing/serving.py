@@ -168,3 +168,16 @@ async def pod_states(c: rclient.Client, ns: str, name: str) -> str:
                 f"restarts={cs.get('restartCount')} last={last.get('reason')}"
             )
     return "; ".join(out) or "no pods"
+
+
+async def ready_endpoints(c: rclient.Client, ns: str, service: str) -> int:
+    """The ready endpoints of ``service`` (its EndpointSlices): the backends a request can land on."""
+    slices = await c.list(
+        resources.ENDPOINT_SLICE, ns, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    return sum(
+        1
+        for s in slices["items"]
+        for e in s.get("endpoints") or ()
+        if (e.get("conditions") or {}).get("ready") is True
+    )
