@@ -168,13 +168,6 @@ async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
     return route
 
 
-@pytest.mark.xfail(
-    raises=FailedRequests,
-    reason="a promotion rolls the stable pods, and the operator's serving pods stop serving the moment "
-    "they are told to terminate (no preStop delay), before Traefik has seen their endpoints go: 1 of "
-    "1,244-1,606 requests failed in 2 of 4 runs (MLServer's 500 'Queue ... is closed'); docs/canary.md",
-    strict=False,
-)
 async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes_under_load(
     admin_client: rclient.Client, ns: str
 ) -> None:
