@@ -719,7 +719,7 @@ def infer_command(
         raise click.ClickException(str(e)) from None
     except rclient.TransportError as e:
         raise click.ClickException(f"the API server: {e}") from None
-    click.echo(json.dumps(answer, indent=2))
+    click.echo(answer if isinstance(answer, str) else json.dumps(answer, indent=2))
 
 
 @main.group()

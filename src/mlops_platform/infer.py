@@ -10,13 +10,15 @@ Contract:
   (``/v2/models/<model>/infer``) for MLServer, Triton and any runtime the client does not know;
   TorchServe's inference API (``/predictions/<model>``); ``--path`` says another; the model's name is
   the InferenceService's (what the storage initializer names it), ``--model`` another;
-- :func:`infer` returns the server's JSON answer; a failure is :class:`InferError` with the
-  server's own message (its status and body) or the API server's (no ready endpoint, no such object).
+- :func:`infer` returns the server's answer (any JSON decoded, else its text); a failure is
+  :class:`InferError` with the server's own message (its status and body) or the API server's (no
+  ready endpoint, no such object).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from mlops_platform import api
@@ -66,15 +68,23 @@ async def infer(
     model: str | None = None,
     path: str | None = None,
 ) -> Any:
-    """Send ``body`` (JSON) to the InferenceService ``namespace/name``; its JSON answer."""
+    """Send ``body`` (JSON) to the InferenceService ``namespace/name``; its answer (decoded when JSON)."""
     try:
         live = await c.get(api.RESOURCE, name, namespace)
     except rclient.ApiError as e:
         raise InferError(f"inferenceservice {namespace}/{name}: {e.status} {e.reason}: {e.message}") from None
     t = target(live, model=model, path=path)
     try:
-        return await c.request(
-            "POST", t.proxy_path, body=body, resource="services/proxy", namespace=namespace
+        text = await c.request_text(
+            t.proxy_path,
+            method="POST",
+            content=json.dumps(body).encode(),
+            accept="application/json, */*",
+            resource="services/proxy",
         )
     except rclient.ApiError as e:
         raise InferError(f"{t.service}{t.path}: {e.status} {e.reason}: {e.message}") from None
+    try:
+        return json.loads(text)  # any JSON: an object (v2), a list or a number (TorchServe's handlers)
+    except json.JSONDecodeError:
+        return text

@@ -192,14 +192,24 @@ class Client:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def request_text(
-        self, path: str, *, resource: str = "nonresource", accept: str = "text/plain"
+        self,
+        path: str,
+        *,
+        resource: str = "nonresource",
+        accept: str = "text/plain",
+        method: str = "GET",
+        content: bytes | None = None,
+        content_type: str = "application/json",
     ) -> str:
-        """GET a non-JSON endpoint (``/metrics``, ``/version`` text; a pod's log with ``accept="*/*"``:
-        the log endpoint refuses ``text/plain``) and return its body."""
+        """Send one request whose answer is not an API object and return its body as text: a GET of
+        ``/metrics`` or ``/version``, of a pod's log (``accept="*/*"``: the log endpoint refuses
+        ``text/plain``), or a POST of ``content`` through a service proxy (the answer is the
+        backend's, any JSON or none). A non-2xx answer raises :class:`ApiError` with its body."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        response = await self._http.send("GET", path, headers={"Accept": accept})
-        self._record("get", resource, None, response.status, loop.time() - started)
+        headers = {"Accept": accept} | ({"Content-Type": content_type} if content is not None else {})
+        response = await self._http.send(method, path, content=content, headers=headers)
+        self._record(method.lower(), resource, None, response.status, loop.time() - started)
         if response.status >= 300:
             codec.decode_answer(response)
         return response.body.decode(errors="replace")
