@@ -112,7 +112,9 @@ async def test_a_model_update_rolls_out_under_load_with_zero_failed_requests(
             what="20 answers in a row from version 2",
         )
         await wait.until(
-            lambda: serving.rolled_out(admin_client, ns, "iris"), timeout=120, what="the rollout over"
+            lambda: serving.rolled_out(admin_client, ns, "iris", "s3://models/iris/2"),
+            timeout=120,
+            what="the rollout over",
         )
         settled = len(traffic.answers)
         await traffic.more(20)

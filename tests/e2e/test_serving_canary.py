@@ -101,7 +101,7 @@ async def test_a_promotion_under_load_fails_no_request(admin_client: rclient.Cli
         promote = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}, "canary": None}}
         await admin_client.patch(api.RESOURCE, "iris", promote, namespace=ns)
         await wait.until(
-            lambda: serving.rolled_out(admin_client, ns, "iris"),
+            lambda: serving.rolled_out(admin_client, ns, "iris", "s3://models/iris/2"),
             timeout=serving.READY_TIMEOUT,
             what="promoted",
         )

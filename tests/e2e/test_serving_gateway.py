@@ -83,16 +83,18 @@ async def route_of(c: rclient.Client, ns: str, name: str) -> Route:
 async def send(c: rclient.Client, route: Route) -> list[int]:
     """One request through the Gateway; its answer's classes (``infer.InferError`` when it failed)."""
     body = json.dumps(serving.v2(serving.QUICKSTART)).encode()
-    headers = {"Host": route.host, "Content-Type": "application/json", "Accept": "application/json"}
     try:
-        # the client's own transport: its request() sets no Host header
-        r = await c._http.send("POST", PROXY + route.path, content=body, headers=headers, timeout=30)
-    except ConnectionError as e:
-        raise infer.InferError(str(e)) from None
-    if r.status >= 300:
-        last = r.body.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise infer.InferError(f"{r.status} {r.reason}: {last[0][:200]}")
-    return serving.answer(json.loads(r.body))
+        answer = await c.request_text(
+            PROXY + route.path,
+            method="POST",
+            content=body,
+            accept="application/json",
+            headers={"Host": route.host},
+            resource="services/proxy",
+        )
+    except (rclient.ApiError, ConnectionError) as e:
+        raise infer.InferError(str(e)[:300]) from None
+    return serving.answer(json.loads(answer))
 
 
 @dataclasses.dataclass
@@ -184,7 +186,11 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
         await wait.until(
             lambda: _canary_gone(admin_client, ns), timeout=serving.READY_TIMEOUT, what="the canary gone"
         )
-        await wait.until(lambda: serving.rolled_out(admin_client, ns, "iris"), timeout=120, what="promoted")
+        await wait.until(
+            lambda: serving.rolled_out(admin_client, ns, "iris", "s3://models/iris/2"),
+            timeout=120,
+            what="promoted",
+        )
         settled = len(traffic.answers)
         await traffic.more(30)
     print(f"promotion under load: {traffic.summary()} ({len(traffic.answers)} answered)")

@@ -143,9 +143,13 @@ async def load(c: rclient.Client, ns: str, name: str) -> AsyncIterator[Load]:
             await task
 
 
-async def rolled_out(c: rclient.Client, ns: str, name: str) -> bool:
-    """``name``'s predictor rollout is over: every replica updated and available, no other pod left."""
+async def rolled_out(c: rclient.Client, ns: str, name: str, uri: str | None = None) -> bool:
+    """``name``'s predictor rollout is over: its pods serve ``uri`` (when given: right after a patch
+    the Deployment may not have changed yet), every replica updated and available, no other pod left."""
     d = await c.get(resources.DEPLOYMENT, f"{name}-predictor", ns)
+    template = d["spec"]["template"]["metadata"].get("annotations") or {}
+    if uri is not None and template.get(labels.MODEL_URI_ANNOTATION) != uri:
+        return False
     st, want = d.get("status") or {}, d["spec"].get("replicas", 1)
     if st.get("observedGeneration", 0) < d["metadata"]["generation"]:
         return False
