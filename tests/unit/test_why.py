@@ -903,7 +903,9 @@ def test_a_container_that_stopped_silently_is_explained_by_its_previous_logs_las
     said = {"name": "sidecar", "lastState": {"terminated": {"exitCode": 1, "message": "boom"}}}
     never = {"name": "fresh", "state": {"running": {}}}
     stopping = {"name": "now", "state": {"terminated": {"exitCode": 0}}, "lastState": {"terminated": {}}}
-    pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [silent, said, never, stopping]}}
+    failed = {"name": "failed", "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+    statuses = [silent, said, never, stopping, failed]
+    pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": statuses}}
     assert reading.silent_stops(pod) == [("predictor", True), ("now", False)]
     line = reading.last_error(log)
     report = why.observed.pod_report(pod, {("p", "predictor"): line})

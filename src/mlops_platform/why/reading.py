@@ -179,8 +179,9 @@ _LOGGED_ERROR = re.compile(r"\b(ERROR|FATAL|Error|error)\b")
 
 
 def silent_stops(pod: Obj) -> list[tuple[str, bool]]:
-    """The containers of ``pod`` that stopped and left no termination message (what the kubelet keeps
-    only for a non-zero exit with ``FallbackToLogsOnError``), and whether the run that stopped is the
+    """The containers of ``pod`` that stopped by themselves (exit code 0) and so left no termination
+    message (the kubelet keeps a log's end only for a failed exit, ``FallbackToLogsOnError``; a failed
+    exit without one says its code, and its log is not read), and whether the run that stopped is the
     previous one (the container waits to restart) or the current one (it has not restarted yet):
     that run's log says why."""
     out = []
@@ -188,7 +189,7 @@ def silent_stops(pod: Obj) -> list[tuple[str, bool]]:
         now = (cs.get("state") or {}).get("terminated")
         last = (cs.get("lastState") or {}).get("terminated")
         stopped, previous = (now, False) if now else (last, True)
-        if stopped and not str(stopped.get("message") or "").strip():
+        if stopped and stopped.get("exitCode") == 0 and not str(stopped.get("message") or "").strip():
             out.append((str(cs.get("name")), previous))
     return out
 
