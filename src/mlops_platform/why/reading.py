@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from mlops_platform import api
@@ -146,15 +146,7 @@ async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
     answers = await asyncio.gather(*(get_child(k, r, n) for k, n, r in optional))
     lives.update({(group_resource(k), n): obj for (k, n, _), obj in zip(optional, answers, strict=True)})
     pod_items = tuple((pods or {}).get("items") or ())
-    silent = [(objects.name(p), c, previous) for p in pod_items for c, previous in silent_stops(p)]
-    tails = await asyncio.gather(
-        *(
-            attempt(
-                "pods/log", client.request_text(_log_path(namespace, *s), resource="pods/log", accept="*/*")
-            )
-            for s in silent
-        )
-    )
+    tails = await _silent_stop_logs(client, namespace, pod_items, attempt)
     return Snapshot(
         raw=raw,
         crds=crds,
@@ -163,11 +155,7 @@ async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
         pods=pod_items,
         events=tuple(events or ()),
         errors=errors,
-        logs={
-            (p, c): line
-            for (p, c, _), tail in zip(silent, tails, strict=True)
-            if tail and (line := last_error(tail))
-        },
+        logs={key: line for key, tail in tails.items() if tail and (line := last_error(tail))},
     )
 
 
@@ -176,6 +164,25 @@ LOG_TAIL_LINES = 200
 #: a Python exception's last line (``pickle.UnpicklingError: invalid load key``) or a logged error
 _EXCEPTION = re.compile(r"^[\w.]*(Error|Exception)\w*: .+")
 _LOGGED_ERROR = re.compile(r"\b(ERROR|FATAL|Error|error)\b")
+
+
+async def _silent_stop_logs(
+    client: rclient.Client,
+    namespace: str,
+    pods: Sequence[Obj],
+    attempt: Callable[[str, Awaitable[str]], Awaitable[str | None]],
+) -> dict[tuple[str, str], str | None]:
+    """(pod, container) -> the log of the run that stopped by itself (:func:`silent_stops`)."""
+    silent = [(objects.name(p), c, previous) for p in pods for c, previous in silent_stops(p)]
+    tails = await asyncio.gather(
+        *(
+            attempt(
+                "pods/log", client.request_text(_log_path(namespace, *s), resource="pods/log", accept="*/*")
+            )
+            for s in silent
+        )
+    )
+    return {(p, c): tail for (p, c, _), tail in zip(silent, tails, strict=True)}
 
 
 def silent_stops(pod: Obj) -> list[tuple[str, bool]]:

@@ -147,8 +147,20 @@ def seed_job_name() -> str:
     return f"demo-models-{digest}"
 
 
+_SEED_LABELS = {"app.kubernetes.io/name": "demo-models", "app.kubernetes.io/part-of": "mlops-model-store"}
+
+
 def seed_job() -> Obj:
-    labels = {"app.kubernetes.io/name": "demo-models", "app.kubernetes.io/part-of": "mlops-model-store"}
+    """The Job that trains the demo models and uploads them (:func:`seed_job_name`)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(seed_job_name(), labels=_SEED_LABELS),
+        "spec": {"backoffLimit": 2, "template": {"metadata": {"labels": _SEED_LABELS}, "spec": _seed_pod()}},
+    }
+
+
+def _seed_pod() -> Obj:
     mounts = [{"name": "models", "mountPath": "/models"}]
     security = {"allowPrivilegeEscalation": False}
     pod = {
@@ -202,9 +214,4 @@ def seed_job() -> Obj:
             {"name": "scripts", "configMap": {"name": SCRIPTS}},
         ],
     }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(seed_job_name(), labels=labels),
-        "spec": {"backoffLimit": 2, "template": {"metadata": {"labels": labels}, "spec": pod}},
-    }
+    return pod
