@@ -97,43 +97,6 @@ async def send(c: rclient.Client, route: Route) -> list[int]:
     return serving.answer(json.loads(answer))
 
 
-@dataclasses.dataclass
-class Load:
-    """Requests through the Gateway one after another until stopped: each answer or error."""
-
-    answers: list[list[int]] = dataclasses.field(default_factory=list)
-    errors: list[str] = dataclasses.field(default_factory=list)
-
-    async def run(self, c: rclient.Client, route: Route) -> None:
-        while True:
-            try:
-                self.answers.append(await send(c, route))
-            except infer.InferError as e:
-                self.errors.append(str(e))
-
-    async def more(self, n: int, timeout: float = 60.0) -> None:
-        want = len(self.answers) + n
-        await wait.until(lambda: len(self.answers) >= want, timeout=timeout, what=f"{n} more answers")
-
-    def summary(self) -> str:
-        return f"{len(self.errors)} of {len(self.answers) + len(self.errors)} failed: {self.errors[:3]}"
-
-    def none_failed(self) -> None:
-        assert self.errors == [], self.summary()
-
-
-@contextlib.asynccontextmanager
-async def load(c: rclient.Client, route: Route) -> AsyncIterator[Load]:
-    result = Load()
-    task = asyncio.create_task(result.run(c, route))
-    try:
-        yield result
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
     """The canary is Ready, the HTTPRoute carries its weight and Traefik accepted it, and requests
     through the Gateway reach both versions. Traefik applies a route some time after accepting it,
@@ -178,7 +141,7 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
     assert answers.count(STABLE) + canary == REQUESTS, {tuple(a) for a in answers}
     assert low <= canary <= high, f"{canary} of {REQUESTS} from the canary, not in [{low:.0f}, {high:.0f}]"
 
-    async with load(admin_client, route) as traffic:
+    async with serving.load(admin_client, ns, "iris", lambda: send(admin_client, route)) as traffic:
         await traffic.more(10)
         promote = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}, "canary": None}}
         await admin_client.patch(api.RESOURCE, "iris", promote, namespace=ns)
@@ -195,7 +158,7 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
         await traffic.more(30)
     print(f"promotion under load: {traffic.summary()} ({len(traffic.answers)} answered)")
     assert all(a == CANARY for a in traffic.answers[settled:]), "version 1 answered after the promotion"
-    traffic.none_failed()
+    assert traffic.errors == [], traffic.summary()
 
 
 async def test_a_rollback_behind_traefik_under_load_fails_no_request(
@@ -204,14 +167,14 @@ async def test_a_rollback_behind_traefik_under_load_fails_no_request(
     await admin_client.create(api.RESOURCE, serving.iris("iris", canary="s3://models/iris/2"), ns)
     await serving.ready(admin_client, ns, "iris")
     route = await canary_routed(admin_client, ns, "iris")
-    async with load(admin_client, route) as traffic:
+    async with serving.load(admin_client, ns, "iris", lambda: send(admin_client, route)) as traffic:
         await traffic.more(10)
         await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
         await wait.until(lambda: _canary_gone(admin_client, ns), timeout=120, what="the canary gone")
         settled = len(traffic.answers)
         await traffic.more(30)
     print(f"rollback under load: {traffic.summary()} ({len(traffic.answers)} answered)")
-    traffic.none_failed()
+    assert traffic.errors == [], traffic.summary()
     assert all(a == STABLE for a in traffic.answers[settled:]), "the canary answered after the rollback"
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +107,21 @@ async def ready(c: rclient.Client, ns: str, name: str, timeout: float = READY_TI
         raise AssertionError(f"{name} not Ready: {probes.condition(live, 'Ready')}") from None
 
 
+#: one request and its answer's classes (``infer.InferError`` when it failed)
+Send = Callable[[], Awaitable[list[int]]]
+
+
 @dataclasses.dataclass
 class Load:
-    """Requests one after another through the API server until stopped: each answer or error."""
+    """Requests one after another until stopped: each answer or error."""
 
     answers: list[list[int]] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
 
-    async def run(self, c: rclient.Client, ns: str, name: str) -> None:
+    async def run(self, send: Send) -> None:
         while True:
             try:
-                self.answers.append(answer(await infer.infer(c, name, ns, v2(QUICKSTART))))
+                self.answers.append(await send())
             except infer.InferError as e:
                 self.errors.append(str(e))
 
@@ -131,10 +135,15 @@ class Load:
 
 
 @contextlib.asynccontextmanager
-async def load(c: rclient.Client, ns: str, name: str) -> AsyncIterator[Load]:
-    """A continuous load on ``ns/name`` while the block runs."""
+async def load(c: rclient.Client, ns: str, name: str, send: Send | None = None) -> AsyncIterator[Load]:
+    """A continuous load on ``ns/name`` while the block runs: the quickstart request through the API
+    server (:func:`mlops_platform.infer.infer`), or ``send`` (another path to it, e.g. a gateway)."""
+
+    async def through_the_api_server() -> list[int]:
+        return answer(await infer.infer(c, name, ns, v2(QUICKSTART)))
+
     result = Load()
-    task = asyncio.create_task(result.run(c, ns, name))
+    task = asyncio.create_task(result.run(send or through_the_api_server))
     try:
         yield result
     finally:
