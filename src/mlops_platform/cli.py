@@ -458,15 +458,15 @@ def _settings(
     storage_initializer_image: str = "",
 ) -> BuildContext:
     """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
-    from mlops_platform.controllers.inferenceservice import alerts
+    from mlops_platform.controllers.inferenceservice import alert_settings
     from mlops_platform.controllers.inferenceservice.children import base
 
-    defaults = alerts.AlertSettings()
+    defaults = alert_settings.AlertSettings()
     return base.BuildContext(
         servers=_runtime_table(runtime_config),
         monitoring=monitoring,
         monitoring_labels=monitoring_labels,
-        alerts=alerts.AlertSettings(
+        alerts=alert_settings.AlertSettings(
             error_ratio=defaults.error_ratio if error_ratio is None else error_ratio,
             latency_seconds=defaults.latency_seconds if latency_seconds is None else latency_seconds,
         ),

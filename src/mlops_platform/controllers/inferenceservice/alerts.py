@@ -48,13 +48,6 @@ from typing import Any
 from mlops_platform.controllers.inferenceservice import alert_queries, alert_settings
 from mlops_platform.runtime.objects import Obj
 
-# read as ``alerts.<name>`` by the monitoring and KEDA children, the runtime table and the CLI
-AlertSettings = alert_settings.AlertSettings
-CANARY_ALERTS = alert_settings.CANARY_ALERTS
-NO_REQUEST_METRICS = alert_queries.NO_REQUEST_METRICS
-SERVERS = alert_queries.SERVERS
-
-
 # -- rules -----------------------------------------------------------------------------------------
 
 

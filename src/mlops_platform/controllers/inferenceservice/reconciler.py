@@ -40,6 +40,7 @@ from mlops_platform.controllers.inferenceservice import (
     children,
     conditions,
     labels,
+    pod_problems,
     servers,
     status,
     traffic,
@@ -66,8 +67,8 @@ POD_INDEX = "inferenceservice"
 
 def pod_failure(pod: Obj) -> tuple[str, str] | None:
     """What the reconciler reads of a stable pod: its first failing container, else why it cannot
-    be scheduled (see status.pod_problem)."""
-    return status.pod_problem((pod,))
+    be scheduled (see pod_problems.pod_problem)."""
+    return pod_problems.pod_problem((pod,))
 
 
 def pod_signal(pod: Obj) -> object:
@@ -108,7 +109,7 @@ def slim_pod(pod: Obj) -> Obj:
     initializer = _slim_initializer(st)
     if initializer is not None:
         slim_status["initContainerStatuses"] = [initializer]
-    placed = status.unscheduled(pod) is None  # a bound pod's stale PodScheduled=False is not kept
+    placed = pod_problems.unscheduled(pod) is None  # a bound pod's stale PodScheduled=False is not kept
     kept_conditions = [  # unscheduled, and readiness (a canary's entry into the route)
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in st.get("conditions") or ()
@@ -127,7 +128,7 @@ def slim_pod(pod: Obj) -> Obj:
 
 
 def _slim_initializer(st: Obj) -> Obj | None:
-    """What :func:`status.pod_problem` reads of the storage initializer's status: the waiting
+    """What :func:`pod_problems.pod_problem` reads of the storage initializer's status: the waiting
     reason, and of its current or last termination the exit code, reason and message (bounded:
     the kubelet allows 4 KiB, the status keeps less)."""
     for cs in st.get("initContainerStatuses") or ():
@@ -154,7 +155,7 @@ def _slim_initializer(st: Obj) -> Obj | None:
 def _slim_terminated(terminated: Obj) -> Obj:
     out: Obj = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
     if terminated.get("message"):
-        out["message"] = status.bounded(str(terminated["message"]))
+        out["message"] = pod_problems.bounded(str(terminated["message"]))
     return out
 
 
@@ -426,8 +427,8 @@ class InferenceServiceReconciler:
         plan = self._rollout(isvc)
         slots = base.slots(isvc, children.CHILDREN, plan.components, plan.route)
         pods = self.cache.by_index(resources.POD, POD_INDEX, isvc.key)
-        pod_failure = status.pod_problem(p for p in pods if _component(p) != labels.CANARY)
-        canary_failure = status.pod_problem(p for p in pods if _component(p) == labels.CANARY)
+        pod_failure = pod_problems.pod_problem(p for p in pods if _component(p) != labels.CANARY)
+        canary_failure = pod_problems.pod_problem(p for p in pods if _component(p) == labels.CANARY)
         problems = self._permission_problems(isvc.namespace)
         namespace = isvc.namespace
 

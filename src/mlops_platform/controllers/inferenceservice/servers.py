@@ -45,7 +45,7 @@ _FORMAT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 #: Whose request metrics a runtime exports, i.e. which expressions the alerts and the KEDA trigger
-#: use (``alerts.SERVERS``); ``none``: no request metric the operator knows (only the replica alerts,
+#: use (``alert_queries.SERVERS``); ``none``: no request metric the operator knows (only the replica alerts,
 #: and a KEDA trigger on the mesh's request count alone).
 MetricsDialect = Literal["triton", "seldon", "torchserve", "none"]
 METRICS_DIALECTS: tuple[str, ...] = get_args(MetricsDialect)

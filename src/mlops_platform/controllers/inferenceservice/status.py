@@ -33,11 +33,6 @@ from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 
-# read as ``status.<name>`` by the reconciler
-bounded = pod_problems.bounded
-pod_problem = pod_problems.pod_problem
-unscheduled = pod_problems.unscheduled
-
 _SEVERITY = {"False": 0, "Unknown": 1, "True": 2}
 
 

@@ -37,7 +37,7 @@ from types import MappingProxyType
 
 from mlops_platform import __version__
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import alerts, conditions, labels
+from mlops_platform.controllers.inferenceservice import alert_settings, conditions, labels
 from mlops_platform.controllers.inferenceservice.servers import (
     ServingRuntime,
     ServingRuntimeTable,
@@ -81,7 +81,7 @@ class BuildContext:
     #: labels put on PrometheusRules and ServiceMonitors (what Prometheus' rule/monitor selectors need)
     monitoring_labels: Mapping[str, str] = dataclasses.field(default_factory=_no_labels)
     #: default alert thresholds (per-CR overrides in v1 spec.monitoring.alerts)
-    alerts: alerts.AlertSettings = dataclasses.field(default_factory=alerts.AlertSettings)
+    alerts: alert_settings.AlertSettings = dataclasses.field(default_factory=alert_settings.AlertSettings)
     #: a NetworkPolicy per InferenceService by default (per-CR override)
     network_policy: bool = False
     #: namespaces (by label) besides the InferenceService's own that may reach the serving ports

@@ -13,7 +13,7 @@ Contract (pure builders):
   copies the ``mlops.platform/inferenceservice`` and ``mlops.platform/component`` pod labels onto
   every series: the alert expressions (:mod:`..alerts`) select on them;
 - while a canary runs (``target.component_named(labels.CANARY)``) the PrometheusRule also holds
-  the canary alert (:data:`alerts.CANARY_ALERTS`, naming the candidate's model URI); without one
+  the canary alert (:data:`alert_settings.CANARY_ALERTS`, naming the candidate's model URI); without one
   it is exactly the rule of the predictor alone;
 - the request alerts follow the runtime's ``metricsDialect``; a runtime of dialect ``none`` gets
   the replica alerts only, and the condition says so (``True/ReplicaAlertsOnly``);
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mlops_platform.controllers.inferenceservice import alerts, labels
+from mlops_platform.controllers.inferenceservice import alert_queries, alert_settings, alerts, labels
 from mlops_platform.controllers.inferenceservice.children import base, deployment, service
 from mlops_platform.runtime.caching import kinds
 
@@ -43,7 +43,7 @@ def enabled(target: base.Target, ctx: base.BuildContext) -> bool:
     return base.enabled(target.isvc.monitoring.enabled, ctx.monitoring)
 
 
-def settings(target: base.Target, ctx: base.BuildContext) -> alerts.AlertSettings:
+def settings(target: base.Target, ctx: base.BuildContext) -> alert_settings.AlertSettings:
     """The operator's alert defaults with this InferenceService's overrides."""
     o, d = target.isvc.monitoring.alerts, ctx.alerts
     return dataclasses.replace(
@@ -57,7 +57,7 @@ def settings(target: base.Target, ctx: base.BuildContext) -> alerts.AlertSetting
 
 def request_alerts(target: base.Target, ctx: base.BuildContext) -> bool:
     """Whether the runtime's metrics dialect gives request alerts (not ``none``)."""
-    return ctx.server(target.isvc).metrics_dialect != alerts.NO_REQUEST_METRICS
+    return ctx.server(target.isvc).metrics_dialect != alert_queries.NO_REQUEST_METRICS
 
 
 def build_rule(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
@@ -132,8 +132,8 @@ def _condition(kind: kinds.Kind) -> base.ConditionFn:
         if kind is PROMETHEUS_RULE and not request_alerts(target, ctx):
             why = (
                 f"{kind.kind} {name(target)} applied with the replica alerts only: runtime "
-                f"{target.isvc.framework!r} has metricsDialect {alerts.NO_REQUEST_METRICS} in the runtime "
-                "table, so there are no request alerts (error ratio, latency, canary)"
+                f"{target.isvc.framework!r} has metricsDialect {alert_queries.NO_REQUEST_METRICS} in the "
+                "runtime table, so there are no request alerts (error ratio, latency, canary)"
             )
             return base.ChildCondition(CONDITION, "True", "ReplicaAlertsOnly", why)
         return base.ChildCondition(

@@ -19,7 +19,7 @@ none is reported when no ScaledObject is wanted (the HPA child reports then).
 
 from __future__ import annotations
 
-from mlops_platform.controllers.inferenceservice import alerts
+from mlops_platform.controllers.inferenceservice import alert_queries, alerts
 from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
@@ -37,7 +37,7 @@ name = base.component_name
 
 def server_metrics(target: base.Target, ctx: base.BuildContext) -> bool:
     """Whether the runtime exports request metrics the operator knows (its dialect is not ``none``)."""
-    return ctx.server(target.isvc).metrics_dialect != alerts.NO_REQUEST_METRICS
+    return ctx.server(target.isvc).metrics_dialect != alert_queries.NO_REQUEST_METRICS
 
 
 def query(target: base.Target, ctx: base.BuildContext) -> str:
@@ -50,7 +50,7 @@ def query(target: base.Target, ctx: base.BuildContext) -> str:
     )
     if not server_metrics(target, ctx):
         return mesh
-    dialect = alerts.SERVERS[ctx.server(isvc).metrics_dialect]
+    dialect = alert_queries.SERVERS[ctx.server(isvc).metrics_dialect]
     server = dialect.requests(alerts.request_query(isvc.namespace, isvc.name))
     return f"({server}) or {mesh}"
 
@@ -72,7 +72,7 @@ def _mesh_only(target: base.Target, ctx: base.BuildContext) -> str:
         return ""
     return (
         f"; the trigger is the mesh's request count alone (istio_requests_total): runtime "
-        f"{target.isvc.framework!r} has metricsDialect {alerts.NO_REQUEST_METRICS}, so without a mesh "
+        f"{target.isvc.framework!r} has metricsDialect {alert_queries.NO_REQUEST_METRICS}, so without a mesh "
         "KEDA sees no request"
     )
 
