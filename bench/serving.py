@@ -678,13 +678,6 @@ def _upload_pod(mibs: Sequence[int]) -> dict[str, Any]:
     from mlops_platform.devcluster.modelstore import manifests as store
     from mlops_platform.devcluster.realnode import configs, images
 
-    env = [
-        {"name": key, "valueFrom": {"secretKeyRef": {"name": store.ROOT_SECRET, "key": root}}}
-        for key, root in (
-            ("AWS_ACCESS_KEY_ID", "MINIO_ROOT_USER"),
-            ("AWS_SECRET_ACCESS_KEY", "MINIO_ROOT_PASSWORD"),
-        )
-    ]
     mounts = [{"name": "blobs", "mountPath": "/blobs"}]
     security = {"allowPrivilegeEscalation": False}
     return {
@@ -708,25 +701,7 @@ def _upload_pod(mibs: Sequence[int]) -> dict[str, Any]:
                 }
             ],
             "containers": [
-                {
-                    "name": "upload",
-                    "image": images.OPERATOR.ref,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": [
-                        "python3",
-                        "-m",
-                        "mlops_platform.devcluster.modelstore.upload",
-                        "/blobs",
-                        "--endpoint",
-                        f"http://{store.SERVICE}:{store.PORT}",
-                        "--bucket",
-                        store.BUCKET,
-                    ],
-                    "env": env,
-                    "resources": {"limits": {"memory": "1Gi"}},
-                    "securityContext": security,
-                    "volumeMounts": mounts,
-                }
+                store.upload_container("/blobs", mounts) | {"resources": {"limits": {"memory": "1Gi"}}}
             ],
             "volumes": [{"name": "blobs", "emptyDir": {}}],
         },

@@ -160,6 +160,35 @@ def seed_job() -> Obj:
     }
 
 
+def upload_container(directory: str, mounts: list[Obj]) -> Obj:
+    """The container that puts every file under ``directory`` into the bucket (:mod:`.upload`, in the
+    operator's image, with the store's root credentials): the seed Job's, and the benchmarks'."""
+    return {
+        "name": "upload",
+        "image": images.OPERATOR.ref,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "python3",
+            "-m",
+            "mlops_platform.devcluster.modelstore.upload",
+            directory,
+            "--endpoint",
+            f"http://{SERVICE}:{PORT}",
+            "--bucket",
+            BUCKET,
+        ],
+        "env": [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": ROOT_SECRET, "key": root}}}
+            for key, root in (
+                ("AWS_ACCESS_KEY_ID", "MINIO_ROOT_USER"),
+                ("AWS_SECRET_ACCESS_KEY", "MINIO_ROOT_PASSWORD"),
+            )
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": mounts,
+    }
+
+
 def _seed_pod() -> Obj:
     mounts = [{"name": "models", "mountPath": "/models"}]
     security = {"allowPrivilegeEscalation": False}
@@ -180,35 +209,7 @@ def _seed_pod() -> Obj:
                 "volumeMounts": [*mounts, {"name": "scripts", "mountPath": "/scripts"}],
             }
         ],
-        "containers": [
-            {
-                "name": "upload",
-                "image": images.OPERATOR.ref,
-                "imagePullPolicy": "IfNotPresent",
-                "command": [
-                    "python3",
-                    "-m",
-                    "mlops_platform.devcluster.modelstore.upload",
-                    "/models",
-                    "--endpoint",
-                    f"http://{SERVICE}:{PORT}",
-                    "--bucket",
-                    BUCKET,
-                ],
-                "env": [
-                    {
-                        "name": "AWS_ACCESS_KEY_ID",
-                        "valueFrom": {"secretKeyRef": {"name": ROOT_SECRET, "key": "MINIO_ROOT_USER"}},
-                    },
-                    {
-                        "name": "AWS_SECRET_ACCESS_KEY",
-                        "valueFrom": {"secretKeyRef": {"name": ROOT_SECRET, "key": "MINIO_ROOT_PASSWORD"}},
-                    },
-                ],
-                "securityContext": security,
-                "volumeMounts": mounts,
-            }
-        ],
+        "containers": [upload_container("/models", mounts)],
         "volumes": [
             {"name": "models", "emptyDir": {}},
             {"name": "scripts", "configMap": {"name": SCRIPTS}},
