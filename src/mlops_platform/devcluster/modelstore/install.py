@@ -35,8 +35,7 @@ def install(name: str, *, timeout: float = 600.0) -> None:
 
 async def _install(name: str, timeout: float, started: float) -> None:
     async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
-        with contextlib.suppress(rclient.ApiError):
-            await c.create(resources.NAMESPACE, manifests.namespace())
+        await _create(c, resources.NAMESPACE, manifests.namespace())
         await _root_secret(c)
         for res, obj in (
             (resources.CONFIG_MAP, manifests.scripts()),
@@ -47,11 +46,19 @@ async def _install(name: str, timeout: float, started: float) -> None:
         _log(f"MinIO: waiting for {manifests.NAMESPACE}/{manifests.SERVICE} to be available", started)
         await wait.until(lambda: _available(c), timeout=timeout, what="the model store's MinIO available")
         job = manifests.seed_job()
-        with contextlib.suppress(rclient.ApiError):  # exists: it ran or runs (its name is its content)
-            await c.create(JOB, job)
+        await _create(c, JOB, job)  # exists: it ran or runs (its name is its content)
         _log(f"seeding the demo models: Job {manifests.NAMESPACE}/{objects.name(job)}", started)
         await wait.until(lambda: _complete(c, objects.name(job)), timeout=timeout, what="the demo models")
         _log(f"ready: {manifests.ENDPOINT}, bucket {manifests.BUCKET}", started)
+
+
+async def _create(c: rclient.Client, res: rclient.Resource, obj: rclient.JSON) -> None:
+    """Create ``obj`` unless it exists (409); any other refusal is an error."""
+    try:
+        await c.create(res, obj)
+    except rclient.ApiError as e:
+        if not e.conflict:
+            raise
 
 
 async def _root_secret(c: rclient.Client) -> None:
@@ -62,14 +69,13 @@ async def _root_secret(c: rclient.Client) -> None:
         if e.status != 404:
             raise
         secret = manifests.root_secret(f"mlops-{secrets.token_hex(4)}", secrets.token_urlsafe(24))
-        with contextlib.suppress(rclient.ApiError):  # a concurrent install made it
-            await c.create(resources.SECRET, secret)
+        await _create(c, resources.SECRET, secret)  # exists: a concurrent install made it
 
 
 async def _available(c: rclient.Client) -> bool:
-    live = await c.get(resources.DEPLOYMENT, manifests.SERVICE, manifests.NAMESPACE)
-    cond = objects.condition(live, "Available")
-    return cond is not None and cond["status"] == "True"
+    return objects.condition_is(
+        await c.get(resources.DEPLOYMENT, manifests.SERVICE, manifests.NAMESPACE), "Available"
+    )
 
 
 async def _complete(c: rclient.Client, job: str) -> bool:
@@ -110,8 +116,7 @@ async def grant_all(kubeconfig: Path, namespaces: list[str]) -> None:
     """:func:`grant` for each namespace (created when missing)."""
     async with rclient.Client.from_kubeconfig(kubeconfig) as c:
         for ns in namespaces:
-            with contextlib.suppress(rclient.ApiError):
-                await c.create(
-                    resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                )
+            await _create(
+                c, resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
             await grant(c, ns)
