@@ -99,12 +99,7 @@ class NotFound(LookupError):
 async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
     """Read what :func:`analyze` needs of ``namespace/name`` (raises :class:`NotFound`, or the
     :class:`~mlops_platform.runtime.client.ApiError` of reading the InferenceService itself)."""
-    try:
-        raw = await client.get(ISVC, name, namespace)
-    except rclient.ApiError as e:
-        if e.not_found:
-            raise NotFound(f'inferenceservice "{name}" not found in namespace "{namespace}"') from None
-        raise
+    raw = await _get_inferenceservice(client, namespace, name)
     errors: dict[str, str] = {}
 
     async def attempt(what: str, call: Awaitable[T]) -> T | None:
@@ -157,6 +152,16 @@ async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
         errors=errors,
         logs={key: line for key, tail in tails.items() if tail and (line := last_error(tail))},
     )
+
+
+async def _get_inferenceservice(client: rclient.Client, namespace: str, name: str) -> Obj:
+    """The InferenceService (:class:`NotFound` when absent; any other API error as it is)."""
+    try:
+        return await client.get(ISVC, name, namespace)
+    except rclient.ApiError as e:
+        if e.not_found:
+            raise NotFound(f'inferenceservice "{name}" not found in namespace "{namespace}"') from None
+        raise
 
 
 #: the most a pod's previous log is read for its last error (its tail: where a server's error is)
