@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import pytest
 
-from mlops_platform import cli
 from mlops_platform.api import internal
+from mlops_platform.cli import settings
 from mlops_platform.controllers.inferenceservice import (
     canary_plan,
     labels,
@@ -303,7 +303,7 @@ def test_a_leaving_canary_keeps_what_its_live_deployment_fetches() -> None:
 
 
 def test_the_default_initializer_image_is_the_operators_own_image() -> None:
-    assert base.DEFAULT_STORAGE_INITIALIZER_IMAGE == cli.DEFAULT_STORAGE_INITIALIZER_IMAGE
+    assert base.DEFAULT_STORAGE_INITIALIZER_IMAGE == settings.DEFAULT_STORAGE_INITIALIZER_IMAGE
     assert base.DEFAULT_STORAGE_INITIALIZER_IMAGE == manifests.DEFAULT_IMAGE
 
 

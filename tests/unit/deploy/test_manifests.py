@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mlops_platform import cli
 from mlops_platform.api import crd
+from mlops_platform.cli import operator
 from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
 from mlops_platform.devcluster import binaries
@@ -274,7 +274,7 @@ def test_the_flags_are_the_ones_run_accepts(objs: list[Obj]) -> None:
     for mode in (objs, manifests.install_objects(watch_namespaces=["a", "b"])):
         for deploy in of_kind(mode, "Deployment"):
             [c] = deploy["spec"]["template"]["spec"]["containers"]
-            ctx = cli.run.make_context("run", list(c["args"]))
+            ctx = operator.run.make_context("run", list(c["args"]))
             assert ctx.params["leader_elect"] is True
             assert ctx.params["health_probe_bind_address"] == "0.0.0.0:8081"
             assert ctx.params["webhook_bind_address"] == "0.0.0.0:9443"
@@ -285,7 +285,7 @@ def test_the_flags_are_the_ones_run_accepts(objs: list[Obj]) -> None:
             ]
     [deploy] = of_kind(manifests.install_objects(cert_manager=True), "Deployment")
     [c] = deploy["spec"]["template"]["spec"]["containers"]
-    ctx = cli.run.make_context("run", list(c["args"]))
+    ctx = operator.run.make_context("run", list(c["args"]))
     assert str(ctx.params["webhook_cert_dir"]) == deploy_defaults.CERT_DIR
 
 

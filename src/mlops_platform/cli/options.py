@@ -1,0 +1,48 @@
+"""Option decorators and flag parsers that several commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
+    """A repeatable ``KEY=VALUE`` option collected into a dict (bad items name the option)."""
+    return click.option(
+        flag,
+        dest,
+        multiple=True,
+        callback=lambda ctx, param, value: parse_labels(param, value),
+        metavar="KEY=VALUE",
+        help=f"{help}; repeatable",
+    )
+
+
+def parse_labels(param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param=param)
+        out[key] = value
+    return out
+
+
+def parse_cidrs(param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    import ipaddress
+
+    try:
+        return tuple(str(ipaddress.ip_network(v, strict=False)) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param=param) from None
+
+
+def parse_address(value: str) -> tuple[str, int] | None:
+    if value in ("0", ""):
+        return None
+    host, _, port = value.rpartition(":")
+    return (host or "127.0.0.1", int(port))

@@ -1,0 +1,85 @@
+"""The operator-wide settings (a ``BuildContext``) from flags: ``run`` sets them, ``why`` must match them."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import click
+
+from mlops_platform import __version__
+
+#: the operator's own image reference (``deploy.manifests.DEFAULT_IMAGE``, spelled here so that the
+#: CLI starts without importing the install manifests); ``--storage-initializer-image``'s default
+DEFAULT_STORAGE_INITIALIZER_IMAGE = f"mlops-platform:{__version__}"
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
+    from mlops_platform.controllers.inferenceservice.children.base import BuildContext
+    from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeTable
+
+
+def build_context(
+    runtime_config: str | None,
+    *,
+    monitoring: bool,
+    monitoring_labels: dict[str, str],
+    monitoring_namespace: str,
+    error_ratio: float | None,
+    latency_seconds: float | None,
+    network_policy: bool,
+    ingress_namespace_labels: dict[str, str],
+    egress_cidrs: tuple[str, ...],
+    traffic_router: str = "auto",
+    gateway: str | None = None,
+    ingress_domain: str = "example.com",
+    keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090",
+    keda_requests_per_replica: float = 10.0,
+    storage_initializer_image: str = "",
+) -> BuildContext:
+    """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
+    from mlops_platform.controllers.inferenceservice import alert_settings
+    from mlops_platform.controllers.inferenceservice.children import base
+
+    defaults = alert_settings.AlertSettings()
+    return base.BuildContext(
+        servers=runtime_table(runtime_config),
+        monitoring=monitoring,
+        monitoring_labels=monitoring_labels,
+        alerts=alert_settings.AlertSettings(
+            error_ratio=defaults.error_ratio if error_ratio is None else error_ratio,
+            latency_seconds=defaults.latency_seconds if latency_seconds is None else latency_seconds,
+        ),
+        network_policy=network_policy,
+        ingress_namespace_labels=ingress_namespace_labels or None,
+        monitoring_namespace=monitoring_namespace,
+        egress_cidrs=egress_cidrs,
+        router=base.Router(traffic_router),
+        gateway=gateway,
+        ingress_domain=ingress_domain,
+        keda_prometheus_url=keda_prometheus_url,
+        keda_requests_per_replica=keda_requests_per_replica,
+        storage_initializer_image=storage_initializer_image or base.DEFAULT_STORAGE_INITIALIZER_IMAGE,
+    )
+
+
+def runtime_table(runtime_config: str | None) -> ServingRuntimeTable:
+    """The runtime table: the built-in one, with ``--runtime-config`` (a ConfigMap's ``data``) merged."""
+    import yaml
+
+    from mlops_platform.controllers.inferenceservice import servers
+
+    if not runtime_config:
+        return servers.default_table()
+    with open(runtime_config) as f:
+        return servers.load_overrides(yaml.safe_load(f) or {})
+
+
+def check_gateway(param: click.Parameter, value: str | None) -> str | None:
+    """``--gateway NAMESPACE/NAME``: both parts DNS labels."""
+    if value is None:
+        return None
+    label = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    parts = value.split("/")
+    if len(parts) != 2 or not all(label.match(p) for p in parts):
+        raise click.BadParameter(f"{value!r} must be NAMESPACE/NAME (DNS labels)", param=param)
+    return value

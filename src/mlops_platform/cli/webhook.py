@@ -1,0 +1,162 @@
+"""``mlops-platform webhook``: the conversion webhook alone, and the webhook flags ``run`` shares."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+from typing import Any
+
+import click
+
+from mlops_platform.cli import options
+from mlops_platform.cli.options import F
+
+
+def webhook_options(f: F) -> F:
+    """The conversion webhook's flags (``run`` and ``webhook``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--webhook-bind-address",
+                default="127.0.0.1:9443",
+                show_default=True,
+                help="where the conversion webhook listens (HTTPS); 'off': not served by this process",
+            ),
+            click.option(
+                "--webhook-secret",
+                default="mlops-system/mlops-platform-webhook-tls",
+                show_default=True,
+                help="NAMESPACE/NAME of the Secret holding the self-managed CA and serving certificate",
+            ),
+            click.option(
+                "--webhook-dns-name",
+                "webhook_dns_names",
+                multiple=True,
+                help="a DNS name of the serving certificate (repeatable; default: the webhook Service's)",
+            ),
+            click.option(
+                "--webhook-cert-dir",
+                type=click.Path(file_okay=False),
+                help="serve tls.crt/tls.key from this directory (cert-manager); no Secret, no injection",
+            ),
+            click.option(
+                "--webhook-reuse-port",
+                is_flag=True,
+                help="share the webhook's port with other processes on this host (SO_REUSEPORT): "
+                "replicas on one machine behind one address, the kernel spreading connections",
+            ),
+            click.option(
+                "--webhook-cert-validity",
+                type=click.FloatRange(60),
+                hidden=True,
+                help="seconds a self-managed CA lives (tests: see rotations); default one year",
+            ),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def build(
+    client: Any,
+    bind: str,
+    secret: str,
+    dns_names: tuple[str, ...],
+    cert_dir: str | None,
+    validity: float | None,
+    registry: Any = None,
+    *,
+    reuse_port: bool = False,
+) -> Any:
+    """The conversion webhook the flags describe, or None with ``--webhook-bind-address off``."""
+    from pathlib import Path
+
+    from mlops_platform.webhooks import serve
+
+    if bind == "off":
+        return None
+    address = options.parse_address(bind)
+    if address is None:
+        raise click.BadParameter(f"{bind!r}: HOST:PORT or off", param_hint="--webhook-bind-address")
+    namespace, _, name = secret.partition("/")
+    if not namespace or not name:
+        raise click.BadParameter(f"{secret!r}: NAMESPACE/NAME", param_hint="--webhook-secret")
+    serving = serve.Options(
+        host=address[0],
+        port=address[1],
+        secret=(namespace, name),
+        cert_dir=Path(cert_dir) if cert_dir else None,
+        reuse_port=reuse_port,
+    )
+    if dns_names:
+        serving = dataclasses.replace(serving, dns_names=dns_names)
+    if validity:
+        serving = dataclasses.replace(serving, policy=serve.policy_for_tests(validity), period=validity / 40)
+    return serve.ConversionWebhook(client, serving, registry=registry)
+
+
+@click.command()
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, then in-cluster")
+@click.option("--context", help="kubeconfig context (default: current)")
+@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--metrics-bind-address",
+    default="0",
+    show_default=True,
+    help="where /metrics listens (controller_runtime_webhook_*); '0': not served",
+)
+@webhook_options
+def webhook(
+    kubeconfig: str | None,
+    context: str | None,
+    log_level: str,
+    metrics_bind_address: str,
+    webhook_bind_address: str,
+    webhook_secret: str,
+    webhook_dns_names: tuple[str, ...],
+    webhook_cert_dir: str | None,
+    webhook_reuse_port: bool,
+    webhook_cert_validity: float | None,
+) -> None:
+    """Serve only the conversion webhook until SIGTERM/SIGINT (``run`` serves it too, on every
+    replica); for a dedicated webhook Deployment and the local control plane's tests."""
+    from prometheus_client import CollectorRegistry
+
+    from mlops_platform.runtime.observability import logs
+    from mlops_platform.runtime.observability import metrics as rmetrics
+    from mlops_platform.runtime.transport import client as rclient
+
+    logs.setup_logging(level=log_level)
+    metrics_address = options.parse_address(metrics_bind_address)
+
+    async def main_async() -> None:
+        async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+            registry = CollectorRegistry()
+            hook = build(
+                c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
+                webhook_cert_validity, registry, reuse_port=webhook_reuse_port,
+            )  # fmt: skip
+            if hook is None:
+                raise click.UsageError("--webhook-bind-address off: nothing to serve")
+            metrics = rmetrics.metrics_server(registry, *metrics_address) if metrics_address else None
+            if metrics is not None:
+                await metrics.start()
+                logging.getLogger("mlops_platform.cli").info(
+                    "metrics listening", extra={"url": f"http://{metrics.host}:{metrics.port}/metrics"}
+                )
+            task = asyncio.create_task(hook.run())
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await asyncio.wait({task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if metrics is not None:
+                await metrics.stop()
+
+    asyncio.run(main_async())

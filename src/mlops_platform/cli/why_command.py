@@ -1,0 +1,101 @@
+"""``mlops-platform why``: why an InferenceService is (not) serving (also ``kubectl mlops why``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import click
+
+from mlops_platform.cli import settings
+
+
+@click.command(name="why")
+@click.argument("name")
+@click.option("-n", "--namespace", help="default: the kubeconfig context's namespace, else default")
+@click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help="format"
+)
+@click.option(
+    "--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
+)
+@click.option("--context", help="kubeconfig context (default: current)")
+@click.option(
+    "--traffic-router",
+    type=click.Choice(["auto", "istio", "gateway-api", "replicas"]),
+    default="auto",
+    show_default=True,
+    help="the operator's --traffic-router (must match it)",
+)
+@click.option(
+    "--gateway",
+    callback=lambda ctx, param, value: settings.check_gateway(param, value),
+    metavar="NAMESPACE/NAME",
+    help="the operator's --gateway (must match it)",
+)
+@click.option(
+    "--ingress-domain", default="example.com", show_default=True, help="the operator's --ingress-domain"
+)
+@click.option(
+    "--runtime-config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="the operator's --runtime-config (runtimes it adds are otherwise unknown here)",
+)
+@click.option(
+    "--storage-initializer-image",
+    default=settings.DEFAULT_STORAGE_INITIALIZER_IMAGE,
+    show_default=True,
+    help="the operator's --storage-initializer-image (an installed operator passes its own image)",
+)
+@click.option(
+    "--events",
+    "max_events",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="newest Events shown",
+)
+def why_command(
+    name: str,
+    namespace: str | None,
+    output: str,
+    kubeconfig: str | None,
+    context: str | None,
+    traffic_router: str,
+    gateway: str | None,
+    ingress_domain: str,
+    runtime_config: str | None,
+    storage_initializer_image: str,
+    max_events: int,
+) -> None:
+    """Why NAME is (not) serving: conditions, what the operator would change now, pods, Events.
+
+    Reads the API only (read-only RBAC: docs/why.md). The child comparison assumes the operator's
+    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain/--runtime-config/
+    --storage-initializer-image when they differ.
+    """
+    from mlops_platform import why
+    from mlops_platform.controllers.inferenceservice import servers
+    from mlops_platform.controllers.inferenceservice.children import base
+
+    try:
+        table = settings.runtime_table(runtime_config)
+    except servers.ServingRuntimeError as e:
+        raise click.ClickException(f"--runtime-config: {e}") from None
+    ctx = base.BuildContext(
+        servers=table,
+        router=base.Router(traffic_router),
+        gateway=gateway,
+        ingress_domain=ingress_domain,
+        storage_initializer_image=storage_initializer_image,
+    )
+    try:
+        report = asyncio.run(why.collect(kubeconfig, context, namespace, name, ctx, max_events=max_events))
+    except why.WhyError as e:
+        raise click.ClickException(str(e)) from None
+    if output == "json":
+        click.echo(json.dumps(why.to_json(report), indent=2))
+        return
+    color = why.use_color(sys.stdout)
+    click.echo(why.render_text(report, width=why.terminal_width(), color=color), nl=False, color=color)
