@@ -5,7 +5,7 @@ Contract:
   ``app: <name>``, our own ``mlops.platform/*`` keys and the recommended ``app.kubernetes.io/*``
   keys (name = the model server software, instance = the InferenceService, as operators such as
   Strimzi and prometheus-operator do), and the InferenceService's shard bucket
-  (``runtime.control.sharding.BUCKET_LABEL``): a sharded replica watches only the children of its
+  (``runtime.control.partitioning.BUCKET_LABEL``): a sharded replica watches only the children of its
   partitions. The bucket is a function of namespace and name alone, so it never changes.
 - :func:`selector` uses only labels that never change for the life of the CR (the
   InferenceService name and the component). A Deployment's selector is immutable: a framework
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlops_platform.api import internal, v1alpha1
-from mlops_platform.runtime.control import sharding
+from mlops_platform.runtime.control import partitioning
 from mlops_platform.runtime.control.reconcile import Request
 
 if TYPE_CHECKING:  # children.base imports this module
@@ -87,10 +87,10 @@ def child_labels(target: Target, server: str) -> dict[str, str]:
         K8S_COMPONENT: component,
         K8S_MANAGED_BY: MANAGER,
         K8S_PART_OF: PART_OF,
-        sharding.BUCKET_LABEL: bucket(isvc),
+        partitioning.BUCKET_LABEL: bucket(isvc),
     }
 
 
 def bucket(isvc: internal.InferenceService) -> str:
-    """The shard bucket of ``isvc`` (:func:`~mlops_platform.runtime.control.sharding.bucket_of`)."""
-    return str(sharding.bucket_of(Request(isvc.namespace, isvc.name)))
+    """The shard bucket of ``isvc`` (:func:`~mlops_platform.runtime.control.partitioning.bucket_of`)."""
+    return str(partitioning.bucket_of(Request(isvc.namespace, isvc.name)))

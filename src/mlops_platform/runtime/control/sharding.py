@@ -4,8 +4,9 @@ Kubernetes stays the distributed engine: Leases, written by client-go's election
 (:class:`~mlops_platform.runtime.control.leaderelection.LeaderElector`), are the only coordination.
 This module holds the coordinator, one per replica; its parts live next to it:
 :mod:`~.partitioning` (buckets, partitions, the fair-share plan: pure), :mod:`~.shardgroup` (the
-configuration, the Leases' labels, the view of the group) and :mod:`~.partitionleases` (one elector
-per partition, holding and giving up).
+configuration, the Leases' labels, the view of the group), :mod:`~.partitionleases` (one elector
+per partition, holding and giving up) and :mod:`~.shardmembership` (the member Lease: joining and
+leaving).
 
 Contract (one :class:`ShardCoordinator` per replica; replicas of a group share ``group``, the
 Lease namespace and the partition count ``P``, and have distinct identities):
@@ -85,16 +86,20 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.clock import Clock, RealClock
-from mlops_platform.runtime.control import leaderelection, partitioning, partitionleases, shardgroup
-from mlops_platform.runtime.control.partitioning import BUCKET_LABEL, bucket_of
+from mlops_platform.runtime.control import (
+    leaderelection,
+    partitioning,
+    partitionleases,
+    shardgroup,
+    shardmembership,
+)
 from mlops_platform.runtime.control.partitionleases import Scope, Target
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport.resources import LEASE
 
-#: ``BUCKET_LABEL`` and ``bucket_of`` stay importable from here for the controllers' labels
-__all__ = ["BUCKET_LABEL", "Scope", "ShardCoordinator", "Target", "bucket_of"]
+__all__ = ["ShardCoordinator"]
 
 RBAC = rbac.requires(
     "coordination.k8s.io",
@@ -135,11 +140,15 @@ class ShardCoordinator:
         self.view = shardgroup.LeaseView(config, self._clock)
         #: the group's Leases as watched (dynamic mode): the partition electors read them from here
         self._leases: rinformer.Informer | None = None
-        self._member: leaderelection.LeaderElector | None = None
-        self._joined = asyncio.Event()  # campaigning allowed (static mode: at once)
-        if config.shard_id is not None:
-            self._joined.set()
         self._stopping = asyncio.Event()
+        self._membership = shardmembership.Membership(
+            client,
+            config,
+            lambda: self._elector(client, config.member_name, member=True),
+            self.plan,
+            clock=self._clock,
+            stopping=self._stopping,
+        )
         self._releasing: set[int] = set()
         self._conflict: dict[str, int] = {}  # live members announcing another partition count
         self._conflict_logged: dict[str, int] = {}
@@ -198,7 +207,7 @@ class ShardCoordinator:
         """Why this replica may not acquire ``partition`` now ("" if it may)."""
         if self._stopping.is_set():
             return "stopping"
-        if not self._joined.is_set():
+        if not self._membership.joined.is_set():
             return "not joined yet"
         p = self.plan()
         if partition in p.acquire:
@@ -233,9 +242,9 @@ class ShardCoordinator:
                 self._leases = informer
                 if not await self._synced(informer):
                     return
-                tasks.append(asyncio.create_task(self._membership(), name=_MEMBERSHIP))
+                tasks.append(asyncio.create_task(self._membership.hold(), name=_MEMBERSHIP))
                 tasks.append(asyncio.create_task(self._rebalance_loop(), name="shard rebalance"))
-                if not await self._until(self._joined.wait()):
+                if not await self._until(self._membership.joined.wait()):
                     return
             for k in self._campaigned():
                 tasks.append(asyncio.create_task(self._partitions.campaign(k), name=f"shard {k}"))
@@ -284,15 +293,9 @@ class ShardCoordinator:
         """Give every partition up (drain), leave the group, release the partitions' Leases."""
         self._stopping.set()
         await asyncio.gather(*(self._partitions.drop(k, "stopping") for k in sorted(self._partitions.active)))
-        if self._member is not None:
-            # leave first: the others stop counting this replica before its partitions come free,
-            # so they match them among themselves at once
-            self._member.stop()
-            await asyncio.gather(*(t for t in tasks if t.get_name() == _MEMBERSHIP), return_exceptions=True)
-            try:
-                await self._client.delete(LEASE, self.config.member_name, self.config.namespace)
-            except Exception as e:  # best effort: an expired member Lease counts for nobody
-                log.warning("could not delete the member Lease %s: %r", self.config.member_name, e)
+        # leave first: the others stop counting this replica before its partitions come free,
+        # so they match them among themselves at once
+        await self._membership.leave([t for t in tasks if t.get_name() == _MEMBERSHIP])
         for elector in self._partitions.electors.values():
             elector.stop()
         for (
@@ -320,33 +323,7 @@ class ShardCoordinator:
             rand=self._rand,
         )
 
-    # -- membership and rebalancing ---------------------------------------------------------------------
-
-    async def _membership(self) -> None:
-        """Hold the member Lease (again after a loss) for as long as the coordinator runs."""
-        name = self.config.member_name
-        while not self._stopping.is_set():
-            if (
-                not await shardgroup.ensure_lease(self._client, self.config, name, "member")
-                or self._stopping.is_set()
-            ):
-                await self._wait(self.config.retry_period)
-                continue
-            self._member = self._elector(self._client, name, member=True)
-            await self._member.run(self._member_work)
-
-    async def _member_work(self) -> None:
-        if not self._joined.is_set():
-            # every live member renews once per member retry period: after two, this replica has
-            # seen them all renewing (and replicas started together see each other)
-            await self._wait(2 * self.config.member_retry_period)
-            self._joined.set()
-            p = self.plan()
-            log.info(
-                "joined the shard group",
-                extra={"group": self.config.group, "members": p.members, "share": p.share},
-            )
-        await asyncio.get_running_loop().create_future()  # until the elector ends membership
+    # -- rebalancing --------------------------------------------------------------------------------------
 
     async def _rebalance_loop(self) -> None:
         while not self._stopping.is_set():
