@@ -192,6 +192,8 @@ def _generated_config(model: Path, name: str, model_format: str | None, file_nam
 def mlserver(src: Path, out: Path, name: str, model_format: str | None) -> None:
     settings = sorted(src.rglob(MLSERVER_SETTINGS))
     if settings:
+        if len(settings) > 1:
+            _require_named(settings, name)
         move_contents(src, out)
         if len(settings) == 1:
             _set_settings_name(out / settings[0].relative_to(src), name)
@@ -242,13 +244,32 @@ def _mlserver_uri(src: Path, files: list[Path]) -> str:
     return "./"
 
 
-def _set_settings_name(path: Path, name: str) -> None:
+def _settings_doc(path: Path) -> dict[str, object]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
         raise _fail("mlserver", f"{MLSERVER_SETTINGS} in the artifact is not JSON: {e}") from e
     if not isinstance(doc, dict):
         raise _fail("mlserver", f"{MLSERVER_SETTINGS} in the artifact is not a JSON object")
+    return doc
+
+
+def _require_named(settings: list[Path], name: str) -> None:
+    """Several models are kept as they are, but one must be ``name``: the model the readiness probe
+    asks about (MLServer's server-wide readiness says ready before any model has loaded) and the
+    one ``infer`` addresses. MLServer names a model by its settings' ``name``, else its folder."""
+    names = sorted(str(_settings_doc(p).get("name") or p.parent.name) for p in settings)
+    if name not in names:
+        raise _fail(
+            "mlserver",
+            f"the artifact's {len(names)} models are named {', '.join(names)}; none is named {name!r}, "
+            "the InferenceService's name (the model its readiness probe and `infer` address): "
+            "name one of them so",
+        )
+
+
+def _set_settings_name(path: Path, name: str) -> None:
+    doc = _settings_doc(path)
     if doc.get("name") != name:
         log.info(f"{MLSERVER_SETTINGS}: model name set", extra={"model": name, "was": doc.get("name")})
         doc["name"] = name

@@ -141,13 +141,25 @@ def test_mlserver_keeps_the_artifacts_settings_and_names_a_single_model(src: Pat
     assert json.loads((out / "model-settings.json").read_text()) == {**settings, "name": "iris"}
 
 
-def test_mlserver_keeps_several_models_as_they_are(src: Path, out: Path) -> None:
-    a = json.dumps({"name": "a", "implementation": "x.A"})
-    b = json.dumps({"name": "b", "implementation": "x.B"})
+def test_mlserver_keeps_several_models_when_one_is_the_inferenceservice(src: Path, out: Path) -> None:
+    a = json.dumps({"name": "iris", "implementation": "x.A"})
+    b = json.dumps({"implementation": "x.B"})  # MLServer names it by its folder: b
     make(src, {"a/model-settings.json": a, "b/model-settings.json": b})
     layouts.arrange("mlserver", src, out, "iris", None)
     assert (out / "a/model-settings.json").read_text() == a
     assert (out / "b/model-settings.json").read_text() == b
+
+
+def test_mlserver_refuses_several_models_none_the_inferenceservice(src: Path, out: Path) -> None:
+    """The readiness probe asks MLServer about the model named as the InferenceService."""
+    a = json.dumps({"name": "a", "implementation": "x.A"})
+    make(src, {"a/model-settings.json": a, "iris2/model-settings.json": "{}"})
+    with pytest.raises(
+        failure.DownloadFailed,
+        match=r"2 models are named a, iris2; none is named 'iris', the InferenceService's",
+    ):
+        layouts.arrange("mlserver", src, out, "iris", None)
+    assert not out.exists() or tree(out) == []
 
 
 def test_mlserver_without_settings_or_format_fails(src: Path, out: Path) -> None:
