@@ -18,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import rawclient
 from mlops_platform.runtime.transport import shape as rshape
 
 JSON = dict[str, Any]
@@ -76,7 +77,7 @@ class FakeClient(rclient.Client):
         self._max_retries = 0
         self._resources: dict[tuple[str, str], rclient.Resource] = {}
         self.requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
-        self.observers: list[rclient.RequestObserver] = []
+        self.observers: list[rawclient.RequestObserver] = []
         self.forbidden: collections.deque[str] = collections.deque(maxlen=200)
         self.watches_open = 0
         self.calls: list[Call] = []
