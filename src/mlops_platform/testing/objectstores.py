@@ -23,8 +23,9 @@ server, no application default credentials); ``private_key``, ``private_key_id``
 returns that JSON. An explicit ``base_url=`` takes precedence over ``gcs_base_url``; plain HTTP
 needs ``client_options={"allow_http": True}``.
 
-On exit each server is stopped (SIGTERM, then SIGKILL after a timeout) and its data directory is
-removed: nothing is left behind. Readiness is polled (:func:`mlops_platform.testing.wait.until`).
+On exit each server is stopped (SIGTERM, then SIGKILL after a timeout:
+:mod:`~mlops_platform.testing.serverprocess`) and its data directory is removed: nothing is left
+behind. Readiness is polled (:func:`mlops_platform.testing.wait.until`).
 """
 
 from __future__ import annotations
@@ -36,25 +37,21 @@ import datetime
 import hashlib
 import hmac
 import json
-import os
 import shutil
-import tempfile
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import obstore
 from obstore.store import GCSStore, S3Store
 
-from mlops_platform.devcluster import binaries, logs
+from mlops_platform.devcluster import binaries
+from mlops_platform.testing import serverprocess
 from mlops_platform.testing.ports import free_port
-from mlops_platform.testing.wait import until
 
-__all__ = ["GCSServer", "S3Server", "ServerExited", "ServerProcess", "fake_gcs", "free_port", "minio"]
+__all__ = ["GCSServer", "S3Server", "fake_gcs", "minio"]
 
-STARTUP_TIMEOUT = 60.0
-STOP_TIMEOUT = 10.0
 # MinIO's root credentials of a test server (MinIO wants an access key >= 3 and a secret >= 8 chars)
 ACCESS_KEY = "mlops-test-access"
 SECRET_KEY = "mlops-test-secret-key"
@@ -63,107 +60,6 @@ REGION = "us-east-1"
 MULTIPART_CHUNK = 5 * 1024 * 1024
 # the pieces of a GCS resumable upload (a multiple of 256 KiB, as GCS requires)
 RESUMABLE_CHUNK = 4 * 1024 * 1024
-
-
-@dataclasses.dataclass
-class ServerProcess:
-    """A started server process: its log file, and how to stop it."""
-
-    name: str
-    process: asyncio.subprocess.Process
-    log_path: Path
-
-    def log_tail(self, lines: int = 30) -> str:
-        return logs.tail(self.log_path, lines)
-
-    async def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within ``STOP_TIMEOUT``; reaped either way."""
-        if self.process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.process.terminate()
-        try:
-            await asyncio.wait_for(self.process.wait(), STOP_TIMEOUT)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-            await self.process.wait()
-
-
-class ServerExited(RuntimeError):
-    """The server process ended before it was ready."""
-
-
-#: builds a server's command line on fresh free ports: ``(argv, the endpoint URL it will serve)``
-Launch = Callable[[], tuple[list[str], str]]
-#: tries to start a server: another process may take a port between free_port() and the bind
-START_ATTEMPTS = 3
-
-
-async def _start(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> ServerProcess:
-    with log_path.open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, **env},
-            start_new_session=True,  # a Ctrl-C of the run stops it through our exit (SIGTERM), not mid-test
-        )
-    return ServerProcess(name, process, log_path)
-
-
-async def _wait_ready(server: ServerProcess, ready_url: str) -> None:
-    """Poll ``ready_url`` until it answers 200; :class:`ServerExited` at once if the process ends."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-
-        async def ready() -> bool:
-            code = server.process.returncode
-            if code is not None:
-                raise ServerExited(f"{server.name} exited with {code} while starting:\n{server.log_tail()}")
-            async with http.get(ready_url) as answer:
-                return answer.status == 200
-
-        try:
-            await until(
-                ready,
-                timeout=STARTUP_TIMEOUT,
-                what=f"{server.name} ready at {ready_url}",
-                retry_on=(aiohttp.ClientError, OSError, TimeoutError),
-            )
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}\n{server.name} log:\n{server.log_tail()}") from None
-
-
-@contextlib.asynccontextmanager
-async def _serving(
-    name: str, launch: Launch, ready_path: str, env: Mapping[str, str], log_path: Path
-) -> AsyncIterator[tuple[ServerProcess, str]]:
-    """Start the server ``launch`` describes and wait until ``<endpoint><ready_path>`` answers 200
-    (on new ports again if it exits while starting, up to ``START_ATTEMPTS`` times); yield it and
-    its endpoint, then stop it."""
-    for attempt in range(1, START_ATTEMPTS + 1):
-        argv, endpoint = launch()
-        server = await _start(name, argv, env, log_path)
-        try:
-            await _wait_ready(server, endpoint + ready_path)
-            break
-        except ServerExited:
-            await server.stop()
-            if attempt == START_ATTEMPTS:
-                raise
-        except BaseException:
-            await server.stop()
-            raise
-    try:
-        yield server, endpoint
-    finally:
-        await server.stop()
-
-
-def _make_scratch(parent: Path, prefix: str) -> Path:
-    parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 # -- S3 (MinIO) ---------------------------------------------------------------------------------
@@ -221,7 +117,7 @@ class S3Server:
     secret_key: str
     region: str
     data_dir: Path
-    process: ServerProcess
+    process: serverprocess.ServerProcess
 
     def store(
         self,
@@ -285,7 +181,7 @@ async def minio(
     """A MinIO server on a free 127.0.0.1 port, its single drive in a new directory under ``tmp_dir``
     (removed on exit), root credentials ``access_key``/``secret_key``, ``region``."""
     exe = binary or binaries.object_store_server("minio")
-    scratch = _make_scratch(tmp_dir, "minio-")
+    scratch = serverprocess.make_scratch(tmp_dir, "minio-")
     data = scratch / "data"
 
     def launch() -> tuple[list[str], str]:
@@ -317,7 +213,7 @@ async def minio(
         # "offline"), and a CreateBucket then got 503 XMinioServerNotInitialized; /cluster answers
         # 503 until the object layer, bucket metadata and IAM are initialized
         ready = "/minio/health/cluster"
-        async with _serving("minio", launch, ready, env, scratch / "minio.log") as (p, endpoint):
+        async with serverprocess.serving("minio", launch, ready, env, scratch / "minio.log") as (p, endpoint):
             yield S3Server(endpoint, access_key, secret_key, region, data, p)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -333,7 +229,7 @@ class GCSServer:
 
     endpoint: str
     data_dir: Path
-    process: ServerProcess
+    process: serverprocess.ServerProcess
 
     def service_account_key(self) -> str:
         """A service-account key JSON that points obstore at this emulator with OAuth disabled."""
@@ -410,7 +306,7 @@ async def fake_gcs(tmp_dir: Path, *, binary: Path | None = None) -> AsyncIterato
     """fake-gcs-server on a free 127.0.0.1 port (plain HTTP), its filesystem backend in a new
     directory under ``tmp_dir`` (removed on exit)."""
     exe = binary or binaries.object_store_server("fake-gcs-server")
-    scratch = _make_scratch(tmp_dir, "fake-gcs-")
+    scratch = serverprocess.make_scratch(tmp_dir, "fake-gcs-")
     data = scratch / "data"
 
     def launch() -> tuple[list[str], str]:
@@ -438,8 +334,8 @@ async def fake_gcs(tmp_dir: Path, *, binary: Path | None = None) -> AsyncIterato
         return argv, endpoint
 
     try:
-        log = scratch / "fake-gcs-server.log"
-        async with _serving("fake-gcs-server", launch, "/storage/v1/b", {}, log) as (p, endpoint):
+        log, ready = scratch / "fake-gcs-server.log", "/storage/v1/b"
+        async with serverprocess.serving("fake-gcs-server", launch, ready, {}, log) as (p, endpoint):
             yield GCSServer(endpoint, data, p)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

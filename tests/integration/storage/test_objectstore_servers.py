@@ -14,7 +14,7 @@ import pytest
 from obstore.exceptions import NotFoundError, PermissionDeniedError
 from obstore.store import GCSStore, S3Store
 
-from mlops_platform.testing import objectstores
+from mlops_platform.testing import objectstores, ports, serverprocess
 from mlops_platform.testing.objectstores import GCSServer, S3Server
 
 BIG = 12 * 1024 * 1024 + 123  # > 2 multipart chunks, not a multiple of one
@@ -161,7 +161,7 @@ async def test_servers_leave_no_process_or_data_behind(tmp_path: Path) -> None:
 async def test_a_port_taken_before_the_bind_is_retried_on_new_ports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = objectstores.free_port
+    real = ports.free_port
     given: list[int] = []
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -181,7 +181,7 @@ async def test_a_port_taken_before_the_bind_is_retried_on_new_ports(
 
 async def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
     # MinIO refuses a root password shorter than 8 characters, on every attempt
-    with pytest.raises(objectstores.ServerExited, match=r"(?s)minio exited with \d+ while starting:.*"):
+    with pytest.raises(serverprocess.ServerExited, match=r"(?s)minio exited with \d+ while starting:.*"):
         async with objectstores.minio(tmp_path, secret_key="short"):
             pytest.fail("MinIO started with a 5-character root password")
     assert os.listdir(tmp_path) == []
