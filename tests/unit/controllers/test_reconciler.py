@@ -1836,6 +1836,21 @@ def test_a_started_container_that_is_not_ready_says_its_readiness_probe_fails() 
     assert reconciler.pod_failure(reconciler.slim_pod(_pod("Running"))) is None  # started and ready
 
 
+def test_a_pod_the_node_controller_took_out_says_its_node_stopped_reporting() -> None:
+    """The node lifecycle controller flips only the pod's Ready when the kubelet stops reporting:
+    the containers still say ready (the kubelet never sets that pair)."""
+    cut_off = _pod("Running")
+    cut_off["spec"]["nodeName"] = "real-node-0"
+    cut_off["status"]["containerStatuses"][0] |= {"started": True, "ready": True}
+    cut_off["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    reason, message = reconciler.pod_failure(cut_off) or ("", "")
+    assert reason == "NodeNotReady"
+    assert message.startswith("pod p: its node real-node-0 stopped reporting (NodeNotReady)")
+    assert reason in pod_problems.POD_PENDING_REASONS  # gates Ready only while nothing serves
+    cut_off["status"]["containerStatuses"][0]["ready"] = False  # the kubelet's own word: the probe
+    assert (reconciler.pod_failure(cut_off) or ("",))[0] == "ReadinessProbeFailing"
+
+
 def test_a_crash_loop_says_why_the_container_last_exited() -> None:
     oom = _pod("Running", CRASH)
     oom["status"]["containerStatuses"][0]["lastState"] = {

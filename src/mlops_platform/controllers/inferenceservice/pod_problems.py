@@ -1,9 +1,10 @@
 """Why an InferenceService's pods do not run or serve, read from the pods alone (pure): the first
 failing container (:data:`POD_FAILURE_REASONS`), a failed model download (the storage
 initializer's termination message, :data:`MODEL_DOWNLOAD_FAILED`), a pod the scheduler has not
-placed or one whose readiness probe fails (:data:`POD_PENDING_REASONS`: these gate Ready only while
-nothing serves). Every upstream message is :func:`bounded`, so the status stays small. Read by the
-status (:mod:`~mlops_platform.controllers.inferenceservice.status`) and by ``why``.
+placed, one whose readiness probe fails or one on a node that stopped reporting
+(:data:`POD_PENDING_REASONS`: these gate Ready only while nothing serves). Every upstream message
+is :func:`bounded`, so the status stays small. Read by the status
+(:mod:`~mlops_platform.controllers.inferenceservice.status`) and by ``why``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ POD_FAILURE_REASONS = frozenset(
 SCHEDULING_REASONS = frozenset({"Unschedulable", "SchedulingGated", "SchedulerError"})
 #: pod causes that hold the pod back from running at all; they gate Ready only while no replica is
 #: ready (a scale-up beyond the cluster's capacity leaves a serving service serving)
-POD_PENDING_REASONS = SCHEDULING_REASONS | {"ReadinessProbeFailing"}
+POD_PENDING_REASONS = SCHEDULING_REASONS | {"ReadinessProbeFailing", "NodeNotReady"}
 #: an upstream message is cut to this many characters on the status (the status stays small)
 MAX_UPSTREAM_MESSAGE = 512
 
@@ -68,6 +69,8 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
                 elif last.get("exitCode") == 0:  # nothing for the kubelet to keep: say where to look
                     msg += ": it stopped by itself (e.g. a model it could not load); its log says why"
                 return str(waiting["reason"]), bounded(msg)
+        if pending is None and (node := node_not_ready(pod)) is not None:
+            pending = "NodeNotReady", node
         if pending is None:
             for cs in st.get("containerStatuses") or ():
                 running = "running" in (cs.get("state") or {})
@@ -82,6 +85,26 @@ def pod_problem(pods: Iterable[Obj]) -> tuple[str, str] | None:
             reason, message = unplaced
             pending = reason, bounded(f"pod {objects.name(pod)} cannot be scheduled: {message or reason}")
     return pending
+
+
+def node_not_ready(pod: Obj) -> str | None:
+    """The message for a pod the node controller took out of service: ``Ready=False`` while every
+    container says it is ready. Only the node lifecycle controller makes that pair (it flips the
+    pod's ``Ready`` alone when the node's kubelet stops reporting, and records a ``NodeNotReady``
+    event); the kubelet sets both from the same probes, and this API offers no readiness gate. The
+    containers may still run: no Service sends them a request meanwhile."""
+    st = pod.get("status") or {}
+    ready = next((c.get("status") for c in st.get("conditions") or () if c.get("type") == "Ready"), None)
+    containers = st.get("containerStatuses") or ()
+    if ready != "False" or not containers or objects.deleting(pod):
+        return None
+    if not all(cs.get("ready") is True for cs in containers):
+        return None
+    node = (pod.get("spec") or {}).get("nodeName") or "?"
+    return (
+        f"pod {objects.name(pod)}: its node {node} stopped reporting (NodeNotReady): the control plane "
+        "takes it out of its Service until the node's kubelet is back"
+    )
 
 
 def unscheduled(pod: Obj) -> tuple[str, str] | None:
