@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mlops_platform.cli import options, settings, webhook
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
+    from mlops_platform.controllers.inferenceservice.children.base import BuildContext
+    from mlops_platform.runtime.control import manager as rmanager
 
 
 @click.command()
@@ -150,128 +156,114 @@ from mlops_platform.cli import options, settings, webhook
 )
 @click.option("--log-level", default="info", show_default=True)
 @webhook.webhook_options
-def run(
-    kubeconfig: str | None,
-    context: str | None,
-    namespace: str | None,
-    leader_elect: bool,
-    leader_election_namespace: str,
-    leader_election_id: str,
-    lease_duration: float,
-    renew_deadline: float,
-    retry_period: float,
-    shards: int,
-    shard_id: int | None,
-    health_probe_bind_address: str,
-    metrics_bind_address: str,
-    runtime_config: str | None,
-    workers: int,
-    readiness_requires_leadership: bool,
-    monitoring: bool,
-    monitoring_labels: dict[str, str],
-    monitoring_namespace: str,
-    alert_error_ratio: float | None,
-    alert_latency_seconds: float | None,
-    network_policy: bool,
-    ingress_namespace_labels: dict[str, str],
-    egress_cidrs: tuple[str, ...],
-    traffic_router: str,
-    gateway: str | None,
-    ingress_domain: str,
-    keda_prometheus_url: str,
-    keda_requests_per_replica: float,
-    storage_initializer_image: str,
-    log_level: str,
-    webhook_bind_address: str,
-    webhook_secret: str,
-    webhook_dns_names: tuple[str, ...],
-    webhook_cert_dir: str | None,
-    webhook_reuse_port: bool,
-    webhook_cert_validity: float | None,
-) -> None:
+def run(**flags: Any) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released).
 
     Every replica also serves the conversion webhook at once, leader or not (``--webhook-*``)."""
-    from mlops_platform.controllers.inferenceservice import controller
-    from mlops_platform.runtime.control import manager as rmanager
     from mlops_platform.runtime.observability import logs
-    from mlops_platform.runtime.transport import client as rclient
 
-    _check_leases(lease_duration, renew_deadline, retry_period, shards, shard_id)
-    logs.setup_logging(level=log_level)
-    operator_settings = settings.build_context(
-        runtime_config,
-        monitoring=monitoring,
-        monitoring_labels=monitoring_labels,
-        monitoring_namespace=monitoring_namespace,
-        error_ratio=alert_error_ratio,
-        latency_seconds=alert_latency_seconds,
-        network_policy=network_policy,
-        ingress_namespace_labels=ingress_namespace_labels,
-        egress_cidrs=egress_cidrs,
-        traffic_router=traffic_router,
-        gateway=gateway,
-        ingress_domain=ingress_domain,
-        keda_prometheus_url=keda_prometheus_url,
-        keda_requests_per_replica=keda_requests_per_replica,
-        storage_initializer_image=storage_initializer_image,
+    leases = options.take(LeaseFlags, flags)
+    leases.check()
+    process = options.take(ProcessFlags, flags)
+    logs.setup_logging(level=process.log_level)
+    operator_settings = settings.build_context(options.take(settings.SettingsFlags, flags))
+    hook = options.take(webhook.WebhookFlags, flags)
+    if flags:
+        raise TypeError(f"run: flags of no group: {sorted(flags)}")
+    asyncio.run(_serve(process, leases, operator_settings, hook))
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseFlags:
+    """``run``'s leader election and sharding flags."""
+
+    leader_elect: bool
+    leader_election_namespace: str
+    leader_election_id: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    shards: int
+    shard_id: int | None
+
+    def check(self) -> None:
+        """The Lease flags, checked like client-go checks its election config, naming the flags."""
+        from mlops_platform.runtime.control import leaderelection
+
+        if self.retry_period <= 0 or self.renew_deadline <= 0:
+            raise click.UsageError("--retry-period and --renew-deadline must be > 0")
+        if self.lease_duration <= self.renew_deadline:
+            raise click.UsageError("--lease-duration must be greater than --renew-deadline")
+        if self.renew_deadline <= leaderelection.JITTER_FACTOR * self.retry_period:
+            raise click.UsageError(
+                f"--renew-deadline must be greater than {leaderelection.JITTER_FACTOR} * --retry-period"
+            )
+        shards, shard_id = self.shards, self.shard_id
+        if shard_id is not None and shards == 1:
+            raise click.UsageError("--shard-id needs --shards > 1")
+        if shard_id is not None and not 0 <= shard_id < shards:
+            raise click.UsageError(f"--shard-id must be in [0, --shards) = [0, {shards}), got {shard_id}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessFlags:
+    """``run``'s flags of the process: where it connects, what it watches, what it serves."""
+
+    kubeconfig: str | None
+    context: str | None
+    namespace: str | None
+    health_probe_bind_address: str
+    metrics_bind_address: str
+    workers: int
+    readiness_requires_leadership: bool
+    log_level: str
+
+
+def _manager_options(process: ProcessFlags, leases: LeaseFlags) -> rmanager.Options:
+    """The manager's options from the flags (this process runs this one manager)."""
+    from mlops_platform.runtime.control import manager as rmanager
+
+    return rmanager.Options(
+        namespace=process.namespace,
+        leader_election=leases.leader_elect,
+        leader_election_id=leases.leader_election_id,
+        leader_election_namespace=leases.leader_election_namespace,
+        lease_duration=leases.lease_duration,
+        renew_deadline=leases.renew_deadline,
+        retry_period=leases.retry_period,
+        shards=leases.shards,
+        shard_id=leases.shard_id,
+        health_probe_address=options.parse_address(process.health_probe_bind_address),
+        metrics_address=options.parse_address(process.metrics_bind_address),
+        readiness_requires_leadership=process.readiness_requires_leadership,
+        gc_freeze_after_sync=True,  # this process runs this one manager
     )
 
-    async def main_async() -> None:
-        async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
-            mgr = rmanager.Manager(
-                c,
-                rmanager.Options(
-                    namespace=namespace,
-                    leader_election=leader_elect,
-                    leader_election_id=leader_election_id,
-                    leader_election_namespace=leader_election_namespace,
-                    lease_duration=lease_duration,
-                    renew_deadline=renew_deadline,
-                    retry_period=retry_period,
-                    shards=shards,
-                    shard_id=shard_id,
-                    health_probe_address=options.parse_address(health_probe_bind_address),
-                    metrics_address=options.parse_address(metrics_bind_address),
-                    readiness_requires_leadership=readiness_requires_leadership,
-                    gc_freeze_after_sync=True,  # this process runs this one manager
-                ),
-            )
-            controller.setup(mgr, settings=operator_settings, workers=workers)
-            hook = webhook.build(
-                c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
-                webhook_cert_validity, mgr.metrics.registry, reuse_port=webhook_reuse_port,
-            )  # fmt: skip
-            if hook is None:
-                await mgr.run_until_signal()
-                return
-            mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
-            serving = asyncio.create_task(hook.run())
-            try:
-                await mgr.run_until_signal()
-            finally:
-                serving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await serving
 
-    asyncio.run(main_async())
-
-
-def _check_leases(
-    lease_duration: float, renew_deadline: float, retry_period: float, shards: int, shard_id: int | None
+async def _serve(
+    process: ProcessFlags,
+    leases: LeaseFlags,
+    operator_settings: BuildContext,
+    hook_flags: webhook.WebhookFlags,
 ) -> None:
-    """The Lease flags, checked like client-go checks its election config, naming the flags."""
-    from mlops_platform.runtime.control import leaderelection
+    """The manager with the InferenceService controller, and the conversion webhook beside it (unless
+    ``--webhook-bind-address off``), until SIGTERM/SIGINT."""
+    from mlops_platform.controllers.inferenceservice import controller
+    from mlops_platform.runtime.control import manager as rmanager
+    from mlops_platform.runtime.transport import client as rclient
 
-    if retry_period <= 0 or renew_deadline <= 0:
-        raise click.UsageError("--retry-period and --renew-deadline must be > 0")
-    if lease_duration <= renew_deadline:
-        raise click.UsageError("--lease-duration must be greater than --renew-deadline")
-    if renew_deadline <= leaderelection.JITTER_FACTOR * retry_period:
-        raise click.UsageError(
-            f"--renew-deadline must be greater than {leaderelection.JITTER_FACTOR} * --retry-period"
-        )
-    if shard_id is not None and shards == 1:
-        raise click.UsageError("--shard-id needs --shards > 1")
-    if shard_id is not None and not 0 <= shard_id < shards:
-        raise click.UsageError(f"--shard-id must be in [0, --shards) = [0, {shards}), got {shard_id}")
+    async with rclient.Client.from_kubeconfig(process.kubeconfig, context=process.context) as c:
+        mgr = rmanager.Manager(c, _manager_options(process, leases))
+        controller.setup(mgr, settings=operator_settings, workers=process.workers)
+        hook = webhook.build(c, hook_flags, mgr.metrics.registry)
+        if hook is None:
+            await mgr.run_until_signal()
+            return
+        mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
+        serving = asyncio.create_task(hook.run())
+        try:
+            await mgr.run_until_signal()
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving

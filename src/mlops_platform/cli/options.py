@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 F = TypeVar("F", bound=Callable[..., Any])
+D = TypeVar("D", bound="DataclassInstance")
 
 
 def labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
@@ -46,3 +51,8 @@ def parse_address(value: str) -> tuple[str, int] | None:
         return None
     host, _, port = value.rpartition(":")
     return (host or "127.0.0.1", int(port))
+
+
+def take(cls: type[D], flags: dict[str, Any]) -> D:
+    """The flags named like the dataclass ``cls``'s fields, as a ``cls``; taken out of ``flags``."""
+    return cls(**{field.name: flags.pop(field.name) for field in dataclasses.fields(cls)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING
 
@@ -18,47 +19,52 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeTable
 
 
-def build_context(
-    runtime_config: str | None,
-    *,
-    monitoring: bool,
-    monitoring_labels: dict[str, str],
-    monitoring_namespace: str,
-    error_ratio: float | None,
-    latency_seconds: float | None,
-    network_policy: bool,
-    ingress_namespace_labels: dict[str, str],
-    egress_cidrs: tuple[str, ...],
-    traffic_router: str = "auto",
-    gateway: str | None = None,
-    ingress_domain: str = "example.com",
-    keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090",
-    keda_requests_per_replica: float = 10.0,
-    storage_initializer_image: str = "",
-) -> BuildContext:
+@dataclasses.dataclass(frozen=True)
+class SettingsFlags:
+    """``run``'s flags of the operator-wide settings."""
+
+    runtime_config: str | None
+    monitoring: bool
+    monitoring_labels: dict[str, str]
+    monitoring_namespace: str
+    alert_error_ratio: float | None
+    alert_latency_seconds: float | None
+    network_policy: bool
+    ingress_namespace_labels: dict[str, str]
+    egress_cidrs: tuple[str, ...]
+    traffic_router: str
+    gateway: str | None
+    ingress_domain: str
+    keda_prometheus_url: str
+    keda_requests_per_replica: float
+    storage_initializer_image: str
+
+
+def build_context(flags: SettingsFlags) -> BuildContext:
     """The operator-wide settings from the ``run`` flags (unset alert flags keep the defaults)."""
     from mlops_platform.controllers.inferenceservice import alert_settings
     from mlops_platform.controllers.inferenceservice.children import base
 
     defaults = alert_settings.AlertSettings()
+    error_ratio, latency_seconds = flags.alert_error_ratio, flags.alert_latency_seconds
     return base.BuildContext(
-        servers=runtime_table(runtime_config),
-        monitoring=monitoring,
-        monitoring_labels=monitoring_labels,
+        servers=runtime_table(flags.runtime_config),
+        monitoring=flags.monitoring,
+        monitoring_labels=flags.monitoring_labels,
         alerts=alert_settings.AlertSettings(
             error_ratio=defaults.error_ratio if error_ratio is None else error_ratio,
             latency_seconds=defaults.latency_seconds if latency_seconds is None else latency_seconds,
         ),
-        network_policy=network_policy,
-        ingress_namespace_labels=ingress_namespace_labels or None,
-        monitoring_namespace=monitoring_namespace,
-        egress_cidrs=egress_cidrs,
-        router=base.Router(traffic_router),
-        gateway=gateway,
-        ingress_domain=ingress_domain,
-        keda_prometheus_url=keda_prometheus_url,
-        keda_requests_per_replica=keda_requests_per_replica,
-        storage_initializer_image=storage_initializer_image or base.DEFAULT_STORAGE_INITIALIZER_IMAGE,
+        network_policy=flags.network_policy,
+        ingress_namespace_labels=flags.ingress_namespace_labels or None,
+        monitoring_namespace=flags.monitoring_namespace,
+        egress_cidrs=flags.egress_cidrs,
+        router=base.Router(flags.traffic_router),
+        gateway=flags.gateway,
+        ingress_domain=flags.ingress_domain,
+        keda_prometheus_url=flags.keda_prometheus_url,
+        keda_requests_per_replica=flags.keda_requests_per_replica,
+        storage_initializer_image=flags.storage_initializer_image or base.DEFAULT_STORAGE_INITIALIZER_IMAGE,
     )
 
 

@@ -60,22 +60,25 @@ def webhook_options(f: F) -> F:
     return f
 
 
-def build(
-    client: Any,
-    bind: str,
-    secret: str,
-    dns_names: tuple[str, ...],
-    cert_dir: str | None,
-    validity: float | None,
-    registry: Any = None,
-    *,
-    reuse_port: bool = False,
-) -> Any:
+@dataclasses.dataclass(frozen=True)
+class WebhookFlags:
+    """The ``--webhook-*`` flags (``run`` and ``webhook``)."""
+
+    webhook_bind_address: str
+    webhook_secret: str
+    webhook_dns_names: tuple[str, ...]
+    webhook_cert_dir: str | None
+    webhook_reuse_port: bool
+    webhook_cert_validity: float | None
+
+
+def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
     """The conversion webhook the flags describe, or None with ``--webhook-bind-address off``."""
     from pathlib import Path
 
     from mlops_platform.webhooks import serve
 
+    bind, secret, validity = flags.webhook_bind_address, flags.webhook_secret, flags.webhook_cert_validity
     if bind == "off":
         return None
     address = options.parse_address(bind)
@@ -88,11 +91,11 @@ def build(
         host=address[0],
         port=address[1],
         secret=(namespace, name),
-        cert_dir=Path(cert_dir) if cert_dir else None,
-        reuse_port=reuse_port,
+        cert_dir=Path(flags.webhook_cert_dir) if flags.webhook_cert_dir else None,
+        reuse_port=flags.webhook_reuse_port,
     )
-    if dns_names:
-        serving = dataclasses.replace(serving, dns_names=dns_names)
+    if flags.webhook_dns_names:
+        serving = dataclasses.replace(serving, dns_names=flags.webhook_dns_names)
     if validity:
         serving = dataclasses.replace(serving, policy=serve.policy_for_tests(validity), period=validity / 40)
     return serve.ConversionWebhook(client, serving, registry=registry)
@@ -110,53 +113,45 @@ def build(
 )
 @webhook_options
 def webhook(
-    kubeconfig: str | None,
-    context: str | None,
-    log_level: str,
-    metrics_bind_address: str,
-    webhook_bind_address: str,
-    webhook_secret: str,
-    webhook_dns_names: tuple[str, ...],
-    webhook_cert_dir: str | None,
-    webhook_reuse_port: bool,
-    webhook_cert_validity: float | None,
+    kubeconfig: str | None, context: str | None, log_level: str, metrics_bind_address: str, **flags: Any
 ) -> None:
     """Serve only the conversion webhook until SIGTERM/SIGINT (``run`` serves it too, on every
     replica); for a dedicated webhook Deployment and the local control plane's tests."""
-    from prometheus_client import CollectorRegistry
-
     from mlops_platform.runtime.observability import logs
-    from mlops_platform.runtime.observability import metrics as rmetrics
-    from mlops_platform.runtime.transport import client as rclient
 
     logs.setup_logging(level=log_level)
     metrics_address = options.parse_address(metrics_bind_address)
+    asyncio.run(_serve(kubeconfig, context, metrics_address, WebhookFlags(**flags)))
 
-    async def main_async() -> None:
-        async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
-            registry = CollectorRegistry()
-            hook = build(
-                c, webhook_bind_address, webhook_secret, webhook_dns_names, webhook_cert_dir,
-                webhook_cert_validity, registry, reuse_port=webhook_reuse_port,
-            )  # fmt: skip
-            if hook is None:
-                raise click.UsageError("--webhook-bind-address off: nothing to serve")
-            metrics = rmetrics.metrics_server(registry, *metrics_address) if metrics_address else None
-            if metrics is not None:
-                await metrics.start()
-                logging.getLogger("mlops_platform.cli").info(
-                    "metrics listening", extra={"url": f"http://{metrics.host}:{metrics.port}/metrics"}
-                )
-            task = asyncio.create_task(hook.run())
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            await asyncio.wait({task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            if metrics is not None:
-                await metrics.stop()
 
-    asyncio.run(main_async())
+async def _serve(
+    kubeconfig: str | None, context: str | None, metrics_address: tuple[str, int] | None, flags: WebhookFlags
+) -> None:
+    """The conversion webhook, and /metrics at ``metrics_address``, until SIGTERM/SIGINT."""
+    from prometheus_client import CollectorRegistry
+
+    from mlops_platform.runtime.observability import metrics as rmetrics
+    from mlops_platform.runtime.transport import client as rclient
+
+    async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
+        registry = CollectorRegistry()
+        hook = build(c, flags, registry)
+        if hook is None:
+            raise click.UsageError("--webhook-bind-address off: nothing to serve")
+        metrics = rmetrics.metrics_server(registry, *metrics_address) if metrics_address else None
+        if metrics is not None:
+            await metrics.start()
+            logging.getLogger("mlops_platform.cli").info(
+                "metrics listening", extra={"url": f"http://{metrics.host}:{metrics.port}/metrics"}
+            )
+        task = asyncio.create_task(hook.run())
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await asyncio.wait({task, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if metrics is not None:
+            await metrics.stop()

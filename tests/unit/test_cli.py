@@ -1,0 +1,132 @@
+"""The command line's wiring: each of ``run``'s and ``webhook``'s flags reaches the step that uses it,
+and ``python -m mlops_platform.cli`` is the ``mlops-platform`` command (the tests, the demo and the
+benchmarks start the operator so)."""
+
+import dataclasses
+import subprocess
+import sys
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from mlops_platform import cli
+from mlops_platform.cli import operator, settings, webhook
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime.observability import logs
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """What ``run`` and ``webhook`` would serve, recorded instead of served (no logging set up)."""
+    seen: list[tuple[Any, ...]] = []
+
+    async def record(*args: Any) -> None:
+        seen.append(args)
+
+    monkeypatch.setattr(operator, "_serve", record)
+    monkeypatch.setattr(webhook, "_serve", record)
+    monkeypatch.setattr(logs, "setup_logging", lambda **kwargs: None)
+    return seen
+
+
+def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None:
+    args = [
+        "run", "--kubeconfig", "k.yaml", "--context", "ctx", "--namespace", "ns", "--leader-elect",
+        "--shards", "3", "--shard-id", "2", "--lease-duration", "20", "--workers", "4",
+        "--health-probe-bind-address", ":0", "--metrics-bind-address", "0", "--monitoring-label", "a=b",
+        "--network-policy-egress-cidr", "10.1.2.3/8", "--alert-error-ratio", "0.1",
+        "--traffic-router", "gateway-api", "--gateway", "gw/main", "--storage-initializer-image", "i:1",
+        "--webhook-bind-address", "off", "--webhook-dns-name", "a.svc", "--log-level", "debug",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    [(process, leases, context, hook)] = served
+    assert process == operator.ProcessFlags(
+        kubeconfig="k.yaml",
+        context="ctx",
+        namespace="ns",
+        health_probe_bind_address=":0",
+        metrics_bind_address="0",
+        workers=4,
+        readiness_requires_leadership=True,
+        log_level="debug",
+    )
+    assert (leases.leader_elect, leases.shards, leases.shard_id, leases.lease_duration) == (True, 3, 2, 20.0)
+    manager_options = operator._manager_options(process, leases)
+    assert (manager_options.health_probe_address, manager_options.metrics_address) == (
+        ("127.0.0.1", 0),
+        None,
+    )
+    assert manager_options.gc_freeze_after_sync
+    assert isinstance(context, base.BuildContext)
+    assert (context.monitoring_labels, context.egress_cidrs) == ({"a": "b"}, ("10.0.0.0/8",))
+    assert (context.alerts.error_ratio, context.router, context.gateway) == (
+        0.1,
+        base.Router.GATEWAY_API,
+        "gw/main",
+    )
+    assert context.storage_initializer_image == "i:1"
+    assert hook == webhook.WebhookFlags(
+        webhook_bind_address="off",
+        webhook_secret="mlops-system/mlops-platform-webhook-tls",
+        webhook_dns_names=("a.svc",),
+        webhook_cert_dir=None,
+        webhook_reuse_port=False,
+        webhook_cert_validity=None,
+    )
+
+
+def test_run_defaults_give_the_default_settings(served: list[tuple[Any, ...]]) -> None:
+    result = CliRunner().invoke(cli.main, ["run"])
+    assert result.exit_code == 0, result.output
+    [(_, _, context, _)] = served
+    assert context.storage_initializer_image == settings.DEFAULT_STORAGE_INITIALIZER_IMAGE
+    assert (context.router, context.ingress_namespace_labels, context.monitoring) == (
+        base.Router.AUTO,
+        None,
+        True,
+    )
+
+
+def test_webhook_hands_its_flags_over(served: list[tuple[Any, ...]]) -> None:
+    args = ["webhook", "--kubeconfig", "k.yaml", "--metrics-bind-address", "127.0.0.1:0"]
+    result = CliRunner().invoke(cli.main, [*args, "--webhook-reuse-port", "--webhook-cert-dir", "certs"])
+    assert result.exit_code == 0, result.output
+    [(kubeconfig, context, metrics_address, hook)] = served
+    assert (kubeconfig, context, metrics_address) == ("k.yaml", None, ("127.0.0.1", 0))
+    assert (hook.webhook_bind_address, hook.webhook_reuse_port, hook.webhook_cert_dir) == (
+        "127.0.0.1:9443",
+        True,
+        "certs",
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"webhook_bind_address": "0"}, "'0': HOST:PORT or off"),
+        ({"webhook_secret": "no-slash"}, "'no-slash': NAMESPACE/NAME"),
+    ],
+)
+def test_the_webhook_flags_are_checked_naming_the_flag(flags: dict[str, Any], message: str) -> None:
+    hook = webhook.WebhookFlags(
+        webhook_bind_address="127.0.0.1:9443",
+        webhook_secret="ns/name",
+        webhook_dns_names=(),
+        webhook_cert_dir=None,
+        webhook_reuse_port=False,
+        webhook_cert_validity=None,
+    )
+    with pytest.raises(click.BadParameter, match=message):
+        webhook.build(None, dataclasses.replace(hook, **flags), None)
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mlops_platform.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("Usage: python -m mlops_platform.cli [OPTIONS] COMMAND [ARGS]...")
+    for command in ("run", "webhook", "why", "infer", "manifests", "migrate-storage", "dev", "demo"):
+        assert f"  {command} " in out
