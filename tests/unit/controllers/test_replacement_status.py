@@ -14,7 +14,7 @@ import pytest
 
 from mlops_platform import api
 from mlops_platform.controllers.inferenceservice import children, status
-from mlops_platform.controllers.inferenceservice.children import base, deployment
+from mlops_platform.controllers.inferenceservice.children import base, deployment, deployment_rollout
 from mlops_platform.testing.isvc import manifest
 
 CTX = base.BuildContext()
@@ -88,7 +88,7 @@ def test_one_of_two_replicas_lost_still_serves_partially() -> None:
         readyReplicas=1,
         availableReplicas=1,
     )
-    cond = deployment.replacing(
+    cond = deployment_rollout.replacing(
         deployment.condition(slot.target, CTX, None, live), live, active_version=MODEL
     )
     assert (cond.status, cond.reason) == ("True", "PartiallyAvailable")

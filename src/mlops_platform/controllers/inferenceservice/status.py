@@ -28,7 +28,12 @@ from typing import Literal
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import canary_plan, conditions, labels, pod_problems, traffic
-from mlops_platform.controllers.inferenceservice.children import base, deployment, scaledobject
+from mlops_platform.controllers.inferenceservice.children import (
+    base,
+    deployment,
+    deployment_rollout,
+    scaledobject,
+)
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
@@ -76,14 +81,14 @@ def slot_condition(o: Observed, ctx: base.BuildContext) -> base.ChildCondition |
 
 def _replacing(cond: base.ChildCondition | None, o: Observed, previous: Obj) -> base.ChildCondition | None:
     """The predictor Deployment's condition, a replacement of lost replicas not called a rollout
-    (:func:`deployment.replacing`; the rolled-out model is the previous status' ``activeVersion``)."""
+    (:func:`deployment_rollout.replacing`; the rolled-out model is the previous status' ``activeVersion``)."""
     if (
         cond is None
         or o.slot.child is not deployment.CHILD
         or o.slot.target.component.key != labels.PREDICTOR
     ):
         return cond
-    return deployment.replacing(cond, o.live, previous.get("activeVersion"))
+    return deployment_rollout.replacing(cond, o.live, previous.get("activeVersion"))
 
 
 #: what the API takes as a condition's reason (``isvc_status.Condition.reason``)

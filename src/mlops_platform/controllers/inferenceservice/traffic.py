@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable
 
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import canary_plan, labels
-from mlops_platform.controllers.inferenceservice.children import base, httproute, scaledobject, virtualservice
+from mlops_platform.controllers.inferenceservice.children import (
+    base,
+    deployment_rollout,
+    httproute,
+    scaledobject,
+    virtualservice,
+)
 from mlops_platform.controllers.inferenceservice.children import deployment as children_deployment
 from mlops_platform.controllers.inferenceservice.children import service as children_service
 from mlops_platform.runtime import objects
@@ -86,12 +92,12 @@ def choose_router(
 
 def backend(deployment: Obj | None) -> canary_plan.Backend:
     """What a live component Deployment shows (:class:`canary_plan.Backend`): the model all its pods run
-    (:func:`~.children.deployment.serving_model`: a scale-up keeps it, a model rollout clears it
+    (:func:`~.children.deployment_rollout.serving_model`: a scale-up keeps it, a model rollout clears it
     until no old pod is left) and its available replicas."""
     if deployment is None:
         return canary_plan.Backend()
     ready = int((deployment.get("status") or {}).get("availableReplicas") or 0)
-    return canary_plan.Backend(True, children_deployment.serving_model(deployment), ready)
+    return canary_plan.Backend(True, deployment_rollout.serving_model(deployment), ready)
 
 
 def pod_ready(pod: Obj) -> bool:

@@ -24,6 +24,9 @@ Contract of :func:`build` (pure):
   Secret mounted into it alone), mounted read-only into the server; ``pvc``: the claim, read-only,
   at ``subPath`` = the URI's path; ``file``: nothing, ``{model_dir}`` renders to the URI's path;
 - ``serviceAccountName`` when the InferenceService names one (workload identity for the bucket).
+
+What a live Deployment says of its rollout (the model it serves, a replacement that is no rollout):
+:mod:`~.deployment_rollout`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import dataclasses
 
 from mlops_platform.api import internal, modeluri
 from mlops_platform.controllers.inferenceservice import labels, servers
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.controllers.inferenceservice.children import base, deployment_rollout
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
@@ -342,34 +345,6 @@ def condition(
     return base.ChildCondition(CONDITION, "True", reason, summary)
 
 
-def replacing(
-    cond: base.ChildCondition, live: base.Obj | None, active_version: str | None
-) -> base.ChildCondition:
-    """``cond`` (of :func:`condition`), unless it says ``RollingOut`` of a Deployment that rolls out
-    nothing: replicas lost (with their node, evicted, deleted) being replaced. Kubernetes reports a
-    replacement like a rollout (``updatedReplicas`` drops, then ``Progressing`` turns
-    ``ReplicaSetUpdated`` until the new pods are available), but the template is the one already
-    rolled out (the status' ``activeVersion``), its generation observed, and no replica of an older
-    template is left. Its availability then says what is wrong: ``NoReplicasAvailable`` (False) or
-    ``PartiallyAvailable`` (True, serving), with the count starting. (A scale-up looks the same
-    for a moment, before the ReplicaSet has created its pods: not a rollout either.)"""
-    if cond.reason != "RollingOut" or live is None or not active_version:
-        return cond
-    spec, st = live.get("spec") or {}, live.get("status") or {}
-    if int(st.get("observedGeneration") or 0) < objects.generation(live) or _model_of(spec) != active_version:
-        return cond
-    want, ready = int(spec.get("replicas", 1)), int(st.get("availableReplicas") or 0)
-    if int(st.get("replicas") or 0) > int(st.get("updatedReplicas") or 0) or ready >= want:
-        return cond  # old replicas left: a rollout; all available: its last step
-    summary = (
-        f"{ready}/{want} replicas available, {want - ready} starting; no rollout ({active_version} is "
-        "rolled out): replicas replaced or added"
-    )
-    if ready == 0:
-        return base.ChildCondition(cond.type, "False", "NoReplicasAvailable", summary)
-    return base.ChildCondition(cond.type, "True", "PartiallyAvailable", summary)
-
-
 RBAC = base.child_rbac(KIND, why="the predictor Deployment: watched (owns), applied, repaired, deleted")
 
 
@@ -385,35 +360,6 @@ def settle(target: base.Target, desired: base.Obj, live: base.Obj | None) -> Non
     if "replicas" not in spec:
         live_replicas = ((live or {}).get("spec") or {}).get("replicas")
         spec["replicas"] = live_replicas if live_replicas is not None else target.component.min_replicas
-
-
-def contribute(target: base.Target, ctx: base.BuildContext, live: base.Obj | None) -> base.Contribution:
-    """The component's replica counts and the model it has fully rolled out."""
-    live = live or {}
-    st = live.get("status") or {}
-    counts = base.Replicas(
-        replicas=int(st.get("replicas") or 0),
-        ready=int(st.get("readyReplicas") or 0),
-        desired=int((live.get("spec") or {}).get("replicas") or 0),
-    )
-    model = rolled_out_model(live) if target.component.min_replicas > 0 else None
-    return base.Contribution(replicas=counts, rolled_out_model=model)
-
-
-def serving_model(deployment: base.Obj) -> str | None:
-    """The MODEL_URI every pod of the Deployment runs, once at least one is available: its current
-    template's, when the controller has observed it and no pod of an older template is left. A
-    scale-up does not change it (new pods run the same template); a model change does, until the
-    old pods are gone. What a router may send a component's share to."""
-    if not deployment:
-        return None
-    spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
-    current = (
-        int(st.get("observedGeneration") or 0) >= objects.generation(deployment)
-        and int(st.get("updatedReplicas") or 0) == int(st.get("replicas") or 0)
-        and int(st.get("availableReplicas") or 0) > 0
-    )
-    return _model_of(spec) if current else None
 
 
 def fetch_options(deployment: base.Obj) -> tuple[str | None, str | None, internal.ModelStorage]:
@@ -440,30 +386,13 @@ def fetch_options(deployment: base.Obj) -> tuple[str | None, str | None, interna
     return None, None, internal.ModelStorage()
 
 
-def _model_of(spec: base.Obj) -> str | None:
-    for container in (spec.get("template") or {}).get("spec", {}).get("containers") or ():
-        for env in container.get("env") or ():
-            if env.get("name") == "MODEL_URI" and env.get("value"):
-                return str(env["value"])
-    return None
-
-
-def rolled_out_model(deployment: base.Obj) -> str | None:
-    """The MODEL_URI of the Deployment's template once its rollout has fully completed."""
-    if not deployment:
-        return None
-    spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
-    want = int(spec.get("replicas") or 0)
-    complete = (
-        int(st.get("observedGeneration") or 0) >= objects.generation(deployment)
-        and want > 0
-        and int(st.get("updatedReplicas") or 0) == want
-        and int(st.get("replicas") or 0) == want
-        and int(st.get("availableReplicas") or 0) == want
-    )
-    return _model_of(spec) if complete else None
-
-
 CHILD = base.Child(
-    "deployment", KIND, CONDITION, name, build, condition, contribute=contribute, settle=settle
+    "deployment",
+    KIND,
+    CONDITION,
+    name,
+    build,
+    condition,
+    contribute=deployment_rollout.contribute,
+    settle=settle,
 )
