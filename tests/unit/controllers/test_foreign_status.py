@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.controllers.inferenceservice.reconciler import OwnStatus
+from mlops_platform.controllers.inferenceservice.own_writes import OwnStatus
 
 
 def _cr(rv: int, ready: str) -> dict[str, Any]:

@@ -22,7 +22,14 @@ import pytest
 
 from mlops_platform import api
 from mlops_platform.api import internal, v1alpha1
-from mlops_platform.controllers.inferenceservice import children, labels, pod_problems, reconciler, servers
+from mlops_platform.controllers.inferenceservice import (
+    children,
+    labels,
+    own_writes,
+    pod_problems,
+    reconciler,
+    servers,
+)
 from mlops_platform.controllers.inferenceservice.children import (
     base,
     monitoring,
@@ -1518,7 +1525,7 @@ async def test_a_reconcile_before_the_cache_holds_our_status_write_does_not_writ
 
 
 async def test_an_answer_kept_for_an_older_cache_version_is_dropped_once_the_cache_moves_on() -> None:
-    own = reconciler.OwnStatus()
+    own = own_writes.OwnStatus()
     over = isvc() | {"status": {"observedGeneration": 1}}
     over["metadata"]["resourceVersion"] = "7"
     answer = copy.deepcopy(over)
@@ -1543,7 +1550,7 @@ async def test_our_answers_hold_while_the_cache_lags_behind_them_even_over_an_ea
     meanwhile); the next write went over that answer; its answer was then dropped because the cache
     did not show "the version the write went over", so the next reconcile read generation 1 again:
     generations 1 and 2 were reconciled in turn, observedGeneration went back, about twenty times."""
-    own = reconciler.OwnStatus()
+    own = own_writes.OwnStatus()
     cached = _version(isvc(), "5", 1)
     first = _version(cached, "8", 2)  # the spec changed on the server; the status write answered it
     own.wrote(cached, first)
