@@ -8,10 +8,12 @@ from typing import Any, TextIO
 
 import click
 
+from mlops_platform.cli import options
+
 
 @click.command(name="infer")
 @click.argument("name")
-@click.option("-n", "--namespace", help="default: the kubeconfig context's namespace, else default")
+@options.namespace_option
 @click.option("--json", "body", metavar="BODY", help="the request body (JSON)")
 @click.option(
     "--file", "body_file", type=click.File("r"), help="a file holding the request body (JSON; - for stdin)"
@@ -20,10 +22,7 @@ import click
 @click.option(
     "--path", help="the server's inference path (default: the runtime's; {model} is the model's name)"
 )
-@click.option(
-    "--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
-)
-@click.option("--context", help="kubeconfig context (default: current)")
+@options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
 def infer_command(
     name: str,
     namespace: str | None,

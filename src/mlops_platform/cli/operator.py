@@ -17,8 +17,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 
 
 @click.command()
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, then in-cluster")
-@click.option("--context", help="kubeconfig context (default: current)")
+@options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
 @click.option("--namespace", help="watch only this namespace (default: all)")
 @click.option("--leader-elect/--no-leader-elect", default=False, show_default=True)
 @click.option("--leader-election-namespace", default="mlops-system", show_default=True)
@@ -53,9 +52,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     show_default=True,
     help="HOST:PORT of /metrics; port 0: one the kernel picks (logged: 'serving'); 0: off",
 )
-@click.option(
-    "--runtime-config", type=click.Path(exists=True, dir_okay=False), help="YAML overriding the runtime table"
-)
+@settings.option("--runtime-config", "YAML overriding the runtime table")
 @click.option(
     "--workers",
     default=16,
@@ -114,26 +111,13 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     metavar="CIDR",
     help="restrict predictor egress to these CIDRs plus DNS (default: egress unrestricted); repeatable",
 )
-@click.option(
+@settings.option(
     "--traffic-router",
-    type=click.Choice(["auto", "istio", "gateway-api", "replicas"]),
-    default="auto",
-    show_default=True,
-    help="what splits canary traffic: auto = Istio if its CRDs are installed, else the Gateway API if "
+    "what splits canary traffic: auto = Istio if its CRDs are installed, else the Gateway API if "
     "installed and --gateway is set, else replicas (per-object: spec.extensions.traffic.router)",
 )
-@click.option(
-    "--gateway",
-    callback=lambda ctx, param, value: settings.check_gateway(param, value),
-    metavar="NAMESPACE/NAME",
-    help="the parent Gateway of the HTTPRoutes of the gateway-api router",
-)
-@click.option(
-    "--ingress-domain",
-    default="example.com",
-    show_default=True,
-    help="HTTPRoute hostnames are <name>.<namespace>.<ingress-domain>",
-)
+@settings.option("--gateway", "the parent Gateway of the HTTPRoutes of the gateway-api router")
+@settings.option("--ingress-domain", "HTTPRoute hostnames are <name>.<namespace>.<ingress-domain>")
 @click.option(
     "--keda-prometheus-url",
     default="http://prometheus-operated.monitoring.svc:9090",
@@ -147,11 +131,9 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     show_default=True,
     help="requests per second per replica before KEDA adds one",
 )
-@click.option(
+@settings.option(
     "--storage-initializer-image",
-    default=settings.DEFAULT_STORAGE_INITIALIZER_IMAGE,
-    show_default=True,
-    help="the image of the init container that fetches s3/gs/http(s) models (python -m "
+    "the image of the init container that fetches s3/gs/http(s) models (python -m "
     "mlops_platform.storage); the install manifests pass the operator's own image",
 )
 @click.option("--log-level", default="info", show_default=True)

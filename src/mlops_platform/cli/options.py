@@ -14,6 +14,34 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 D = TypeVar("D", bound="DataclassInstance")
 
+#: where ``--kubeconfig`` is looked for by default, as the help of the commands says it
+KUBECONFIG_OR_IN_CLUSTER = "default: $KUBECONFIG, then in-cluster"
+KUBECONFIG_HOME_OR_IN_CLUSTER = "default: $KUBECONFIG, ~/.kube/config, in-cluster"
+
+#: ``-n``: the namespace of the object a command acts on (``why``, ``infer``)
+namespace_option = click.option(
+    "-n", "--namespace", help="default: the kubeconfig context's namespace, else default"
+)
+
+
+def stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """The option decorators as one; the options list in the order given."""
+
+    def apply(f: F) -> F:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return apply
+
+
+def kubeconfig_options(default: str) -> Callable[[F], F]:
+    """``--kubeconfig`` (``default``: where it is looked for without it) and ``--context``."""
+    return stack(
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), help=default),
+        click.option("--context", help="kubeconfig context (default: current)"),
+    )
+
 
 def labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
     """A repeatable ``KEY=VALUE`` option collected into a dict (bad items name the option)."""

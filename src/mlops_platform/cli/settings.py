@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +16,7 @@ from mlops_platform import __version__
 DEFAULT_STORAGE_INITIALIZER_IMAGE = f"mlops-platform:{__version__}"
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
+    from mlops_platform.cli.options import F
     from mlops_platform.controllers.inferenceservice.children.base import BuildContext
     from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeTable
 
@@ -89,3 +91,26 @@ def check_gateway(param: click.Parameter, value: str | None) -> str | None:
     if len(parts) != 2 or not all(label.match(p) for p in parts):
         raise click.BadParameter(f"{value!r} must be NAMESPACE/NAME (DNS labels)", param=param)
     return value
+
+
+#: the settings flags ``why`` takes too (it must build the children as the operator does): each
+#: declared once, the help is the command's
+_SHARED_FLAGS: dict[str, dict[str, Any]] = {
+    "--traffic-router": {
+        "type": click.Choice(["auto", "istio", "gateway-api", "replicas"]),
+        "default": "auto",
+        "show_default": True,
+    },
+    "--gateway": {
+        "callback": lambda ctx, param, value: check_gateway(param, value),
+        "metavar": "NAMESPACE/NAME",
+    },
+    "--ingress-domain": {"default": "example.com", "show_default": True},
+    "--runtime-config": {"type": click.Path(exists=True, dir_okay=False)},
+    "--storage-initializer-image": {"default": DEFAULT_STORAGE_INITIALIZER_IMAGE, "show_default": True},
+}
+
+
+def option(flag: str, help: str) -> Callable[[F], F]:
+    """The settings flag ``flag`` (one ``run`` and ``why`` share) with this command's ``help``."""
+    return click.option(flag, help=help, **_SHARED_FLAGS[flag])

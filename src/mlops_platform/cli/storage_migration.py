@@ -7,6 +7,8 @@ from typing import cast
 
 import click
 
+from mlops_platform.cli import options
+
 
 @click.command(name="migrate-storage")
 @click.option(
@@ -16,10 +18,7 @@ import click
     show_default=True,
     help="the CustomResourceDefinition whose objects are rewritten at its storage version",
 )
-@click.option(
-    "--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
-)
-@click.option("--context", help="kubeconfig context (default: current)")
+@options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
 @click.option(
     "--method",
     type=click.Choice(["auto", "builtin", "rewrite"]),

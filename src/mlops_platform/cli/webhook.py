@@ -12,52 +12,45 @@ from typing import Any
 import click
 
 from mlops_platform.cli import options
-from mlops_platform.cli.options import F
 
-
-def webhook_options(f: F) -> F:
-    """The conversion webhook's flags (``run`` and ``webhook``)."""
-    for option in reversed(
-        [
-            click.option(
-                "--webhook-bind-address",
-                default="127.0.0.1:9443",
-                show_default=True,
-                help="where the conversion webhook listens (HTTPS); 'off': not served by this process",
-            ),
-            click.option(
-                "--webhook-secret",
-                default="mlops-system/mlops-platform-webhook-tls",
-                show_default=True,
-                help="NAMESPACE/NAME of the Secret holding the self-managed CA and serving certificate",
-            ),
-            click.option(
-                "--webhook-dns-name",
-                "webhook_dns_names",
-                multiple=True,
-                help="a DNS name of the serving certificate (repeatable; default: the webhook Service's)",
-            ),
-            click.option(
-                "--webhook-cert-dir",
-                type=click.Path(file_okay=False),
-                help="serve tls.crt/tls.key from this directory (cert-manager); no Secret, no injection",
-            ),
-            click.option(
-                "--webhook-reuse-port",
-                is_flag=True,
-                help="share the webhook's port with other processes on this host (SO_REUSEPORT): "
-                "replicas on one machine behind one address, the kernel spreading connections",
-            ),
-            click.option(
-                "--webhook-cert-validity",
-                type=click.FloatRange(60),
-                hidden=True,
-                help="seconds a self-managed CA lives (tests: see rotations); default one year",
-            ),
-        ]
-    ):
-        f = option(f)
-    return f
+#: the conversion webhook's flags (``run`` and ``webhook``)
+webhook_options = options.stack(
+    click.option(
+        "--webhook-bind-address",
+        default="127.0.0.1:9443",
+        show_default=True,
+        help="where the conversion webhook listens (HTTPS); 'off': not served by this process",
+    ),
+    click.option(
+        "--webhook-secret",
+        default="mlops-system/mlops-platform-webhook-tls",
+        show_default=True,
+        help="NAMESPACE/NAME of the Secret holding the self-managed CA and serving certificate",
+    ),
+    click.option(
+        "--webhook-dns-name",
+        "webhook_dns_names",
+        multiple=True,
+        help="a DNS name of the serving certificate (repeatable; default: the webhook Service's)",
+    ),
+    click.option(
+        "--webhook-cert-dir",
+        type=click.Path(file_okay=False),
+        help="serve tls.crt/tls.key from this directory (cert-manager); no Secret, no injection",
+    ),
+    click.option(
+        "--webhook-reuse-port",
+        is_flag=True,
+        help="share the webhook's port with other processes on this host (SO_REUSEPORT): "
+        "replicas on one machine behind one address, the kernel spreading connections",
+    ),
+    click.option(
+        "--webhook-cert-validity",
+        type=click.FloatRange(60),
+        hidden=True,
+        help="seconds a self-managed CA lives (tests: see rotations); default one year",
+    ),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +95,7 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
 
 
 @click.command()
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, then in-cluster")
-@click.option("--context", help="kubeconfig context (default: current)")
+@options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
 @click.option("--log-level", default="info", show_default=True)
 @click.option(
     "--metrics-bind-address",

@@ -8,45 +8,25 @@ import sys
 
 import click
 
-from mlops_platform.cli import settings
+from mlops_platform.cli import options, settings
 
 
 @click.command(name="why")
 @click.argument("name")
-@click.option("-n", "--namespace", help="default: the kubeconfig context's namespace, else default")
+@options.namespace_option
 @click.option(
     "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help="format"
 )
-@click.option(
-    "--kubeconfig", type=click.Path(dir_okay=False), help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
+@options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
+@settings.option("--traffic-router", "the operator's --traffic-router (must match it)")
+@settings.option("--gateway", "the operator's --gateway (must match it)")
+@settings.option("--ingress-domain", "the operator's --ingress-domain")
+@settings.option(
+    "--runtime-config", "the operator's --runtime-config (runtimes it adds are otherwise unknown here)"
 )
-@click.option("--context", help="kubeconfig context (default: current)")
-@click.option(
-    "--traffic-router",
-    type=click.Choice(["auto", "istio", "gateway-api", "replicas"]),
-    default="auto",
-    show_default=True,
-    help="the operator's --traffic-router (must match it)",
-)
-@click.option(
-    "--gateway",
-    callback=lambda ctx, param, value: settings.check_gateway(param, value),
-    metavar="NAMESPACE/NAME",
-    help="the operator's --gateway (must match it)",
-)
-@click.option(
-    "--ingress-domain", default="example.com", show_default=True, help="the operator's --ingress-domain"
-)
-@click.option(
-    "--runtime-config",
-    type=click.Path(exists=True, dir_okay=False),
-    help="the operator's --runtime-config (runtimes it adds are otherwise unknown here)",
-)
-@click.option(
+@settings.option(
     "--storage-initializer-image",
-    default=settings.DEFAULT_STORAGE_INITIALIZER_IMAGE,
-    show_default=True,
-    help="the operator's --storage-initializer-image (an installed operator passes its own image)",
+    "the operator's --storage-initializer-image (an installed operator passes its own image)",
 )
 @click.option(
     "--events",
