@@ -74,12 +74,12 @@ def runtime_table(runtime_config: str | None) -> ServingRuntimeTable:
     """The runtime table: the built-in one, with ``--runtime-config`` (a ConfigMap's ``data``) merged."""
     import yaml
 
-    from mlops_platform.controllers.inferenceservice import servers
+    from mlops_platform.controllers.inferenceservice import runtime_overrides, servers
 
     if not runtime_config:
         return servers.default_table()
     with open(runtime_config) as f:
-        return servers.load_overrides(yaml.safe_load(f) or {})
+        return runtime_overrides.load_overrides(yaml.safe_load(f) or {})
 
 
 def check_gateway(param: click.Parameter, value: str | None) -> str | None:

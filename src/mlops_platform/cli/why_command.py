@@ -56,12 +56,12 @@ def why_command(
     --storage-initializer-image when they differ.
     """
     from mlops_platform import why
-    from mlops_platform.controllers.inferenceservice import servers
+    from mlops_platform.controllers.inferenceservice import runtime_overrides
     from mlops_platform.controllers.inferenceservice.children import base
 
     try:
         table = settings.runtime_table(runtime_config)
-    except servers.ServingRuntimeError as e:
+    except runtime_overrides.ServingRuntimeError as e:
         raise click.ClickException(f"--runtime-config: {e}") from None
     ctx = base.BuildContext(
         servers=table,

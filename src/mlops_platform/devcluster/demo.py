@@ -27,7 +27,7 @@ import yaml
 
 from mlops_platform import api, infer
 from mlops_platform.api import crd
-from mlops_platform.controllers.inferenceservice import servers
+from mlops_platform.controllers.inferenceservice import runtime_overrides, servers
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.devcluster.modelstore import install as modelstore
@@ -70,7 +70,7 @@ def local_runtimes() -> Path:
 
 def local_settings() -> base.BuildContext:
     """The same as :data:`LOCAL_FLAGS`, for an operator run in-process (the serving tests)."""
-    table = servers.load_overrides(yaml.safe_load(local_runtimes().read_text()))
+    table = runtime_overrides.load_overrides(yaml.safe_load(local_runtimes().read_text()))
     return base.BuildContext(servers=table, storage_initializer_image=images.OPERATOR.ref)
 
 

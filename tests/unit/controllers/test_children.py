@@ -23,7 +23,7 @@ from mlops_platform.controllers.inferenceservice import (
     alert_settings,
     children,
     labels,
-    servers,
+    runtime_overrides,
 )
 from mlops_platform.controllers.inferenceservice.children import (
     base,
@@ -350,7 +350,7 @@ def test_a_terminating_server_drains_for_the_runtimes_drain_seconds() -> None:
     """A preStop sleep keeps a terminating pod serving until load balancers have dropped it."""
     c = container(make(framework="seldon"))
     assert c["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
-    table = servers.load_overrides({"runtimes.yaml": "seldon: {drainSeconds: 0}"})
+    table = runtime_overrides.load_overrides({"runtimes.yaml": "seldon: {drainSeconds: 0}"})
     pod = deployment.build(make(framework="seldon"), base.BuildContext(servers=table))["spec"]["template"][
         "spec"
     ]
@@ -358,7 +358,7 @@ def test_a_terminating_server_drains_for_the_runtimes_drain_seconds() -> None:
 
 
 def test_the_runtimes_placement_comes_before_the_gpu_toleration() -> None:
-    table = servers.load_overrides(
+    table = runtime_overrides.load_overrides(
         {
             "runtimes.yaml": "torchserve: {nodeSelector: {pool: models}, "
             "tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]}"
@@ -794,7 +794,7 @@ def test_operator_labels_never_replace_the_operators_own() -> None:
 # -- runtimes a platform team adds: their metrics dialect ------------------------------------------
 
 ADDED = base.BuildContext(
-    servers=servers.load_overrides(
+    servers=runtime_overrides.load_overrides(
         {
             "runtimes.yaml": """
 mlserver-gpu: {basedOn: seldon, gpuImage: docker.io/seldonio/mlserver:1.7.1-gpu}
@@ -891,7 +891,7 @@ def test_the_hpa_targets_the_inferenceservices_utilization_else_the_runtimes() -
     t = make(minReplicas=2, maxReplicas=5)
     assert hpa_metrics(t) == [("cpu", 80)]  # the runtime table's target
     platform = base.BuildContext(
-        servers=servers.load_overrides({"runtimes.yaml": "triton: {targetCpuUtilization: 60}"})
+        servers=runtime_overrides.load_overrides({"runtimes.yaml": "triton: {targetCpuUtilization: 60}"})
     )
     assert hpa_metrics(t, platform) == [("cpu", 60)]
     assert hpa_metrics(with_autoscaling(t, cpu_utilization=50), platform) == [("cpu", 50)]

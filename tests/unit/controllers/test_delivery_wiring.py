@@ -21,7 +21,7 @@ from mlops_platform.controllers.inferenceservice import (
     labels,
     pod_problems,
     reconciler,
-    servers,
+    runtime_overrides,
     traffic,
 )
 from mlops_platform.controllers.inferenceservice.children import base, deployment
@@ -113,7 +113,7 @@ def test_the_initializer_meets_the_restricted_pod_security_profile_with_bounded_
 
 
 def test_a_runtime_run_as_root_still_runs_the_initializer_as_non_root() -> None:
-    table = servers.load_overrides({"runtimes.yaml": "triton: {runAsUser: 0, runAsNonRoot: false}"})
+    table = runtime_overrides.load_overrides({"runtimes.yaml": "triton: {runAsUser: 0, runAsNonRoot: false}"})
     spec = pod_spec(isvc("s3://models/bert/7"), base.BuildContext(servers=table))
     assert spec["securityContext"]["runAsUser"] == 0
     assert initializer(spec)["securityContext"]["runAsUser"] == deployment.STORAGE_INITIALIZER_UID == 65532
@@ -196,7 +196,7 @@ def test_a_uri_the_parser_refuses_goes_to_the_initializer_which_says_so() -> Non
 
 
 def test_the_image_and_the_layout_follow_the_settings_and_the_runtime_table() -> None:
-    table = servers.load_overrides({"runtimes.yaml": "flat: {basedOn: triton, modelLayout: none}"})
+    table = runtime_overrides.load_overrides({"runtimes.yaml": "flat: {basedOn: triton, modelLayout: none}"})
     ctx = base.BuildContext(
         servers=table, storage_initializer_image="registry.example/ops/mlops-platform:0.1.0"
     )
@@ -206,7 +206,7 @@ def test_the_image_and_the_layout_follow_the_settings_and_the_runtime_table() ->
 
 
 def test_a_model_dir_override_moves_the_mounts_and_the_initializers_destination() -> None:
-    table = servers.load_overrides({"runtimes.yaml": "seldon: {modelDir: /models}"})
+    table = runtime_overrides.load_overrides({"runtimes.yaml": "seldon: {modelDir: /models}"})
     spec = pod_spec(isvc("gs://models/iris/3", "seldon"), base.BuildContext(servers=table))
     assert initializer(spec)["args"][2] == "/models"
     assert server(spec)["volumeMounts"][0]["mountPath"] == "/models"

@@ -10,8 +10,8 @@ import pytest
 
 from mlops_platform import api
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import servers
-from mlops_platform.controllers.inferenceservice.servers import ServingRuntimeError, load_overrides
+from mlops_platform.controllers.inferenceservice import runtime_overrides, servers
+from mlops_platform.controllers.inferenceservice.runtime_overrides import ServingRuntimeError, load_overrides
 
 
 def test_default_table_covers_every_framework_with_pinned_images() -> None:
@@ -292,7 +292,7 @@ def test_built_in_runtimes_declare_lowercase_formats_and_their_metrics_dialect()
     assert table["torchserve"].formats == ("pytorch",)
     for name, rt in table.items():
         assert rt.metrics_dialect == name  # each built-in exports its own server's metrics
-        assert all(f == f.lower() and servers.RUNTIME_NAME.match(f) for f in rt.formats)
+        assert all(f == f.lower() and runtime_overrides.RUNTIME_NAME.match(f) for f in rt.formats)
     assert set(servers.METRICS_DIALECTS) == {"triton", "seldon", "torchserve", "none"}
 
 
