@@ -37,6 +37,7 @@ from mlops_platform.controllers.inferenceservice import (
     children,
     labels,
     pod_problems,
+    pods_and_slices,
     reconciler,
     servers,
 )
@@ -99,7 +100,9 @@ class Cluster:
         self.client = fakes.FakeClient()
         self.cache = rcache.Cache(self.client)
         for indexed in (resources.POD, resources.ENDPOINT_SLICE):
-            self.cache.informer_for(indexed).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
+            self.cache.informer_for(indexed).store.add_indexers(
+                {pods_and_slices.POD_INDEX: pods_and_slices.pod_index}
+            )
         self.kinds = crdwatch.OptionalKinds(self.cache)
         self.crds: dict[str, Obj | None] = {k.crd_name: None for k in why_reading.OPTIONAL_KINDS}
         for kind in why_reading.OPTIONAL_KINDS:
@@ -167,13 +170,13 @@ class Cluster:
         for key in store.list_keys():
             store.delete_key(key)
         for s in self.slices:
-            store.upsert(self._changed(reconciler.slim_slice(s)))
+            store.upsert(self._changed(pods_and_slices.slim_slice(s)))
         fakes.seed(self.cache, ISVC, [self._changed(self.client.objects[(ISVC.plural, NS, NAME)])])
 
     async def converge(self, raw: Obj, pods: Sequence[Obj] = ()) -> None:
         self.client.objects[(ISVC.plural, NS, NAME)] = copy.deepcopy(raw)
         fakes.seed(self.cache, ISVC, [self._changed(raw)])
-        fakes.seed(self.cache, resources.POD, [reconciler.slim_pod(p) for p in pods])
+        fakes.seed(self.cache, resources.POD, [pods_and_slices.slim_pod(p) for p in pods])
         for _ in range(10):
             self.client.reset_calls()
             await self.rec.reconcile(Request(NS, NAME))

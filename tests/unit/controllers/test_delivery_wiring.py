@@ -20,7 +20,7 @@ from mlops_platform.controllers.inferenceservice import (
     canary_plan,
     labels,
     pod_problems,
-    reconciler,
+    pods_and_slices,
     runtime_overrides,
     traffic,
 )
@@ -388,24 +388,26 @@ INIT_RETRYING = init_pod({"running": {"startedAt": "2026-01-01T00:00:02Z"}}, FAI
     ids=["Init:Error", "Init:CrashLoopBackOff", "retrying after a failed run"],
 )
 def test_a_failed_download_is_model_download_failed_with_the_initializers_line(pod: Obj) -> None:
-    slim = reconciler.slim_pod(copy.deepcopy(pod))
+    slim = pods_and_slices.slim_pod(copy.deepcopy(pod))
     assert pod_problems.pod_problem([pod]) == pod_problems.pod_problem([slim]) == WANT
-    assert reconciler.pod_failure(slim) == WANT
+    assert pods_and_slices.pod_failure(slim) == WANT
     assert "startedAt" not in str(slim) and "containerID" not in str(slim) and "spec" not in slim
 
 
 def test_the_pod_signal_changes_when_the_download_fails_and_not_when_it_is_retried() -> None:
     running = init_pod({"running": {"startedAt": "2026-01-01T00:00:00Z"}})
-    signals = [reconciler.pod_signal(reconciler.slim_pod(copy.deepcopy(p))) for p in (running, INIT_ERROR)]
+    signals = [
+        pods_and_slices.pod_signal(pods_and_slices.slim_pod(copy.deepcopy(p))) for p in (running, INIT_ERROR)
+    ]
     assert signals[0] is None and signals[1] == WANT  # the watch enqueues a reconcile
-    again = reconciler.pod_signal(reconciler.slim_pod(copy.deepcopy(INIT_CRASHLOOP)))
+    again = pods_and_slices.pod_signal(pods_and_slices.slim_pod(copy.deepcopy(INIT_CRASHLOOP)))
     assert again == signals[1]  # a restart of the same failure: no status churn
 
 
 def test_a_canary_pods_failed_download_is_its_signal_too() -> None:
     pod = copy.deepcopy(INIT_ERROR)
     pod["metadata"]["labels"][labels.COMPONENT] = labels.CANARY
-    failure, _, _ = cast(tuple[Any, Any, Any], reconciler.pod_signal(reconciler.slim_pod(pod)))
+    failure, _, _ = cast(tuple[Any, Any, Any], pods_and_slices.pod_signal(pods_and_slices.slim_pod(pod)))
     assert failure == WANT
 
 
@@ -413,17 +415,17 @@ def test_a_download_in_progress_or_done_is_no_problem() -> None:
     running = init_pod({"running": {"startedAt": "2026-01-01T00:00:00Z"}})
     done = init_pod({"terminated": {"exitCode": 0, "reason": "Completed"}})
     for pod in (running, done):
-        assert pod_problems.pod_problem([reconciler.slim_pod(copy.deepcopy(pod))]) is None
+        assert pod_problems.pod_problem([pods_and_slices.slim_pod(copy.deepcopy(pod))]) is None
 
 
 def test_without_a_termination_message_the_exit_code_is_said_and_long_messages_are_bounded() -> None:
     bare = init_pod({"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
-    assert pod_problems.pod_problem([reconciler.slim_pod(bare)]) == (
+    assert pod_problems.pod_problem([pods_and_slices.slim_pod(bare)]) == (
         "ModelDownloadFailed",
         "pod bert-predictor-7d9f-abcde: the storage initializer exited with code 137 (OOMKilled)",
     )
     long = init_pod({"terminated": {"exitCode": 1, "message": "x" * 4096}})
-    slim = reconciler.slim_pod(copy.deepcopy(long))
+    slim = pods_and_slices.slim_pod(copy.deepcopy(long))
     _, message = pod_problems.pod_problem([slim]) or ("", "")
     assert len(message) == pod_problems.MAX_UPSTREAM_MESSAGE and message.endswith("…")
     assert len(str(slim)) < 1200  # the cache keeps a bounded message
@@ -431,7 +433,7 @@ def test_without_a_termination_message_the_exit_code_is_said_and_long_messages_a
 
 def test_an_initializer_image_that_cannot_be_pulled_says_so() -> None:
     pull = init_pod({"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}})
-    assert pod_problems.pod_problem([reconciler.slim_pod(pull)]) == (
+    assert pod_problems.pod_problem([pods_and_slices.slim_pod(pull)]) == (
         "ImagePullBackOff",
         "pod bert-predictor-7d9f-abcde init container storage-initializer: ImagePullBackOff: "
         "Back-off pulling image",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlops_platform.controllers.inferenceservice import labels, reconciler
+from mlops_platform.controllers.inferenceservice import labels, pods_and_slices
 from mlops_platform.controllers.inferenceservice.children import deployment
 
 Obj = dict[str, Any]
@@ -58,7 +58,7 @@ CASES = {
 
 
 def shaped(obj: Obj) -> Obj:
-    event: Obj = reconciler.POD_SHAPE.event(json.dumps({"type": "MODIFIED", "object": obj}).encode())
+    event: Obj = pods_and_slices.POD_SHAPE.event(json.dumps({"type": "MODIFIED", "object": obj}).encode())
     return event["object"]  # type: ignore[no-any-return]
 
 
@@ -68,9 +68,9 @@ def test_slimming_a_shaped_pod_gives_what_slimming_the_whole_pod_gives(case: str
     whole = pod(copy.deepcopy(CASES[case]), node=None if case == "unscheduled" else "n1", component=component)
     from_shape = shaped(copy.deepcopy(whole))
     assert "containers" not in from_shape["spec"] and "managedFields" not in from_shape["metadata"]
-    assert reconciler.slim_pod(from_shape) == reconciler.slim_pod(copy.deepcopy(whole))
-    assert reconciler.pod_signal(reconciler.slim_pod(from_shape)) == reconciler.pod_signal(
-        reconciler.slim_pod(whole)
+    assert pods_and_slices.slim_pod(from_shape) == pods_and_slices.slim_pod(copy.deepcopy(whole))
+    assert pods_and_slices.pod_signal(pods_and_slices.slim_pod(from_shape)) == pods_and_slices.pod_signal(
+        pods_and_slices.slim_pod(whole)
     )
 
 
@@ -78,5 +78,7 @@ def test_a_bound_pods_stale_unscheduled_condition_is_still_told_apart_by_its_nod
     """spec.nodeName is the one spec field the shape keeps: without it a bound pod whose
     PodScheduled=False is stale would read as waiting to be placed."""
     bound = pod({"phase": "Running", "conditions": [UNSCHEDULED]}, node="n1")
-    assert reconciler.pod_failure(reconciler.slim_pod(shaped(bound))) is None
-    assert reconciler.pod_failure(reconciler.slim_pod(shaped(pod({"conditions": [UNSCHEDULED]}, node=None))))
+    assert pods_and_slices.pod_failure(pods_and_slices.slim_pod(shaped(bound))) is None
+    assert pods_and_slices.pod_failure(
+        pods_and_slices.slim_pod(shaped(pod({"conditions": [UNSCHEDULED]}, node=None)))
+    )

@@ -27,6 +27,7 @@ from mlops_platform.controllers.inferenceservice import (
     labels,
     own_writes,
     pod_problems,
+    pods_and_slices,
     reconciler,
     servers,
 )
@@ -116,7 +117,9 @@ class World:
         self.client = fakes.FakeClient()
         self.cache = rcache.Cache(self.client)
         for indexed in (resources.POD, resources.ENDPOINT_SLICE):
-            self.cache.informer_for(indexed).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
+            self.cache.informer_for(indexed).store.add_indexers(
+                {pods_and_slices.POD_INDEX: pods_and_slices.pod_index}
+            )
         #: the canary Service's EndpointSlice shows its Deployment's available replicas as ready
         self.canary_endpoints_ready = True
         self.recorder = fakes.FakeRecorder()
@@ -227,7 +230,7 @@ class World:
         template = (deployment or {}).get("spec", {}).get("template", {})
         for i in range(ready):  # the canary's ready pods, running its template's model
             pods.upsert(
-                reconciler.slim_pod(
+                pods_and_slices.slim_pod(
                     {
                         "metadata": {
                             "name": f"{NAME}-canary-ready-{i}",
@@ -252,7 +255,7 @@ class World:
             },
             "endpoints": endpoints,
         }
-        store.upsert(self._changed(reconciler.slim_slice(obj)))
+        store.upsert(self._changed(pods_and_slices.slim_slice(obj)))
 
     async def converge(self) -> None:
         """Reconcile and play the cluster until a reconcile makes no call; then forget the calls."""
@@ -1778,11 +1781,11 @@ CRASH = {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting faile
 
 def test_the_pod_cache_keeps_what_the_reconciler_reads_and_nothing_more() -> None:
     crashing = _pod("Running", CRASH)
-    slim = reconciler.slim_pod(copy.deepcopy(crashing))
-    assert reconciler.pod_index(slim) == reconciler.pod_index(crashing) == [f"ml/{NAME}"]
-    assert reconciler.pod_failure(slim) == reconciler.pod_failure(crashing) is not None
+    slim = pods_and_slices.slim_pod(copy.deepcopy(crashing))
+    assert pods_and_slices.pod_index(slim) == pods_and_slices.pod_index(crashing) == [f"ml/{NAME}"]
+    assert pods_and_slices.pod_failure(slim) == pods_and_slices.pod_failure(crashing) is not None
     assert "spec" not in slim and "managedFields" not in slim["metadata"]
-    assert reconciler.pod_failure(reconciler.slim_pod(_pod("Running"))) is None
+    assert pods_and_slices.pod_failure(pods_and_slices.slim_pod(_pod("Running"))) is None
 
 
 UNSCHEDULABLE = {
@@ -1796,9 +1799,9 @@ UNSCHEDULABLE = {
 def test_a_pod_the_scheduler_cannot_place_is_named_with_the_schedulers_message() -> None:
     stuck = _pod("Pending")
     stuck["status"]["conditions"] = [UNSCHEDULABLE]
-    slim = reconciler.slim_pod(copy.deepcopy(stuck))
-    assert reconciler.pod_failure(slim) == reconciler.pod_failure(stuck)
-    assert reconciler.pod_failure(slim) == (
+    slim = pods_and_slices.slim_pod(copy.deepcopy(stuck))
+    assert pods_and_slices.pod_failure(slim) == pods_and_slices.pod_failure(stuck)
+    assert pods_and_slices.pod_failure(slim) == (
         "Unschedulable",
         "pod p cannot be scheduled: 0/5 nodes are available: 5 Insufficient nvidia.com/gpu.",
     )
@@ -1819,28 +1822,28 @@ def test_a_pod_bound_to_a_node_is_scheduled_whatever_a_stale_podscheduled_condit
             "message": 'running Bind plugin "DefaultBinder": pod p is already assigned to node "kwok-gpu-1"',
         }
     )
-    slim = reconciler.slim_pod(copy.deepcopy(bound))
-    assert reconciler.pod_failure(bound) is None
-    assert reconciler.pod_failure(slim) is None
+    slim = pods_and_slices.slim_pod(copy.deepcopy(bound))
+    assert pods_and_slices.pod_failure(bound) is None
+    assert pods_and_slices.pod_failure(slim) is None
     assert [c["type"] for c in slim["status"]["conditions"]] == ["Ready"]
     del bound["spec"]["nodeName"]  # not bound: the scheduler's word stands
-    assert reconciler.pod_failure(bound) == reconciler.pod_failure(reconciler.slim_pod(bound))
-    assert (reconciler.pod_failure(bound) or ("",))[0] == "SchedulerError"
+    assert pods_and_slices.pod_failure(bound) == pods_and_slices.pod_failure(pods_and_slices.slim_pod(bound))
+    assert (pods_and_slices.pod_failure(bound) or ("",))[0] == "SchedulerError"
 
 
 def test_a_started_container_that_is_not_ready_says_its_readiness_probe_fails() -> None:
     failing = _pod("Running")
     failing["status"]["containerStatuses"][0] |= {"started": True, "ready": False}
-    slim = reconciler.slim_pod(copy.deepcopy(failing))
-    assert reconciler.pod_failure(slim) == reconciler.pod_failure(failing)
-    assert reconciler.pod_failure(slim) == (
+    slim = pods_and_slices.slim_pod(copy.deepcopy(failing))
+    assert pods_and_slices.pod_failure(slim) == pods_and_slices.pod_failure(failing)
+    assert pods_and_slices.pod_failure(slim) == (
         "ReadinessProbeFailing",
         "pod p container predictor is running but not ready: its readiness probe fails",
     )
     starting = _pod("Running")
     starting["status"]["containerStatuses"][0] |= {"started": False, "ready": False}  # startup probe
-    assert reconciler.pod_failure(reconciler.slim_pod(starting)) is None
-    assert reconciler.pod_failure(reconciler.slim_pod(_pod("Running"))) is None  # started and ready
+    assert pods_and_slices.pod_failure(pods_and_slices.slim_pod(starting)) is None
+    assert pods_and_slices.pod_failure(pods_and_slices.slim_pod(_pod("Running"))) is None  # started and ready
 
 
 def test_a_pod_the_node_controller_took_out_says_its_node_stopped_reporting() -> None:
@@ -1850,12 +1853,12 @@ def test_a_pod_the_node_controller_took_out_says_its_node_stopped_reporting() ->
     cut_off["spec"]["nodeName"] = "real-node-0"
     cut_off["status"]["containerStatuses"][0] |= {"started": True, "ready": True}
     cut_off["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    reason, message = reconciler.pod_failure(cut_off) or ("", "")
+    reason, message = pods_and_slices.pod_failure(cut_off) or ("", "")
     assert reason == "NodeNotReady"
     assert message.startswith("pod p: its node real-node-0 stopped reporting (NodeNotReady)")
     assert reason in pod_problems.POD_PENDING_REASONS  # gates Ready only while nothing serves
     cut_off["status"]["containerStatuses"][0]["ready"] = False  # the kubelet's own word: the probe
-    assert (reconciler.pod_failure(cut_off) or ("",))[0] == "ReadinessProbeFailing"
+    assert (pods_and_slices.pod_failure(cut_off) or ("",))[0] == "ReadinessProbeFailing"
 
 
 def test_a_crash_loop_says_why_the_container_last_exited() -> None:
@@ -1863,8 +1866,8 @@ def test_a_crash_loop_says_why_the_container_last_exited() -> None:
     oom["status"]["containerStatuses"][0]["lastState"] = {
         "terminated": {"reason": "OOMKilled", "exitCode": 137, "startedAt": "2026-01-01T00:00:00Z"}
     }
-    slim = reconciler.slim_pod(copy.deepcopy(oom))
-    reason, message = reconciler.pod_failure(slim) or ("", "")
+    slim = pods_and_slices.slim_pod(copy.deepcopy(oom))
+    reason, message = pods_and_slices.pod_failure(slim) or ("", "")
     assert reason == "CrashLoopBackOff" and message.endswith("(last exit: OOMKilled, code 137)")
     assert "startedAt" not in str(slim)
 
@@ -1877,14 +1880,14 @@ def test_a_crash_loop_says_the_servers_own_last_words() -> None:
     failed["status"]["containerStatuses"][0]["lastState"] = {
         "terminated": {"reason": "Error", "exitCode": 1, "message": words}
     }
-    reason, message = reconciler.pod_failure(reconciler.slim_pod(copy.deepcopy(failed))) or ("", "")
+    reason, message = pods_and_slices.pod_failure(pods_and_slices.slim_pod(copy.deepcopy(failed))) or ("", "")
     assert reason == "CrashLoopBackOff"
     assert message.endswith("(last exit: Error, code 1): UnpicklingError: invalid load key, 'n'.")
     # a server that exits 0 when its model fails to load (MLServer) leaves the kubelet nothing to keep
     failed["status"]["containerStatuses"][0]["lastState"] = {
         "terminated": {"reason": "Completed", "exitCode": 0}
     }
-    _, message = reconciler.pod_failure(reconciler.slim_pod(copy.deepcopy(failed))) or ("", "")
+    _, message = pods_and_slices.pod_failure(pods_and_slices.slim_pod(copy.deepcopy(failed))) or ("", "")
     assert message.endswith(
         "(last exit: Completed, code 0): it stopped by itself (e.g. a model it could not load); "
         "its log says why"
@@ -1893,7 +1896,7 @@ def test_a_crash_loop_says_the_servers_own_last_words() -> None:
 
 def test_an_upstream_message_is_bounded_on_the_status() -> None:
     long = _pod("Running", {"reason": "ErrImagePull", "message": "x" * 5000})
-    _, message = reconciler.pod_failure(long) or ("", "")
+    _, message = pods_and_slices.pod_failure(long) or ("", "")
     assert len(message) == pod_problems.MAX_UPSTREAM_MESSAGE and message.endswith("…")
 
 
@@ -1915,7 +1918,7 @@ async def test_unschedulable_pods_gate_ready_only_while_nothing_serves(reason: s
 
 
 def test_pod_events_enqueue_only_when_a_failure_appears_changes_or_goes() -> None:
-    p = predicates.projection_changed(reconciler.pod_failure)
+    p = predicates.projection_changed(pods_and_slices.pod_failure)
     pending, running, crashing = _pod("Pending"), _pod("Running"), _pod("Running", CRASH)
     assert not p.create(pending) and not p.delete(running)  # a healthy pod changes nothing
     assert not p.update(pending, running)  # scheduled -> running -> ready: the Deployment says it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler
+from mlops_platform.controllers.inferenceservice import children, labels, pods_and_slices, reconciler
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.control import controller as rcontroller
@@ -36,7 +36,7 @@ RBAC = (
 
 
 def _pod_to_service(pod: dict[str, Any]) -> list[Request]:
-    return [Request(*key.split("/", 1)) for key in reconciler.pod_index(pod)]
+    return [Request(*key.split("/", 1)) for key in pods_and_slices.pod_index(pod)]
 
 
 def setup(
@@ -57,16 +57,18 @@ def setup(
     # most of a pod's spec among it, is skipped by the parser, never built)
     mgr.cache.shape(reconciler.ISVC, rshape.SPEC_AND_STATUS)
     mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE, scoped=True)
-    mgr.cache.shape(resources.POD, reconciler.POD_SHAPE)
-    mgr.cache.transform(resources.POD, reconciler.slim_pod)
-    mgr.cache.informer_for(resources.POD).store.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
+    mgr.cache.shape(resources.POD, pods_and_slices.POD_SHAPE)
+    mgr.cache.transform(resources.POD, pods_and_slices.slim_pod)
+    mgr.cache.informer_for(resources.POD).store.add_indexers(
+        {pods_and_slices.POD_INDEX: pods_and_slices.pod_index}
+    )
     # only the canary Services' EndpointSlices (label-selected by the API server: none without a
     # canary), slimmed to their ready count, which gates the candidate's entry into the route
-    mgr.cache.restrict(resources.ENDPOINT_SLICE, reconciler.CANARY_SLICES, scoped=True)
-    mgr.cache.shape(resources.ENDPOINT_SLICE, reconciler.SLICE_SHAPE)
-    mgr.cache.transform(resources.ENDPOINT_SLICE, reconciler.slim_slice)
+    mgr.cache.restrict(resources.ENDPOINT_SLICE, pods_and_slices.CANARY_SLICES, scoped=True)
+    mgr.cache.shape(resources.ENDPOINT_SLICE, pods_and_slices.SLICE_SHAPE)
+    mgr.cache.transform(resources.ENDPOINT_SLICE, pods_and_slices.slim_slice)
     slices = mgr.cache.informer_for(resources.ENDPOINT_SLICE).store
-    slices.add_indexers({reconciler.POD_INDEX: reconciler.pod_index})
+    slices.add_indexers({pods_and_slices.POD_INDEX: pods_and_slices.pod_index})
     for child in children.CHILDREN:
         for version in child.kind.versions:  # an optional kind's served version is known later
             mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
@@ -100,11 +102,11 @@ def setup(
         # a stable pod matters only through its failure (CrashLoopBackOff...): its other status
         # changes (scheduled, started, ready) are seen through the Deployment's status, once; a
         # canary pod's readiness and model also decide its entry into the route
-        .watches(resources.POD, _pod_to_service, predicates.projection_changed(reconciler.pod_signal))
+        .watches(resources.POD, _pod_to_service, predicates.projection_changed(pods_and_slices.pod_signal))
         .watches(
             resources.ENDPOINT_SLICE,
             _pod_to_service,
-            predicates.projection_changed(reconciler.ready_endpoints),
+            predicates.projection_changed(pods_and_slices.ready_endpoints),
         )
         .with_options(max_concurrent_reconciles=workers)
     )
