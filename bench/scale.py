@@ -973,7 +973,7 @@ def server_applies(audit_lines: Iterable[str], patched: Sequence[tuple[str, floa
     """Per spec change ((name, wall-clock time of its patch's answer)), how long the API server took
     over the first write of that InferenceService's Deployment after it (any writer's ``patch`` of
     ``deployments``, not a subresource: only the implementation patches a Deployment's spec; the
-    Deployment controller updates), from the audit log (:data:`devcluster.cluster.AUDIT_POLICY`:
+    Deployment controller updates), from the audit log (:data:`devcluster.clusterconfig.AUDIT_POLICY`:
     ``requestReceivedTimestamp`` to ``stageTimestamp`` of ``ResponseComplete``, microseconds): the
     server's share of the implementation's apply, against which its own request-to-answer time
     shows what the way there and back and the client cost. Received at most a second before the

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlops_platform.devcluster import binaries, cluster, nodes
+from mlops_platform.devcluster import binaries, cluster, clusterconfig, nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,7 +112,9 @@ def test_promtool_has_its_own_cache_directory() -> None:
 def _config(**kw: Any) -> dict[str, Any]:
     bins = binaries.Binaries({name: Path(f"/opt/bin/{name}") for name in binaries.NAMES})
     conf: dict[str, Any] = yaml.safe_load(
-        cluster.kwokctl_config(bins, metrics_server_manifests="/opt/ms/manifests/overlays/release", **kw)
+        clusterconfig.kwokctl_config(
+            bins, metrics_server_manifests="/opt/ms/manifests/overlays/release", **kw
+        )
     )
     return conf
 
@@ -145,7 +147,7 @@ def test_kwokctl_runs_our_metrics_server_from_local_manifests_with_kwoks_usage_c
     assert opts["metricsServerManifests"] == ["/opt/ms/manifests/overlays/release"]
     assert not any(m.startswith(("http://", "https://")) for m in opts["metricsServerManifests"])
     assert {"Metric", "ClusterResourceUsage", "ResourceUsage"} <= set(opts["enableCRDs"])
-    assert _patches(conf, "metrics-server") == {"metric-resolution": cluster.METRIC_RESOLUTION}
+    assert _patches(conf, "metrics-server") == {"metric-resolution": clusterconfig.METRIC_RESOLUTION}
     without = _config(metrics_server=False)
     assert "enable" not in without["options"] and "metricsServerBinary" not in without["options"]
     assert _patches(without, "metrics-server") == {}

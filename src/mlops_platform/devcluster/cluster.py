@@ -8,7 +8,8 @@ kubelet for fake nodes: 3 CPU nodes and 2 nodes advertising ``nvidia.com/gpu``, 
 that kwok emulates from simulated usage (:mod:`~mlops_platform.devcluster.usage`). kwok's Stage,
 Metric and (Cluster)ResourceUsage CRDs are enabled and the upstream default stages and metrics
 are installed as objects, so tests can add their own stages (e.g. a CrashLoopBackOff) and set pods'
-usage at run time.
+usage at run time. The configuration it is created from: :mod:`~.clusterconfig`; what it is filled
+with once started: :mod:`~.populate`.
 """
 
 from __future__ import annotations
@@ -31,74 +32,12 @@ from typing import Any
 
 import yaml
 
-from mlops_platform.devcluster import binaries, crds, gomod, logs, nodes, pids, usage
-from mlops_platform.devcluster.realnode import addressing, fabric, lifecycle
-from mlops_platform.runtime import objects
+from mlops_platform.devcluster import binaries, clusterconfig, logs, nodes, pids, populate
+from mlops_platform.devcluster.realnode import fabric, lifecycle
 from mlops_platform.runtime import wait as rwait
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import resources
 
 DEFAULT_NAME = "mlops-dev"
-SERVICE_CIDR = "10.96.0.0/16"
-FIELD_MANAGER = "mlops-platform-dev"
-# The HorizontalPodAutoscaler controller's timing on the local cluster with metrics-server
-# (kube-controller-manager flags; upstream defaults 15s and 5m): a sync every 5 s, and a scale-down
-# once the recommendation has been lower for 15 s, so scaling is seen in seconds (tests, the demo).
-HPA_SYNC_PERIOD = "5s"
-HPA_DOWNSCALE_STABILIZATION = "15s"
-# metrics-server keeps one sample per pod per resolution (kwokctl's default; its minimum is 10 s)
-METRIC_RESOLUTION = "15s"
-METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
-# kwok kinds served as CRDs (objects changed at run time) rather than read once from its config
-KWOK_CRDS = ("Stage", "Metric", "ClusterResourceUsage", "ResourceUsage")
-# upstream's release kustomization (components.yaml): kwokctl keeps its APIService and Service
-METRICS_SERVER_MANIFESTS = "manifests/overlays/release"
-# Kubernetes' built-in storage version migration (storagemigration.k8s.io/v1beta1, beta since 1.35 and
-# off by default in 1.36): kube-apiserver serves StorageVersionMigration only with the feature gate
-# StorageVersionMigrator AND the API version enabled (beta APIs are off by default), and
-# kube-controller-manager runs its storage-version-migrator-controller (in the default controller set)
-# only with the gate. kwokctl hands the gates to kube-apiserver, kube-controller-manager and
-# kube-scheduler (which has nothing behind this one). Set when the cluster is created; what it is for:
-# `mlops-platform migrate-storage` (docs/storage-migration.md).
-FEATURE_GATES = "StorageVersionMigrator=true"
-RUNTIME_CONFIG = "storagemigration.k8s.io/v1beta1=true"
-# kube-apiserver's audit log (``audit_log(name)``): the writes of the operator's kinds, at Metadata
-# level (who, user agent, verb, object, received and completed times; no bodies), one entry per
-# request (``ResponseComplete``), so a test can prove from the server's side who wrote what when
-# (tests/reliability/test_leader_failover.py: two leaders never write at once). The status writes of
-# the built-in controllers (deployments/status, ...), pods, nodes, Events and the node and
-# control-plane Leases are not logged. Rotated at 100 MB (lumberjack's default size), one old file kept.
-_WRITES = ["create", "update", "patch", "delete", "deletecollection"]
-AUDIT_POLICY: dict[str, Any] = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {
-            "level": "None",
-            "namespaces": ["kube-node-lease", "kube-system"],
-            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
-        },
-        {
-            "level": "Metadata",
-            "verbs": _WRITES,
-            "resources": [
-                {"group": "mlops.platform"},  # every resource and subresource (status)
-                {"group": "coordination.k8s.io", "resources": ["leases"]},
-                {"group": "apps", "resources": ["deployments"]},  # not deployments/status, /scale
-                {"group": "", "resources": ["services"]},
-                {"group": "autoscaling", "resources": ["horizontalpodautoscalers"]},
-                {"group": "networking.k8s.io", "resources": ["networkpolicies"]},
-                {"group": "monitoring.coreos.com", "resources": ["prometheusrules", "servicemonitors"]},
-                {"group": "gateway.networking.k8s.io", "resources": ["httproutes"]},
-                {"group": "networking.istio.io", "resources": ["virtualservices"]},
-                {"group": "keda.sh", "resources": ["scaledobjects"]},
-            ],
-        },
-        {"level": "None"},
-    ],
-}
-AUDIT_LOG_MAX_BACKUPS = "1"
 
 
 def _log(msg: str, started: float | None = None) -> None:
@@ -119,8 +58,9 @@ def kubeconfig_path(name: str) -> Path:
 
 
 def audit_logs(name: str) -> list[Path]:
-    """kube-apiserver's audit log files of the cluster (:data:`AUDIT_POLICY`), the rotated one first;
-    JSON lines, one ``audit.k8s.io/v1`` Event each. Empty for a cluster created without it."""
+    """kube-apiserver's audit log files of the cluster (:data:`.clusterconfig.AUDIT_POLICY`), the
+    rotated one first; JSON lines, one ``audit.k8s.io/v1`` Event each. Empty for a cluster created
+    without it."""
     logs = cluster_dir(name) / "logs"
     return sorted(logs.glob("audit-*.log")) + [p for p in [logs / "audit.log"] if p.exists()]
 
@@ -137,132 +77,6 @@ def _kwokctl(bins: binaries.Binaries, *args: str, check: bool = True) -> subproc
     return subprocess.run(
         [str(bins["kwokctl"]), *args], env=_env(bins), text=True, capture_output=True, check=check
     )
-
-
-def kwokctl_config(
-    bins: binaries.Binaries,
-    *,
-    unthrottled: bool = False,
-    metrics_server: bool = True,
-    metrics_server_manifests: str | None = None,
-    audit_policy: str | None = None,
-    block: addressing.Block | None = None,
-    pki_dir: Path | None = None,
-) -> str:
-    """The KwokctlConfiguration for our binary-runtime cluster (multi-document YAML).
-
-    ``unthrottled``: kwokctl's ``disableQPSLimits``: kube-controller-manager's and kube-scheduler's
-    clients without QPS limits (defaults 20 and 50 requests/s) and kube-apiserver without in-flight
-    limits or priority and fairness, so that a scale benchmark measures the operator, not a
-    throttled controller-manager.
-
-    ``metrics_server``: kwokctl runs our metrics-server, registered as the ``metrics.k8s.io`` APIService
-    through kwokctl's rewrite of upstream's release manifests (``metrics_server_manifests``: a
-    kustomize directory, by default the pinned module's ``manifests/overlays/release``), and the HPA
-    controller runs with the short timing above; without it the HPA timing is upstream's (a cluster
-    as before metrics-server came, e.g. for benchmarks compared with earlier figures).
-
-    ``audit_policy``: the file holding :data:`AUDIT_POLICY` (kwokctl copies it into the cluster and
-    points kube-apiserver's ``--audit-policy-file`` and ``--audit-log-path`` at it and its log).
-
-    ``block``: the cluster's address block (:mod:`~mlops_platform.devcluster.realnode.addressing`):
-    its Service range, and what real nodes need of the API server: it advertises the fabric's
-    address (the ``kubernetes`` Service's endpoint, where pods reach it), its serving certificate
-    names that address and the ``kubernetes`` Service IP, it reaches kubelets with the admin client
-    certificate (``pki_dir``, kwokctl's) at their ``InternalIP`` only (never a node name, which it
-    would resolve through the machine's DNS), and kwok manages only the fake nodes (annotated
-    ``kwok.x-k8s.io/node=fake``), never a real node or its pods, gives them the InternalIP
-    127.0.0.1 (where it serves their kubelet API) and their pods addresses inside the block.
-
-    Always: the built-in storage version migration API and its controller (``FEATURE_GATES``,
-    ``RUNTIME_CONFIG``)."""
-    v = binaries.versions()
-    conf: dict[str, Any] = {
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokctlConfiguration",
-        "options": {
-            "runtime": "binary",
-            "bindAddress": "127.0.0.1",
-            "securePort": True,
-            "kubeAuthorization": True,
-            "kubeAdmission": True,
-            "kubeVersion": v["KUBE_VERSION"],
-            "etcdVersion": v["ETCD_VERSION"].lstrip("v"),
-            "kwokVersion": v["KWOK_VERSION"],
-            "enableCRDs": list(KWOK_CRDS),
-            "disableQPSLimits": unthrottled,
-            "kubeFeatureGates": FEATURE_GATES,
-            "kubeRuntimeConfig": RUNTIME_CONFIG,
-            "etcdBinary": str(bins["etcd"]),
-            "kubeApiserverBinary": str(bins["kube-apiserver"]),
-            "kubeControllerManagerBinary": str(bins["kube-controller-manager"]),
-            "kubeSchedulerBinary": str(bins["kube-scheduler"]),
-            "kwokControllerBinary": str(bins["kwok"]),
-            "kubectlBinary": str(bins["kubectl"]),
-        },
-        "componentsPatches": [
-            # kube-apiserver's default Service range is a /24 (253 Services): too small for scale tests
-            {
-                "name": "kube-apiserver",
-                "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}],
-            },
-        ],
-    }
-    if block is not None and pki_dir is not None:
-        conf["componentsPatches"][0]["extraArgs"] = [
-            {"key": "service-cluster-ip-range", "value": block.service_cidr},
-            {"key": "advertise-address", "value": block.api_address},
-            {"key": "kubelet-client-certificate", "value": str(pki_dir / "admin.crt")},
-            {"key": "kubelet-client-key", "value": str(pki_dir / "admin.key")},
-            {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
-        ]
-        conf["options"]["kubeApiserverCertSANs"] = [block.api_address, block.kubernetes_service_ip]
-        conf["componentsPatches"].append(
-            {
-                "name": "kwok-controller",
-                "extraArgs": [
-                    {"key": "manage-all-nodes", "value": "false", "override": True},
-                    {"key": "manage-nodes-with-annotation-selector", "value": nodes.FAKE_NODE_SELECTOR},
-                    # the fake nodes' InternalIP is where kwok serves their kubelet API (the API
-                    # server reaches kubelets by InternalIP only); their pods' addresses are in the block
-                    {"key": "node-ip", "value": "127.0.0.1", "override": True},
-                    {"key": "cidr", "value": block.kwok_cidr},
-                ],
-            }
-        )
-    if audit_policy is not None:
-        conf["options"]["kubeAuditPolicy"] = audit_policy
-        conf["componentsPatches"][0]["extraArgs"].append(
-            {"key": "audit-log-maxbackup", "value": AUDIT_LOG_MAX_BACKUPS}
-        )
-    if metrics_server:
-        if metrics_server_manifests is None:
-            metrics_server_manifests = str(
-                gomod.module_dir("metrics-server", "sigs.k8s.io/metrics-server") / METRICS_SERVER_MANIFESTS
-            )
-        conf["options"] |= {
-            "enable": [binaries.METRICS_SERVER],
-            "metricsServerBinary": str(bins[binaries.METRICS_SERVER]),
-            "metricsServerVersion": v["METRICS_SERVER_VERSION"].lstrip("v"),
-            "metricsServerManifests": [metrics_server_manifests],
-        }
-        conf["componentsPatches"] += [
-            {
-                "name": binaries.METRICS_SERVER,
-                "extraArgs": [{"key": "metric-resolution", "value": METRIC_RESOLUTION, "override": True}],
-            },
-            {
-                "name": "kube-controller-manager",
-                "extraArgs": [
-                    {"key": "horizontal-pod-autoscaler-sync-period", "value": HPA_SYNC_PERIOD},
-                    {
-                        "key": "horizontal-pod-autoscaler-downscale-stabilization",
-                        "value": HPA_DOWNSCALE_STABILIZATION,
-                    },
-                ],
-            },
-        ]
-    return yaml.safe_dump(conf, sort_keys=False)
 
 
 def exists(name: str) -> bool:
@@ -299,7 +113,7 @@ def up(
 
     ``cpu_nodes``: fake CPU nodes (each fits :data:`nodes.PODS_PER_NODE` pods), added to a running
     cluster too; ``real_nodes``: real worker nodes (:mod:`~mlops_platform.devcluster.realnode`),
-    added to a running cluster too; ``unthrottled`` (see :func:`kwokctl_config`) and
+    added to a running cluster too; ``unthrottled`` (see :func:`.clusterconfig.kwokctl_config`) and
     ``metrics_server`` (metrics-server, kwok's Metric and resource-usage CRDs, the default usage)
     apply when the cluster is created."""
     started = time.monotonic()
@@ -330,7 +144,16 @@ def up(
             # kwokctl returns before every component listens (metrics-server binds seconds later):
             # a cluster started meanwhile would count down to the same free port
             asyncio.run(_ports_bound(name, wait, bins, started))
-    asyncio.run(_populate(name, install_crds, wait, started, cpu_nodes))
+    asyncio.run(
+        populate.populate(
+            kubeconfig_path(name),
+            name,
+            install_crds=install_crds,
+            wait=wait,
+            cpu_nodes=cpu_nodes,
+            progress=progress,
+        )
+    )
     if real_nodes:
         lifecycle.start(workdir(), name, cluster_dir(name), kubeconfig_path(name), real_nodes, wait, progress)
     _log(f"ready: export KUBECONFIG={kubeconfig_path(name)}", started)
@@ -458,9 +281,9 @@ def _create(
     block = fabric.claim_block(workdir(), name)
     config_file = workdir() / f"{name}.kwokctl.yaml"
     policy_file = workdir() / f"{name}.audit-policy.yaml"
-    policy_file.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+    policy_file.write_text(yaml.safe_dump(clusterconfig.AUDIT_POLICY, sort_keys=False))
     config_file.write_text(
-        kwokctl_config(
+        clusterconfig.kwokctl_config(
             bins,
             unthrottled=unthrottled,
             metrics_server=metrics_server,
@@ -517,43 +340,6 @@ def _kwokctl_message(line: str) -> str:
         if k not in ("time", "level", "source", "msg") and not isinstance(v, dict) and len(str(v)) < 60
     )
     return f"{rec.get('msg', '')} {extra}".strip()[:200]
-
-
-async def _populate(name: str, install_crds: bool, wait: float, started: float, cpu_nodes: int) -> None:
-    fake = nodes.fake_nodes(cpu_nodes)
-    async with rclient.Client.from_kubeconfig(kubeconfig_path(name)) as c:
-        _log(f"installing kwok stages (upstream defaults) and {len(fake)} fake nodes", started)
-        for stage in nodes.default_stages():
-            await _apply(c, stage)
-        for node in fake:
-            try:
-                await c.create(resources.NODE, node)
-            except rclient.ApiError as e:
-                if not e.conflict:
-                    raise
-                # a node of an older cluster: add what metrics-server needs to scrape it
-                meta = {"annotations": node["metadata"]["annotations"]}
-                await c.patch(resources.NODE, objects.name(node), {"metadata": meta})
-        has_metrics = await usage.metrics_api_registered(c)
-        if has_metrics:
-            _log("installing kwok's resource metrics (upstream Metric) and the simulated usage", started)
-            await usage.install(c)
-        else:
-            why = "created --without-metrics-server, or before metrics-server came: re-create it for one"
-            _log(f"cluster {name!r} has no metrics API ({why})", started)
-        if install_crds:
-            _log("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)", started)
-            await crds.install(c)
-        _log("waiting for the nodes to be Ready", started)
-        await nodes.wait_ready(c, [objects.name(n) for n in fake], timeout=wait)
-        if has_metrics:
-            _log("waiting for the metrics API (metrics-server) to be Available", started)
-            await usage.wait_metrics_api(c, timeout=wait)
-
-
-async def _apply(c: rclient.Client, obj: dict[str, Any]) -> None:
-    res = await c.resource_for(obj["apiVersion"], obj["kind"])
-    await c.apply(res, obj, field_manager=FIELD_MANAGER)
 
 
 def _pids(name: str) -> Iterator[int]:
