@@ -130,3 +130,24 @@ def test_python_dash_m_runs_the_command() -> None:
     assert out.startswith("Usage: python -m mlops_platform.cli [OPTIONS] COMMAND [ARGS]...")
     for command in ("run", "webhook", "why", "infer", "manifests", "migrate-storage", "dev", "demo"):
         assert f"  {command} " in out
+
+
+@pytest.mark.parametrize(
+    ("group", "args", "shown"),
+    [
+        (
+            cli.main,
+            ["run", "--help"],
+            ["[default: 16]", "[default: no-leader-elect]", f"{settings.DEFAULT_STORAGE_INITIALIZER_IMAGE}]"],
+        ),
+        (cli.main, ["dev", "up", "--help"], ["[default: mlops-dev]", "[default: 180.0]"]),
+        (cli.main, ["migrate-storage", "--help"], ["[default: auto]", "[default: 1800.0]"]),
+        (cli.plugin, ["why", "--help"], ["[default: text]", "[default: example.com]", "[default: 20;"]),
+    ],
+)
+def test_every_option_with_a_default_shows_it(group: Any, args: list[str], shown: list[str]) -> None:
+    result = CliRunner().invoke(group, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for text in shown:
+        assert text in result.output
+    assert "[default: None]" not in result.output and "[default: ]" not in result.output

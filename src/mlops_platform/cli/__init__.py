@@ -21,8 +21,11 @@ from mlops_platform.cli import (
     why_command,
 )
 
+#: every option's help shows its default (an option without one shows none), in every command
+HELP_SHOWS_DEFAULTS = {"show_default": True}
 
-@click.group()
+
+@click.group(context_settings=HELP_SHOWS_DEFAULTS)
 @click.version_option(__version__, prog_name="mlops-platform")
 def main() -> None:
     """mlops-platform: one InferenceService manifest -> a converged model-inference service."""
@@ -38,7 +41,7 @@ main.add_command(dev.demo)
 main.add_command(storage_migration.migrate_storage)
 
 
-@click.group(name="kubectl mlops")
+@click.group(name="kubectl mlops", context_settings=HELP_SHOWS_DEFAULTS)
 @click.version_option(__version__, prog_name="kubectl-mlops")
 def plugin() -> None:
     """The kubectl plugin of mlops-platform: kubectl mlops why NAME [-n NAMESPACE], kubectl mlops

@@ -14,7 +14,7 @@ def dev() -> None:
     """The local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes)."""
 
 
-cluster_name = click.option("--name", default="mlops-dev", show_default=True, help="cluster name")
+cluster_name = click.option("--name", default="mlops-dev", help="cluster name")
 
 
 @dev.command()
@@ -22,20 +22,18 @@ cluster_name = click.option("--name", default="mlops-dev", show_default=True, he
 @click.option(
     "--without-crds", is_flag=True, help="leave the third-party CRDs out (optional-CRD-absent tests)"
 )
-@click.option("--wait", default=180.0, show_default=True, help="seconds to wait for readiness")
+@click.option("--wait", default=180.0, help="seconds to wait for readiness")
 @click.option(
     "--nodes",
     "cpu_nodes",
     type=click.IntRange(min=1),
     default=3,
-    show_default=True,
     help="fake CPU nodes, 250 pods each (besides the 2 GPU nodes); added to a running cluster too",
 )
 @click.option(
     "--real-nodes",
     type=click.IntRange(min=0, max=10),
     default=1,
-    show_default=True,
     help="real worker nodes (kubelet, containerd, kube-proxy in namespaces of their own; tainted: only "
     "pods that tolerate mlops.platform/real-node run there); added to a running cluster too; 0 for "
     "scale benchmarks",
@@ -90,7 +88,7 @@ def _fraction(value: str | None) -> float | None:
 @dev.command()
 @cluster_name
 @click.argument("inferenceservice")
-@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("-n", "--namespace", default="default")
 @click.option("--cpu", help="CPU use of each pod, in % of its CPU request (e.g. 150%)")
 @click.option("--memory", help="memory use of each pod, in % of its memory request")
 @click.option("--clear", is_flag=True, help="back to idle (1m CPU, 1Mi memory)")
@@ -210,7 +208,7 @@ def stop_operator(name: str) -> None:
 
 @click.command()
 @cluster_name
-@click.option("--timeout", default=180.0, show_default=True, help="seconds to wait for the samples")
+@click.option("--timeout", default=180.0, help="seconds to wait for the samples")
 def demo(name: str, timeout: float) -> None:
     """Local cluster + CRD + operator + config/samples, waited on until each reaches its state."""
     from mlops_platform.devcluster import demo as demo_mod

@@ -6,12 +6,12 @@ import click
 
 
 @click.command()
-@click.option("--namespace", default="mlops-system", show_default=True, help="the operator's namespace")
+@click.option("--namespace", default="mlops-system", help="the operator's namespace")
 @click.option(
     "--watch-namespace", "watch_namespaces", multiple=True, help="watch only these (namespaced RBAC)"
 )
 @click.option("--image", default=None, help="operator image (default: mlops-platform:<version>)")
-@click.option("--replicas", default=2, show_default=True)
+@click.option("--replicas", default=2)
 def manifests(namespace: str, watch_namespaces: tuple[str, ...], image: str | None, replicas: int) -> None:
     """Print the full install set (Namespace, CRD, RBAC, Deployment, PDB, Service) as YAML."""
     from mlops_platform.deploy import manifests as m

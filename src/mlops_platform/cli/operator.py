@@ -19,19 +19,16 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 @click.command()
 @options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
 @click.option("--namespace", help="watch only this namespace (default: all)")
-@click.option("--leader-elect/--no-leader-elect", default=False, show_default=True)
-@click.option("--leader-election-namespace", default="mlops-system", show_default=True)
-@click.option("--leader-election-id", default="mlops-platform-operator", show_default=True)
-@click.option(
-    "--lease-duration", default=15.0, show_default=True, help="seconds a Lease is valid without renewal"
-)
-@click.option("--renew-deadline", default=10.0, show_default=True, help="seconds a holder retries renewing")
-@click.option("--retry-period", default=2.0, show_default=True, help="seconds between Lease attempts")
+@click.option("--leader-elect/--no-leader-elect", default=False)
+@click.option("--leader-election-namespace", default="mlops-system")
+@click.option("--leader-election-id", default="mlops-platform-operator")
+@click.option("--lease-duration", default=15.0, help="seconds a Lease is valid without renewal")
+@click.option("--renew-deadline", default=10.0, help="seconds a holder retries renewing")
+@click.option("--retry-period", default=2.0, help="seconds between Lease attempts")
 @click.option(
     "--shards",
     type=click.IntRange(min=1),
     default=1,
-    show_default=True,
     help="partitions of the InferenceServices, each behind its own Lease (implies Leases; 1: no sharding)",
 )
 @click.option(
@@ -43,32 +40,25 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 @click.option(
     "--health-probe-bind-address",
     default="127.0.0.1:8081",
-    show_default=True,
     help="HOST:PORT of /healthz and /readyz; port 0: one the kernel picks (logged: 'serving'); 0: off",
 )
 @click.option(
     "--metrics-bind-address",
     default="127.0.0.1:8080",
-    show_default=True,
     help="HOST:PORT of /metrics; port 0: one the kernel picks (logged: 'serving'); 0: off",
 )
 @settings.option("--runtime-config", "YAML overriding the runtime table")
 @click.option(
-    "--workers",
-    default=16,
-    show_default=True,
-    help="concurrent reconciles (docs/measurements.md, Scale: the worker count)",
+    "--workers", default=16, help="concurrent reconciles (docs/measurements.md, Scale: the worker count)"
 )
 @click.option(
     "--readiness-requires-leadership/--no-readiness-requires-leadership",
     default=True,
-    show_default=True,
     help="with leader election, /readyz is 200 only on the leader (off: every synced replica)",
 )
 @click.option(
     "--monitoring/--no-monitoring",
     default=True,
-    show_default=True,
     help="PrometheusRule + ServiceMonitor per InferenceService where the Prometheus Operator CRDs exist",
 )
 @options.labels_option(
@@ -79,7 +69,6 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 @click.option(
     "--monitoring-namespace",
     default="monitoring",
-    show_default=True,
     help="namespace whose pods may scrape the metrics port (NetworkPolicy)",
 )
 @click.option(
@@ -95,7 +84,6 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 @click.option(
     "--network-policy/--no-network-policy",
     default=False,
-    show_default=True,
     help="a NetworkPolicy per InferenceService by default (per-object: spec.extensions.networkPolicy)",
 )
 @options.labels_option(
@@ -121,14 +109,12 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 @click.option(
     "--keda-prometheus-url",
     default="http://prometheus-operated.monitoring.svc:9090",
-    show_default=True,
     help="the Prometheus that KEDA ScaledObjects (minReplicas 0, KEDA installed) query",
 )
 @click.option(
     "--keda-requests-per-replica",
     type=click.FloatRange(0, min_open=True),
     default=10.0,
-    show_default=True,
     help="requests per second per replica before KEDA adds one",
 )
 @settings.option(
@@ -136,7 +122,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     "the image of the init container that fetches s3/gs/http(s) models (python -m "
     "mlops_platform.storage); the install manifests pass the operator's own image",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-level", default="info")
 @webhook.webhook_options
 def run(**flags: Any) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released).

@@ -99,15 +99,14 @@ _SHARED_FLAGS: dict[str, dict[str, Any]] = {
     "--traffic-router": {
         "type": click.Choice(["auto", "istio", "gateway-api", "replicas"]),
         "default": "auto",
-        "show_default": True,
     },
     "--gateway": {
         "callback": lambda ctx, param, value: check_gateway(param, value),
         "metavar": "NAMESPACE/NAME",
     },
-    "--ingress-domain": {"default": "example.com", "show_default": True},
+    "--ingress-domain": {"default": "example.com"},
     "--runtime-config": {"type": click.Path(exists=True, dir_okay=False)},
-    "--storage-initializer-image": {"default": DEFAULT_STORAGE_INITIALIZER_IMAGE, "show_default": True},
+    "--storage-initializer-image": {"default": DEFAULT_STORAGE_INITIALIZER_IMAGE},
 }
 
 

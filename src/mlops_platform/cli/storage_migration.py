@@ -15,7 +15,6 @@ from mlops_platform.cli import options
     "--crd",
     "crd_name",
     default="inferenceservices.mlops.platform",
-    show_default=True,
     help="the CustomResourceDefinition whose objects are rewritten at its storage version",
 )
 @options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
@@ -23,13 +22,10 @@ from mlops_platform.cli import options
     "--method",
     type=click.Choice(["auto", "builtin", "rewrite"]),
     default="auto",
-    show_default=True,
     help="builtin: a StorageVersionMigration (storagemigration.k8s.io) done by kube-controller-manager; "
     "rewrite: PUT every object back; auto: builtin where served and acted on, else rewrite",
 )
-@click.option(
-    "--timeout", default=1800.0, show_default=True, help="seconds for the whole migration before giving up"
-)
+@click.option("--timeout", default=1800.0, help="seconds for the whole migration before giving up")
 def migrate_storage(
     crd_name: str, kubeconfig: str | None, context: str | None, method: str, timeout: float
 ) -> None:

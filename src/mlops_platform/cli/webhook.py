@@ -18,13 +18,11 @@ webhook_options = options.stack(
     click.option(
         "--webhook-bind-address",
         default="127.0.0.1:9443",
-        show_default=True,
         help="where the conversion webhook listens (HTTPS); 'off': not served by this process",
     ),
     click.option(
         "--webhook-secret",
         default="mlops-system/mlops-platform-webhook-tls",
-        show_default=True,
         help="NAMESPACE/NAME of the Secret holding the self-managed CA and serving certificate",
     ),
     click.option(
@@ -96,11 +94,10 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
 
 @click.command()
 @options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-level", default="info")
 @click.option(
     "--metrics-bind-address",
     default="0",
-    show_default=True,
     help="where /metrics listens (controller_runtime_webhook_*); '0': not served",
 )
 @webhook_options

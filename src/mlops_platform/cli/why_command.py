@@ -14,9 +14,7 @@ from mlops_platform.cli import options, settings
 @click.command(name="why")
 @click.argument("name")
 @options.namespace_option
-@click.option(
-    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help="format"
-)
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", help="format")
 @options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
 @settings.option("--traffic-router", "the operator's --traffic-router (must match it)")
 @settings.option("--gateway", "the operator's --gateway (must match it)")
@@ -28,14 +26,7 @@ from mlops_platform.cli import options, settings
     "--storage-initializer-image",
     "the operator's --storage-initializer-image (an installed operator passes its own image)",
 )
-@click.option(
-    "--events",
-    "max_events",
-    type=click.IntRange(min=0),
-    default=20,
-    show_default=True,
-    help="newest Events shown",
-)
+@click.option("--events", "max_events", type=click.IntRange(min=0), default=20, help="newest Events shown")
 def why_command(
     name: str,
     namespace: str | None,
