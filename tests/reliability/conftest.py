@@ -1,5 +1,7 @@
-"""The reliability suite's table: each scenario adds its :class:`reliability.Row` through the
-``reliability_report`` fixture; at the end of the run the table is printed and, with
+"""The reliability suite's fixtures: ``scenario`` (:class:`scenario.Scenario`: the admin client, the
+test's namespace with the CRD installed, the kubeconfig, a log directory, the scenario's row) and
+the suite's table: each scenario adds its :class:`reliability.Row` (``scenario.report``, or the
+``reliability_report`` fixture); at the end of the run the table is printed and, with
 ``MLOPS_RELIABILITY_REPORT=<file>`` (``make test-reliability`` sets ``docs/reliability.md``), written
 into that file between its two marker lines, with the command and the date of the run, when every
 selected test passed (a failed scenario adds no row, so a partial table would pass for a whole one)."""
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mlops_platform.testing import reliability
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.testing import reliability, webhook
+from mlops_platform.testing.scenario import Scenario
 
 REPORT_ENV = "MLOPS_RELIABILITY_REPORT"
 BEGIN, END = "<!-- reliability-table:begin -->", "<!-- reliability-table:end -->"
@@ -31,6 +35,20 @@ class Report:
 @pytest.fixture(scope="session")
 def reliability_report() -> Report:
     return Report()
+
+
+@pytest.fixture
+async def scenario(
+    kube_cluster: Path,
+    admin_client: rclient.Client,
+    namespace: str,
+    tmp_path: Path,
+    reliability_report: Report,
+) -> Scenario:
+    """The test's namespace, the CRD installed (re-applied: a scenario before may have replaced it)
+    against the session's conversion webhook, operator logs in ``tmp_path``."""
+    await webhook.install_crd(admin_client)
+    return Scenario(admin_client, namespace, kube_cluster, tmp_path, reliability_report.add)
 
 
 def _order(row: reliability.Row) -> tuple[int, str]:

@@ -54,13 +54,12 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-from mlops_platform.controllers.inferenceservice import controller
 from mlops_platform.devcluster import chaos, cluster
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import isvc, operator, reliability, wait, webhook
+from mlops_platform.testing import background, isvc, operator, reliability, wait
+from mlops_platform.testing.scenario import Scenario, expected, model_uri, one_replica, work
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
 RESTART_OBJECTS = reliability.scale(200, 40)
@@ -105,17 +104,7 @@ RELIST_MSG = "watch expired, re-listing"
 
 #: small requests: the full run's 200 predictors (and their rollouts' surge pods) fit on the 3 kwok
 #: CPU nodes (the runtime table's torchserve default left 40 of them Unschedulable)
-_isvc = functools.partial(
-    isvc.manifest,
-    framework="torchserve",
-    minReplicas=1,
-    maxReplicas=1,
-    resources={"cpuRequest": "10m", "memoryRequest": "32Mi"},
-)
-
-
-def _uri(name: str, tag: str) -> str:
-    return f"s3://models/{name}/{tag}"
+_isvc = functools.partial(one_replica, resources={"cpuRequest": "10m", "memoryRequest": "32Mi"})
 
 
 @dataclasses.dataclass
@@ -129,10 +118,19 @@ class Writes:
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     def expected(self) -> dict[str, reliability.Expected]:
-        return {name: reliability.Expected(model_uri=uri) for name, uri in self.last.items()}
+        return expected(self.last)
 
     def failures(self) -> int:
         return sum(self.failed.values())
+
+
+def _begin(
+    scenario: Scenario, what: str, prefix: str, objects: int, repetitions: int
+) -> tuple[int, random.Random, list[str], Writes]:
+    """A scenario's seed and random generator (printed with its sizes), the names of its objects
+    and the writers' state."""
+    seed, rng = scenario.seeded(what, f"{objects} objects, {repetitions} repetitions")
+    return seed, rng, [f"{prefix}-{i:03d}" for i in range(objects)], Writes()
 
 
 async def _write(c: rclient.Client, ns: str, name: str, uri: str, create: bool, writes: Writes) -> None:
@@ -178,11 +176,11 @@ async def _writer(
             return
         if pending and (not created or rng.random() < 0.5):
             name = pending.pop()
-            await _write(c, ns, name, _uri(name, f"{tag}-created"), True, writes)
+            await _write(c, ns, name, model_uri(name, f"{tag}-created"), True, writes)
             created.append(name)
         else:
             name = rng.choice(created)
-            await _write(c, ns, name, _uri(name, f"{tag}-{i}"), False, writes)
+            await _write(c, ns, name, model_uri(name, f"{tag}-{i}"), False, writes)
         await asyncio.sleep(PACE)
 
 
@@ -268,13 +266,11 @@ class Supervisor:
 
 
 @contextlib.asynccontextmanager
-async def _supervised(
-    kube_cluster: Path, cluster_name: str, logs: Path, *flags: str
-) -> AsyncIterator[Supervisor]:
+async def _supervised(scenario: Scenario, cluster_name: str, *flags: str) -> AsyncIterator[Supervisor]:
     """An operator process (``run`` with ``flags``) once ready, and a :class:`Supervisor` checking
     every ``SUPERVISE_PERIOD`` until the block exits (and once more then: the cluster is left whole)."""
     components = [chaos.component_spec(cluster_name, name) for name in LEADER_ELECTED]
-    async with operator.replicas(kube_cluster, logs, *flags) as group:
+    async with operator.replicas(scenario.kubeconfig, scenario.logs, *flags) as group:
         proc = group.add()
         await wait.until(proc.ready, timeout=API_TIMEOUT, what="the operator ready (synced, leading)")
         supervisor = Supervisor(cluster_name, components, group)
@@ -284,13 +280,10 @@ async def _supervised(
                 supervisor.check()
                 await asyncio.sleep(SUPERVISE_PERIOD)  # the supervisor's period, not a synchronisation
 
-        task = asyncio.create_task(supervise())
         try:
-            yield supervisor
+            async with background.task(supervise()):
+                yield supervisor
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             supervisor.check()
 
 
@@ -298,14 +291,6 @@ async def _informers(proc: operator.Process) -> set[str]:
     """The resources the operator has informers of (``mlops_platform_cache_objects{resource}``)."""
     found = re.findall(r'^mlops_platform_cache_objects\{resource="([^"]+)"\}', await proc.metrics(), re.M)
     return set(found)
-
-
-async def _in_flight(proc: operator.Process) -> int:
-    """The operator's work not done: its queue depth and busy workers (its /metrics)."""
-    name = controller.NAME
-    depth = await proc.metric(f'workqueue_depth{{controller="{name}",name="{name}"}}')
-    active = await proc.metric(f'controller_runtime_active_workers{{controller="{name}"}}')
-    return int((depth or 0) + (active or 0))
 
 
 @dataclasses.dataclass
@@ -344,7 +329,7 @@ async def _restart_during_writes(
     writing = asyncio.create_task(_writers(c, ns, writes, seed, f"r{rep}", targets, chunk))
     await _outage_writes(writing, writes, rng.randrange(1, max(2, len(chunk) // 2)))
     at_kill = writes.done - base
-    in_flight = await _in_flight(sup.operator)
+    in_flight = await work(sup.operator)
     stopped = await asyncio.to_thread(chaos.stop_component, sup.cluster_name, APISERVER)
     killed = time.monotonic()
     await asyncio.to_thread(chaos.start_component, sup.cluster_name, stopped)
@@ -366,23 +351,14 @@ async def _restart_during_writes(
 
 
 async def test_api_server_restart_while_creating_and_updating(
-    kube_cluster: Path,
-    admin_client: rclient.Client,
-    namespace: str,
-    local_cluster_name: str,
-    tmp_path: Path,
-    reliability_report: Any,
+    scenario: Scenario, local_cluster_name: str
 ) -> None:
-    c, ns = admin_client, namespace
-    seed = reliability.seed("API server restart", f"{RESTART_OBJECTS} objects, {RESTARTS} restarts")
-    rng = random.Random(seed)
-    await webhook.install_crd(c)
-    names = [f"restart-{i:03d}" for i in range(RESTART_OBJECTS)]
-    writes = Writes()
+    c, ns = scenario.client, scenario.namespace
+    seed, rng, names, writes = _begin(scenario, "API server restart", "restart", RESTART_OBJECTS, RESTARTS)
     restarts: list[Restart] = []
     elected = operator.elected(ns, LEASE_ID, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
     async with (
-        _supervised(kube_cluster, local_cluster_name, tmp_path, *elected) as sup,
+        _supervised(scenario, local_cluster_name, *elected) as sup,
         reliability.status_history(c, ns) as history,
     ):
         for rep in range(1, RESTARTS + 1):
@@ -413,24 +389,18 @@ async def test_api_server_restart_while_creating_and_updating(
         f"API server down {min(outages):.1f}-{max(outages):.1f} s; "
         f"max converge {worst:.1f} s after it was back; restarted (lost their Lease): {restarted}"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="1. API server restart",
-            repetitions=RESTARTS,
-            faults=(
-                f"{RESTARTS} SIGKILLs (and restarts) of kube-apiserver while {RESTART_OBJECTS} "
-                f"InferenceServices were created and updated ({writes.done} writes)"
-            ),
-            checked=converged.audit.checked + converged.audit.children,
-            max_converge_s=worst,
-            notes=(
-                f"seed {seed}; converge time from the API server ready again (down "
-                f"{min(outages):.1f}-{max(outages):.1f} s); {writes.failures()} failed writes retried by "
-                f"the test; {min(relists)}-{max(relists)} watches of the operator re-listed (410) per "
-                f"restart; restarted after losing their Lease ({LEASE_DURATION} s / {RENEW_DEADLINE} s): "
-                f"{restarted or 'none'}; no status regression in {status_events} status events"
-            ),
-        )
+    scenario.report(
+        "1. API server restart",
+        RESTARTS,
+        f"{RESTARTS} SIGKILLs (and restarts) of kube-apiserver while {RESTART_OBJECTS} "
+        f"InferenceServices were created and updated ({writes.done} writes)",
+        converged,
+        f"seed {seed}; converge time from the API server ready again (down "
+        f"{min(outages):.1f}-{max(outages):.1f} s); {writes.failures()} failed writes retried by "
+        f"the test; {min(relists)}-{max(relists)} watches of the operator re-listed (410) per "
+        f"restart; restarted after losing their Lease ({LEASE_DURATION} s / {RENEW_DEADLINE} s): "
+        f"{restarted or 'none'}; no status regression in {status_events} status events",
+        max_converge_s=worst,
     )
 
 
@@ -526,26 +496,17 @@ async def _compact_during_wave(
 
 
 async def test_etcd_compaction_and_defragmentation_make_every_watch_relist(
-    kube_cluster: Path,
-    admin_client: rclient.Client,
-    namespace: str,
-    local_cluster_name: str,
-    tmp_path: Path,
-    reliability_report: Any,
+    scenario: Scenario, local_cluster_name: str
 ) -> None:
-    c, ns = admin_client, namespace
-    seed = reliability.seed("etcd compaction", f"{COMPACT_OBJECTS} objects, {COMPACTIONS} compactions")
-    rng = random.Random(seed)
-    await webhook.install_crd(c)
-    names = [f"compact-{i:03d}" for i in range(COMPACT_OBJECTS)]
-    writes = Writes()
+    c, ns = scenario.client, scenario.namespace
+    seed, rng, names, writes = _begin(scenario, "etcd compaction", "compact", COMPACT_OBJECTS, COMPACTIONS)
     writes.stop.set()  # the writers create every object, then stop
     await _writers(c, ns, writes, seed, "initial", names, set(names))
     done: list[Compaction] = []
     # no leader election: the process that saw the old resourceVersions must be the one re-listing
     flags = ("--namespace", ns, "--webhook-bind-address", "off")
     async with (
-        _supervised(kube_cluster, local_cluster_name, tmp_path, *flags) as sup,
+        _supervised(scenario, local_cluster_name, *flags) as sup,
         reliability.status_history(c, ns) as history,
     ):
         converged = await reliability.converge(c, ns, writes.expected(), timeout=CONVERGE_TIMEOUT)
@@ -580,25 +541,18 @@ async def test_etcd_compaction_and_defragmentation_make_every_watch_relist(
         f"{len(informers)} informers re-listed each time ({sorted(informers)}); 410s: {reasons}; "
         f"max converge {worst:.1f} s"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="2. etcd compaction and defragmentation",
-            repetitions=COMPACTIONS,
-            faults=(
-                f"{COMPACTIONS} etcd compactions (API server restarted, watch cache empty) and "
-                f"defragmentations while {COMPACT_OBJECTS} InferenceServices changed"
-            ),
-            checked=converged.audit.checked + converged.audit.children,
-            max_converge_s=worst,
-            notes=(
-                f"seed {seed}; every one of the operator's {len(informers)} watches got 410 and "
-                f"re-listed each time (within {max(x.relist_s for x in done):.1f} s of the API server "
-                f"back); exact LIST at the old resourceVersion 410; etcd db "
-                f"{max(x.db_before for x in done) / mib:.1f} -> "
-                f"{min(x.db_after for x in done) / mib:.1f} MiB "
-                f"(defrag {max(x.defrag_s for x in done):.1f} s under load); "
-                f"{sum(x.failed for x in done)} failed writes retried; no status regression in "
-                f"{status_events} status events"
-            ),
-        )
+    scenario.report(
+        "2. etcd compaction and defragmentation",
+        COMPACTIONS,
+        f"{COMPACTIONS} etcd compactions (API server restarted, watch cache empty) and "
+        f"defragmentations while {COMPACT_OBJECTS} InferenceServices changed",
+        converged,
+        f"seed {seed}; every one of the operator's {len(informers)} watches got 410 and "
+        f"re-listed each time (within {max(x.relist_s for x in done):.1f} s of the API server "
+        f"back); exact LIST at the old resourceVersion 410; etcd db "
+        f"{max(x.db_before for x in done) / mib:.1f} -> {min(x.db_after for x in done) / mib:.1f} MiB "
+        f"(defrag {max(x.defrag_s for x in done):.1f} s under load); "
+        f"{sum(x.failed for x in done)} failed writes retried; no status regression in "
+        f"{status_events} status events",
+        max_converge_s=worst,
     )

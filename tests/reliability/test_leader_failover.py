@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-import functools
 import itertools
 import json
 import signal
@@ -37,7 +36,8 @@ from typing import Any
 
 from mlops_platform.devcluster import cluster
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import isvc, operator, reliability, wait, webhook
+from mlops_platform.testing import isvc, operator, reliability, wait
+from mlops_platform.testing.scenario import Scenario, expected, model_uri, one_replica
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
 OBJECTS = reliability.scale(10, 4)
@@ -54,12 +54,6 @@ PACE = 0.1
 #: reconciles of the writer's changes the leader finishes before the fault, and the new leader
 #: before the writer stops
 WORK_BEFORE, WORK_AFTER = 3, 1
-
-_isvc = functools.partial(isvc.manifest, framework="torchserve", minReplicas=1, maxReplicas=1)
-
-
-def _uri(name: str, tag: str) -> str:
-    return f"s3://models/{name}/{tag}"
 
 
 @dataclasses.dataclass
@@ -120,7 +114,7 @@ class Writer:
             if self.stop.is_set():
                 return
             name = sorted(self.last)[i % len(self.last)]
-            uri = _uri(name, f"{tag}-{i}")
+            uri = model_uri(name, f"{tag}-{i}")
             await c.patch(ISVC, name, {"spec": {"modelUri": uri}}, namespace=ns)
             self.last[name] = uri
             self.writes += 1
@@ -171,8 +165,7 @@ async def _fail_over(
     )
     writer.stop.set()
     await writing
-    expected = {name: reliability.Expected(model_uri=uri) for name, uri in last.items()}
-    converged = await reliability.converge(c, ns, expected, timeout=TIMEOUT, since=faulted)
+    converged = await reliability.converge(c, ns, expected(last), timeout=TIMEOUT, since=faulted)
     assert converged.audit.ok, f"after the {sig.name} of {leader.identity}: {converged.audit.summary()}"
     assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL), f"{sig.name}: exit code {code}"
     released = "" in [h for _, h in group.holders[seen:]]
@@ -224,29 +217,19 @@ def _blocks(cluster_name: str, ns: str, identities: set[str]) -> list[Block]:
     return blocks
 
 
-async def test_leader_failover(
-    kube_cluster: Path,
-    admin_client: rclient.Client,
-    namespace: str,
-    local_cluster_name: str,
-    tmp_path: Path,
-    reliability_report: Any,
-) -> None:
-    c, ns = admin_client, namespace
+async def test_leader_failover(scenario: Scenario, local_cluster_name: str) -> None:
+    c, ns = scenario.client, scenario.namespace
     reliability.audit_logs(local_cluster_name)
-    await webhook.install_crd(c)
-    names = [f"failover-{i}" for i in range(OBJECTS)]
-    last = {name: _uri(name, "initial") for name in names}
-    for name in names:
-        await c.create(ISVC, _isvc(name, modelUri=last[name]), ns)
+    last = {name: model_uri(name, "initial") for name in (f"failover-{i}" for i in range(OBJECTS))}
+    for name, uri in last.items():
+        await c.create(ISVC, one_replica(name, modelUri=uri), ns)
     faults = [signal.SIGKILL, signal.SIGTERM] * EACH
     done: list[Failover] = []
-    async with _group(c, kube_cluster, ns, tmp_path) as group:
+    async with _group(c, scenario.kubeconfig, ns, scenario.logs) as group:
         group.replicas.add(), group.replicas.add()
         await wait.until(group.holder, timeout=TIMEOUT, what="a leader")
         first = group.holder()
-        expected = {name: reliability.Expected(model_uri=uri) for name, uri in last.items()}
-        converged = await reliability.converge(c, ns, expected, timeout=TIMEOUT)
+        converged = await reliability.converge(c, ns, expected(last), timeout=TIMEOUT)
         assert converged.audit.ok, f"before the first failover: {converged.audit.summary()}"
         for n, sig in enumerate(faults):
             failover = await _fail_over(c, ns, group, sig, n, last)
@@ -296,19 +279,14 @@ async def test_leader_failover(
     takeover = {
         sig: max(f.takeover_s for f in done if f.sig == sig) for sig in (signal.SIGKILL, signal.SIGTERM)
     }
-    reliability_report.add(
-        reliability.Row(
-            scenario="4. Leader failover",
-            repetitions=len(done),
-            faults=f"{EACH} SIGKILLs and {EACH} SIGTERMs of the leader while it reconciled",
-            checked=converged.audit.checked + converged.audit.children,
-            max_converge_s=max(f.converge_s for f in done),
-            notes=(
-                f"takeover max {takeover[signal.SIGKILL]:.1f} s after SIGKILL, "
-                f"{takeover[signal.SIGTERM]:.1f} s after SIGTERM (lease {LEASE_DURATION} s, bound "
-                f"{TAKEOVER_BOUND} s); audit log: "
-                f"{sum(b.writes for b in blocks)} operator writes, one leader at a time, min gap "
-                f"{min(gaps):.2f} s"
-            ),
-        )
+    scenario.report(
+        "4. Leader failover",
+        len(done),
+        f"{EACH} SIGKILLs and {EACH} SIGTERMs of the leader while it reconciled",
+        converged,
+        f"takeover max {takeover[signal.SIGKILL]:.1f} s after SIGKILL, "
+        f"{takeover[signal.SIGTERM]:.1f} s after SIGTERM (lease {LEASE_DURATION} s, bound "
+        f"{TAKEOVER_BOUND} s); audit log: {sum(b.writes for b in blocks)} operator writes, one leader "
+        f"at a time, min gap {min(gaps):.2f} s",
+        max_converge_s=max(f.converge_s for f in done),
     )

@@ -48,7 +48,6 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -61,7 +60,8 @@ from mlops_platform.devcluster import nodes
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, operator, reliability, stages, wait, webhook
+from mlops_platform.testing import background, isvc, operator, reliability, stages, wait
+from mlops_platform.testing.scenario import Scenario, expected, model_uri
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
 REPETITIONS = reliability.repetitions(3, 1)
@@ -84,12 +84,6 @@ MODEL_LOAD_MS = 3000
 READY = "Ready"
 AVAILABLE = deployment.CONDITION  # the predictor Deployment's condition on the status
 PARTIAL, ROLLING_OUT, READY_TRUE = "PartiallyAvailable", "RollingOut", "True"
-
-_isvc = functools.partial(isvc.manifest, framework="torchserve")
-
-
-def _uri(name: str, rollout: int) -> str:
-    return f"s3://models/{name}/{rollout}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,13 +146,8 @@ async def _watching(c: rclient.Client, ns: str) -> AsyncIterator[Statuses]:
             except Exception:  # a watch ended by an error: again from rv
                 await asyncio.sleep(0.5)  # a back-off before the next try, not a synchronisation
 
-    task = asyncio.create_task(run())
-    try:
+    async with background.task(run()):
         yield out
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _loading_stage(name: str, namespace: str) -> dict[str, Any]:
@@ -299,10 +288,9 @@ def _check_transitions(statuses: Statuses, loss: Loss, deleted: float) -> None:
         assert not flapped, f"{name} lost no pod, but its Ready went False: {flapped}"
 
 
-async def test_node_loss(admin_client: rclient.Client, namespace: str, reliability_report: Any) -> None:
-    c, ns = admin_client, namespace
+async def test_node_loss(scenario: Scenario) -> None:
+    c, ns = scenario.client, scenario.namespace
     run = uuid.uuid4().hex[:6]
-    await webhook.install_crd(c)
     names = [f"single-{i}" for i in range(SINGLE)] + [f"double-{i}" for i in range(DOUBLE)]
     replicas = {n: 2 if n.startswith("double") else 1 for n in names}
     created: list[str] = []
@@ -322,21 +310,27 @@ async def test_node_loss(admin_client: rclient.Client, namespace: str, reliabili
                 for name in names:
                     if rep == 1:
                         count = replicas[name]
-                        manifest = _isvc(name, modelUri=_uri(name, rep), minReplicas=count, maxReplicas=count)
+                        manifest = isvc.manifest(
+                            name,
+                            framework="torchserve",
+                            modelUri=model_uri(name, rep),
+                            minReplicas=count,
+                            maxReplicas=count,
+                        )
                         await c.create(ISVC, manifest, ns)
                     else:
-                        await c.patch(ISVC, name, {"spec": {"modelUri": _uri(name, rep)}}, namespace=ns)
-                expected = {n: reliability.Expected(model_uri=_uri(n, rep)) for n in names}
-                ready = await reliability.converge(c, ns, expected, timeout=TIMEOUT)
+                        await c.patch(ISVC, name, {"spec": {"modelUri": model_uri(name, rep)}}, namespace=ns)
+                want = expected({n: model_uri(n, rep) for n in names})
+                ready = await reliability.converge(c, ns, want, timeout=TIMEOUT)
                 assert ready.audit.ok, f"repetition {rep}, before the loss: {ready.audit.summary()}"
                 await _all_available(statuses, names)
-                loss = await _lose_node(c, ns, node, expected, statuses)
+                loss = await _lose_node(c, ns, node, want, statuses)
                 losses.append(loss)
                 print(f"repetition {rep}: {loss}")
             regressions = statuses.history.regressions()
             events = statuses.history.events
             checked = ready.audit.checked
-            children = (await reliability.audit(c, ns, expected)).children
+            children = (await reliability.audit(c, ns, want)).children
     finally:
         for node in created:
             with contextlib.suppress(rclient.ApiError):
@@ -354,22 +348,16 @@ async def test_node_loss(admin_client: rclient.Client, namespace: str, reliabili
         f"{recover:.1f} s of it; Ready=False for {min(false_s):.1f}-{max(false_s):.1f} s ({down}), "
         f"degraded {partly}; {events} status events watched"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="7. Node loss",
-            repetitions=REPETITIONS,
-            faults=(
-                f"{REPETITIONS} kwok node(s) deleted, each holding "
-                f"{'-'.join(map(str, sorted({pods[0], pods[-1]})))} predictor pods"
-            ),
-            checked=checked + children,
-            max_converge_s=recover,
-            notes=(
-                f"PodGC deleted the pods {min(gc):.0f}-{max(gc):.0f} s after the node (Ready=True meanwhile: "
-                f"the pods still say Running/Ready); while replaced Ready=False/{'/'.join(down)} for "
-                f"{min(false_s):.1f}-{max(false_s):.1f} s ({whole} InferenceServices that lost all pods) and "
-                f"DeploymentAvailable {'/'.join(partly)} ({some} that lost one of two), back to True; "
-                f"no status regression in {events} events"
-            ),
-        )
+    scenario.report(
+        "7. Node loss",
+        REPETITIONS,
+        f"{REPETITIONS} kwok node(s) deleted, each holding "
+        f"{'-'.join(map(str, sorted({pods[0], pods[-1]})))} predictor pods",
+        checked + children,
+        f"PodGC deleted the pods {min(gc):.0f}-{max(gc):.0f} s after the node (Ready=True meanwhile: "
+        f"the pods still say Running/Ready); while replaced Ready=False/{'/'.join(down)} for "
+        f"{min(false_s):.1f}-{max(false_s):.1f} s ({whole} InferenceServices that lost all pods) and "
+        f"DeploymentAvailable {'/'.join(partly)} ({some} that lost one of two), back to True; "
+        f"no status regression in {events} events",
+        max_converge_s=recover,
     )

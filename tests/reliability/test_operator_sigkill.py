@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import random
 import time
-from pathlib import Path
-from typing import Any
 
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import isvc, operator, reliability, wait, webhook
+from mlops_platform.testing import isvc, operator, reliability, wait
+from mlops_platform.testing.scenario import Scenario, expected, model_uri, one_replica
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write goes through the conversion webhook
 OBJECTS = reliability.scale(50, 10)
@@ -42,12 +40,6 @@ CONVERGE_WITHIN = 60.0
 CONVERGE_TIMEOUT = 180.0
 #: InferenceServices written at once by the rollout
 WRITERS = 5
-
-_isvc = functools.partial(isvc.manifest, framework="torchserve", minReplicas=1, maxReplicas=1)
-
-
-def _uri(name: str, rollout: int) -> str:
-    return f"s3://models/{name}/{rollout}"
 
 
 @dataclasses.dataclass
@@ -67,7 +59,7 @@ async def _rollout(c: rclient.Client, ns: str, names: list[str], rollout: int, r
 
     async def write(name: str) -> None:
         async with gate:
-            await c.patch(ISVC, name, {"spec": {"modelUri": _uri(name, rollout)}}, namespace=ns)
+            await c.patch(ISVC, name, {"spec": {"modelUri": model_uri(name, rollout)}}, namespace=ns)
 
     await asyncio.gather(*(write(n) for n in rng.sample(names, len(names))))
 
@@ -91,7 +83,7 @@ async def _kill_during_rollout(
     reconciles since the rollout began (its /metrics: no watch lag; every object needs at least two
     for the new spec, its Deployment and status, then Ready), start the next process, converge.
     The next process and the figures."""
-    expected = {n: reliability.Expected(model_uri=_uri(n, rollout)) for n in names}
+    want = expected({n: model_uri(n, rollout) for n in names})
     k = rng.randrange(max(1, len(names) // 2))  # one reconcile per object can settle it: kill early
     before = await current.reconciles()
     done = 0
@@ -115,42 +107,31 @@ async def _kill_during_rollout(
     current.kill()
     killed = time.monotonic()
     successor = group.add()
-    at_kill = await reliability.audit(c, ns, expected)
+    at_kill = await reliability.audit(c, ns, want)
     await writing
     ready = asyncio.create_task(_ready_after(successor, killed))
-    converged = await reliability.converge(c, ns, expected, timeout=CONVERGE_TIMEOUT, since=killed)
+    converged = await reliability.converge(c, ns, want, timeout=CONVERGE_TIMEOUT, since=killed)
     unsettled = len(at_kill.unsettled) + len(at_kill.lost)
     kill = Kill(k, done, unsettled, await ready, converged.seconds)
     assert converged.audit.ok, f"after kill {rollout}: {converged.audit.summary()}"
     return kill, successor, converged
 
 
-async def test_operator_sigkill_during_rollouts(
-    kube_cluster: Path,
-    admin_client: rclient.Client,
-    namespace: str,
-    tmp_path: Path,
-    reliability_report: Any,
-) -> None:
-    c, ns = admin_client, namespace
-    seed = reliability.seed("operator SIGKILL", f"{OBJECTS} objects, {KILLS} kills")
-    rng = random.Random(seed)
-    await webhook.install_crd(c)
+async def test_operator_sigkill_during_rollouts(scenario: Scenario) -> None:
+    c, ns = scenario.client, scenario.namespace
+    seed, rng = scenario.seeded("operator SIGKILL", f"{OBJECTS} objects, {KILLS} kills")
     names = [f"sigkill-{i:02d}" for i in range(OBJECTS)]
     for name in names:
-        await c.create(ISVC, _isvc(name, modelUri=_uri(name, 0)), ns)
+        await c.create(ISVC, one_replica(name, modelUri=model_uri(name, 0)), ns)
     kills: list[Kill] = []  # the kills that found reconciles in flight
     missed = 0
+    elected = operator.elected(ns, LEASE_ID, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD)
     async with (
-        operator.replicas(
-            kube_cluster,
-            tmp_path,
-            *operator.elected(ns, LEASE_ID, LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD),
-        ) as group,
+        operator.replicas(scenario.kubeconfig, scenario.logs, *elected) as group,
         reliability.status_history(c, ns) as history,
     ):
         current = group.add()
-        initial = {n: reliability.Expected(model_uri=_uri(n, 0)) for n in names}
+        initial = expected({n: model_uri(n, 0) for n in names})
         converged = await reliability.converge(c, ns, initial, timeout=CONVERGE_TIMEOUT)
         assert converged.audit.ok, f"before the first kill: {converged.audit.summary()}"
         rollout = 0
@@ -187,18 +168,14 @@ async def test_operator_sigkill_during_rollouts(
         f"objects, {status_events} status events watched; "
         f"max converge {worst:.1f} s, max takeover {takeover:.1f} s; unsettled at the kills {unsettled}"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="3. Operator SIGKILL",
-            repetitions=KILLS,
-            faults=f"{KILLS} SIGKILLs of the leading operator process during rollouts of {OBJECTS} objects",
-            checked=converged.audit.checked + converged.audit.children,
-            max_converge_s=worst,
-            notes=(
-                f"seed {seed}; {missed} more kills found the rollout done (not counted); "
-                f"{min(unsettled)}-{max(unsettled)} of {OBJECTS} InferenceServices unsettled "
-                f"at a kill; new leader ready within {takeover:.1f} s (lease {LEASE_DURATION} s); no status "
-                f"regression in {status_events} status events"
-            ),
-        )
+    scenario.report(
+        "3. Operator SIGKILL",
+        KILLS,
+        f"{KILLS} SIGKILLs of the leading operator process during rollouts of {OBJECTS} objects",
+        converged,
+        f"seed {seed}; {missed} more kills found the rollout done (not counted); "
+        f"{min(unsettled)}-{max(unsettled)} of {OBJECTS} InferenceServices unsettled "
+        f"at a kill; new leader ready within {takeover:.1f} s (lease {LEASE_DURATION} s); no status "
+        f"regression in {status_events} status events",
+        max_converge_s=worst,
     )

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import json
 import os
 import re
@@ -44,7 +43,6 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 import yaml
@@ -54,10 +52,10 @@ from mlops_platform import api, cli
 from mlops_platform.api import crd
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import rbac
-from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.webhook import keeper
-from mlops_platform.testing import identity, isvc, operator, reliability, wait, webhook
+from mlops_platform.testing import identity, isvc, operator, wait, webhook
+from mlops_platform.testing.scenario import Scenario, one_replica
 from mlops_platform.webhooks import serve
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every request is converted by the process under test
@@ -216,7 +214,6 @@ async def _permissive_server(cert_pem: bytes, key_pem: bytes, tmp: Path) -> Asyn
 
 
 VERSIONS = (ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3)
-_isvc = functools.partial(isvc.manifest, framework="torchserve", minReplicas=1, maxReplicas=1)
 _METRIC = re.compile(r"^rest_client_requests_by_resource_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -258,14 +255,8 @@ async def _tls_versions(port: int, ca_pem: str) -> dict[str, str]:
     return out
 
 
-async def test_security_basics(
-    kube_cluster: Path,
-    admin_client: rclient.Client,
-    namespace: str,
-    tmp_path: Path,
-    reliability_report: Any,
-) -> None:
-    c, ns = admin_client, namespace
+async def test_security_basics(scenario: Scenario) -> None:
+    c, ns, kube_cluster, tmp_path = scenario.client, scenario.namespace, scenario.kubeconfig, scenario.logs
     binds = _defaults()
     ports = {flag: _port(address) for flag, address in binds.items()}
     assert set(ports) == {"health_probe_bind_address", "metrics_bind_address", "webhook_bind_address"}
@@ -305,9 +296,9 @@ async def test_security_basics(
                     ready, timeout=TIMEOUT, retry_on=(), what="the operator ready (probes, webhook)"
                 )
                 await wait.until(lambda: crd.converts(c), timeout=TIMEOUT, what="conversions through it")
-                await c.create(ISVC, _isvc("plain", modelUri="s3://models/plain/1"), ns)
+                await c.create(ISVC, one_replica("plain", modelUri="s3://models/plain/1"), ns)
                 storage_ext = {"secretName": STORAGE_SECRET, "endpoint": "http://minio.storage.svc:9000"}
-                delivered = _isvc(
+                delivered = one_replica(
                     "delivered", modelUri="s3://models/delivered/1", extensions={"storage": storage_ext}
                 )
                 await c.create(ISVC, delivered, ns)
@@ -398,21 +389,17 @@ async def test_security_basics(
     assert any((e.get("reportingController") or "").startswith("mlops-platform") for e in events), (
         "no Event of the operator among the scanned ones"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="11. Security basics",
-            repetitions=1,
-            faults="none injected: binds, TLS floor, RBAC and leaks checked on one operator process",
-            checked=len(isvcs) + len(deployments) + len(events),
-            max_converge_s=ready_s,
-            notes=(
-                f"listening {len(sockets)} sockets, all {LOOPBACK}, with no bind flag; webhook refused "
-                f"TLS 1.0/1.1, accepted 1.2/1.3; {sum(made.values())} requests as the ServiceAccount, "
-                f"0 denied, all covered by the generated rules; {len(needles)} secret strings + "
-                f"{len(PATTERNS)} patterns absent from {len(lines)} log lines ({debug} debug), "
-                f"{len(events)} Events, statuses, Deployments, /metrics"
-            ),
-        )
+    scenario.report(
+        "11. Security basics",
+        1,
+        "none injected: binds, TLS floor, RBAC and leaks checked on one operator process",
+        len(isvcs) + len(deployments) + len(events),
+        f"listening {len(sockets)} sockets, all {LOOPBACK}, with no bind flag; webhook refused "
+        f"TLS 1.0/1.1, accepted 1.2/1.3; {sum(made.values())} requests as the ServiceAccount, "
+        f"0 denied, all covered by the generated rules; {len(needles)} secret strings + "
+        f"{len(PATTERNS)} patterns absent from {len(lines)} log lines ({debug} debug), "
+        f"{len(events)} Events, statuses, Deployments, /metrics",
+        max_converge_s=ready_s,
     )
 
 

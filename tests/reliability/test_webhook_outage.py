@@ -47,9 +47,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import functools
 import time
-from pathlib import Path
 from typing import Any
 
 from mlops_platform import api
@@ -68,6 +66,7 @@ from mlops_platform.testing import (
     wait,
     webhook,
 )
+from mlops_platform.testing.scenario import Scenario, model_uri, one_replica
 
 ALPHA = isvc.RESOURCE  # v1alpha1
 BETA = conversionload.BETA  # v1beta1
@@ -83,8 +82,6 @@ WEBHOOK_ERROR = "conversion webhook for mlops.platform/"
 #: the status codes of every refusal, all outages
 codes: collections.Counter[int] = collections.Counter()
 
-_alpha = functools.partial(isvc.manifest, framework="torchserve", minReplicas=1, maxReplicas=1)
-
 
 def _hub(name: str, uri: str) -> dict[str, Any]:
     return {
@@ -93,10 +90,6 @@ def _hub(name: str, uri: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"predictor": {"model": {"uri": uri}, "runtime": "torchserve"}},
     }
-
-
-def _uri(name: str, tag: object) -> str:
-    return f"s3://models/{name}/{tag}"
 
 
 @dataclasses.dataclass
@@ -169,10 +162,10 @@ async def _outage(
     """Outage ``r``: the webhook down, the checks above, the webhook back, convergence."""
     tally: collections.Counter[str] = collections.Counter()
     served = 0
-    await c.create(ALPHA, _alpha(f"mf-{r}", modelUri=_uri(f"mf-{r}", 0)), ns)  # v1alpha1 managers
-    expected[f"mf-{r}"] = reliability.Expected(model_uri=_uri(f"mf-{r}", 0))
+    await c.create(ALPHA, one_replica(f"mf-{r}", modelUri=model_uri(f"mf-{r}", 0)), ns)  # v1alpha1 managers
+    expected[f"mf-{r}"] = reliability.Expected(model_uri=model_uri(f"mf-{r}", 0))
     await wait.until(
-        lambda: _rolled_out(c, ns, f"mf-{r}", _uri(f"mf-{r}", 0)), timeout=TIMEOUT, what=f"mf-{r}"
+        lambda: _rolled_out(c, ns, f"mf-{r}", model_uri(f"mf-{r}", 0)), timeout=TIMEOUT, what=f"mf-{r}"
     )
     seen = len(recorded.records)
     async with webhook.paused(c):
@@ -182,11 +175,15 @@ async def _outage(
         await _refused("get v1alpha1", c.get(ALPHA, "alpha-0", ns), tally)
         await _refused("get v1beta1", c.get(BETA, "alpha-0", ns), tally)
         await _refused(
-            "create v1alpha1", c.create(ALPHA, _alpha(f"refused-{r}", modelUri=_uri("x", r)), ns), tally
+            "create v1alpha1",
+            c.create(ALPHA, one_replica(f"refused-{r}", modelUri=model_uri("x", r)), ns),
+            tally,
         )
         await _refused(
             "patch v1alpha1",
-            c.patch(ALPHA, "alpha-0", {"spec": {"modelUri": _uri("alpha-0", f"refused-{r}")}}, namespace=ns),
+            c.patch(
+                ALPHA, "alpha-0", {"spec": {"modelUri": model_uri("alpha-0", f"refused-{r}")}}, namespace=ns
+            ),
             tally,
         )
         await _refused("delete v1alpha1", c.delete(ALPHA, "hub-0", ns), tally)
@@ -200,15 +197,15 @@ async def _outage(
             assert (await c.get(HUB, name, ns))["spec"] == obj["spec"]
             served += 1
         # ... and so do writes, but for managedFields of other versions
-        uri = _uri(f"during-{r}", 0)
+        uri = model_uri(f"during-{r}", 0)
         created_at = time.monotonic()
         await c.create(HUB, _hub(f"during-{r}", uri), ns)
         expected[f"during-{r}"] = reliability.Expected(model_uri=uri)
-        roll_uri = _uri("hub-1", f"during-{r}")
+        roll_uri = model_uri("hub-1", f"during-{r}")
         rolled_at = time.monotonic()
         await c.patch(HUB, "hub-1", {"spec": {"predictor": {"model": {"uri": roll_uri}}}}, namespace=ns)
         expected["hub-1"] = reliability.Expected(model_uri=roll_uri)
-        mf_uri = _uri(f"mf-{r}", 1)
+        mf_uri = model_uri(f"mf-{r}", 1)
         assert ALPHA.api_version in _managers(await c.get(HUB, f"mf-{r}", ns))
         patched = await c.patch(
             HUB, f"mf-{r}", {"spec": {"predictor": {"model": {"uri": mf_uri}}}}, namespace=ns
@@ -301,26 +298,21 @@ async def _outage(
     )
 
 
-async def test_conversion_webhook_outage(
-    kube_cluster: Path,
-    local_cluster_name: str,
-    admin_client: rclient.Client,
-    namespace: str,
-    reliability_report: Any,
-) -> None:
-    c, ns = admin_client, namespace
-    await webhook.install_crd(c)
+async def test_conversion_webhook_outage(scenario: Scenario, local_cluster_name: str) -> None:
+    c, ns = scenario.client, scenario.namespace
     storage = next(v.name for v in crd.VERSIONS if v.storage)
     assert reconciler.ISVC.version == storage == HUB.version, "the operator does not read the storage version"
     expected: dict[str, reliability.Expected] = {}
     async with (
-        rclient.Client.from_kubeconfig(kube_cluster) as oc,
+        rclient.Client.from_kubeconfig(scenario.kubeconfig) as oc,
         operator.running(oc, namespace=ns) as mgr,
     ):
         for i in range(OBJECTS):
-            await c.create(ALPHA, _alpha(f"alpha-{i}", modelUri=_uri(f"alpha-{i}", 0)), ns)
-            await c.create(HUB, _hub(f"hub-{i}", _uri(f"hub-{i}", 0)), ns)
-            expected |= {n: reliability.Expected(model_uri=_uri(n, 0)) for n in (f"alpha-{i}", f"hub-{i}")}
+            await c.create(ALPHA, one_replica(f"alpha-{i}", modelUri=model_uri(f"alpha-{i}", 0)), ns)
+            await c.create(HUB, _hub(f"hub-{i}", model_uri(f"hub-{i}", 0)), ns)
+            expected |= {
+                n: reliability.Expected(model_uri=model_uri(n, 0)) for n in (f"alpha-{i}", f"hub-{i}")
+            }
         first = await reliability.converge(c, ns, expected, timeout=TIMEOUT)
         assert first.audit.ok, f"before the outages: {first.audit.summary()}"
         stored = await asyncio.to_thread(etcd.stored_api_versions, local_cluster_name, HUB, ns)
@@ -351,23 +343,15 @@ async def test_conversion_webhook_outage(
         f"and a v1 rollout within {max(o.rollout_s for o in outages):.1f} s during an outage; converged "
         f"{worst:.1f} s after the webhook returned"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="8. Conversion webhook outage",
-            repetitions=OUTAGES,
-            faults=(
-                f"{OUTAGES} outages of the conversion webhook ({max(o.seconds for o in outages):.0f} s each "
-                "at most)"
-            ),
-            checked=final.audit.checked + final.audit.children,
-            max_converge_s=worst,
-            notes=(
-                f"{refused} requests needing a conversion refused naming the webhook ({dict(codes)}), none "
-                "applied; "
-                f"v1 reads and writes served, the operator kept serving v1 changes (Ready within "
-                f"{max(o.created_ready_s for o in outages):.1f} s); its {op_refused} status applies to "
-                "objects with v1alpha1 field managers refused and retried; v1 merge patches drop those "
-                "managers' managedFields (API server)"
-            ),
-        )
+    scenario.report(
+        "8. Conversion webhook outage",
+        OUTAGES,
+        f"{OUTAGES} outages of the conversion webhook ({max(o.seconds for o in outages):.0f} s each at most)",
+        final,
+        f"{refused} requests needing a conversion refused naming the webhook ({dict(codes)}), none "
+        "applied; v1 reads and writes served, the operator kept serving v1 changes (Ready within "
+        f"{max(o.created_ready_s for o in outages):.1f} s); its {op_refused} status applies to "
+        "objects with v1alpha1 field managers refused and retried; v1 merge patches drop those "
+        "managers' managedFields (API server)",
+        max_converge_s=worst,
     )
