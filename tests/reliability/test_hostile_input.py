@@ -15,8 +15,12 @@ bring to a stable state whose status explains itself, without crashing or wedgin
   for its current generation with a ``Ready`` condition that has a reason and a message; when not
   Ready, the reason must say why (not the catch-all ``Waiting`` or ``ReconcileFailed``, which for a
   valid object would mean the operator built something the API server refuses). The operator's
-  queue must drain, the statuses must then stay as they are, no reconcile may have failed
-  terminally, and it must still follow a new spec afterwards.
+  queue must drain, the statuses must then stay as they are, and it must still follow a new spec
+  afterwards. A reconcile may fail terminally (not retried) only on a spec the API server accepts
+  but the operator cannot use (a runtime it has no entry for, ...): every object a reconcile failed
+  terminally on (the controller's log line, with the object's name) must say
+  ``Ready=False/InvalidSpec``, and the terminal failures counted on the controller's metrics must
+  be those logged; every other failure was retried until the object settled.
 
 Hypothesis runs in generate-only mode with a seed (printed; ``MLOPS_RELIABILITY_SEED`` replays a
 run) and no example database, so a run is reproducible; what a failure shows is the manifest itself
@@ -27,10 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
+import logging
 import time
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -38,8 +44,11 @@ from hypothesis import strategies as st
 
 from mlops_platform import api
 from mlops_platform.controllers.inferenceservice import reconciler
+from mlops_platform.runtime.control import controller as rcontroller
+from mlops_platform.runtime.observability import logs
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import manifests, operator, probes, reliability, wait, webhook
+from mlops_platform.testing import manifests, operator, probes, reliability, wait
+from mlops_platform.testing.scenario import Scenario
 
 INVALID = reliability.scale(250, 60)
 VALID = reliability.scale(200, 24)
@@ -59,6 +68,8 @@ VAGUE = frozenset({"", "Waiting", "ReconcileFailed", "Unknown"})
 PASSING = frozenset({"RollingOut"})
 #: hypothesis runs (seed, seed + 1, ...) at most, to draw enough distinct examples
 ROUNDS = 4
+#: the controller's log line of a reconcile that failed terminally (``runtime.control.controller``)
+TERMINAL = "reconcile failed permanently (not retried)"
 
 T = TypeVar("T")
 
@@ -158,17 +169,38 @@ def _explained(obj: dict[str, Any]) -> str | None:
     return None
 
 
+class _Terminal(logging.Handler):
+    """The names of the objects a reconcile failed terminally on, from the controller's log lines
+    (the record's log context names the object)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.names: collections.Counter[str] = collections.Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == TERMINAL:
+            self.names[logs.current_context().get("name", "<no name>")] += 1
+
+
+@contextlib.asynccontextmanager
+async def _terminal_failures() -> AsyncIterator[_Terminal]:
+    """The terminal reconcile failures of the operator in this process during the block."""
+    logger, handler = logging.getLogger(rcontroller.__name__), _Terminal()
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
 def _ready(obj: dict[str, Any]) -> tuple[str, str]:
     cond = probes.condition(obj, "Ready")
     return str(cond.get("status")), str(cond.get("reason"))
 
 
-async def test_hostile_and_random_input(
-    kube_cluster: Path, admin_client: rclient.Client, namespace: str, reliability_report: Any
-) -> None:
-    c, ns = admin_client, namespace
-    run_seed = reliability.seed("hostile input")
-    await webhook.install_crd(c)
+async def test_hostile_and_random_input(scenario: Scenario) -> None:
+    c, ns = scenario.client, scenario.namespace
+    run_seed, _ = scenario.seeded("hostile input")
     started = time.monotonic()
     invalid = _draw(manifests.invalid(), INVALID, run_seed)
     valid = _draw(manifests.valid(), VALID, run_seed + 1)
@@ -202,7 +234,8 @@ async def test_hostile_and_random_input(
     # -- valid: created while the operator runs, each settles with a status that explains it ------
     names = [f"rand-{i:03d}" for i in range(len(valid))]
     async with (
-        rclient.Client.from_kubeconfig(kube_cluster) as oc,
+        rclient.Client.from_kubeconfig(scenario.kubeconfig) as oc,
+        _terminal_failures() as failed,
         operator.running(oc, namespace=ns) as mgr,
     ):
         ctrl = mgr.controllers[0]
@@ -272,10 +305,13 @@ async def test_hostile_and_random_input(
         errors = registry.get_sample_value(
             "controller_runtime_reconcile_errors_total", {"controller": ctrl.name}
         )
-        # terminal: an invalid spec (reported as InvalidSpec), not retried
+        # terminal: not retried; read with the log lines of the same failures (no await between)
         terminal = registry.get_sample_value(
             "controller_runtime_terminal_reconcile_errors_total", {"controller": ctrl.name}
         )
+        terminal_on = dict(failed.names)
+        # the statuses now: each object a terminal failure was logged for had its status written first
+        final = {o["metadata"]["name"]: _ready(o) for o in (await c.list(api.RESOURCE, ns))["items"]}
         reconciles = sum(
             registry.get_sample_value(
                 "controller_runtime_reconcile_total", {"controller": ctrl.name, "result": r}
@@ -289,32 +325,34 @@ async def test_hostile_and_random_input(
     for reason, message in sorted(why.items()):
         print(f"  Ready {reason}, e.g.: {message[:200]}")
     valid_versions = collections.Counter(manifests.version_of(o) for o in valid)
+    invalid_spec = {n for n, (s, r) in final.items() if (s, r) == ("False", "InvalidSpec")}
     print(
         f"valid: {len(valid)} manifests ({dict(valid_versions)}) created in {created - creating:.1f} s, "
         f"settled {settle_s:.1f} s after the last; Ready: {dict(outcomes)}; operator: {reconciles:.0f} "
-        f"reconciles, {errors or 0:.0f} failed ({terminal or 0:.0f} of them an invalid spec, not retried); "
-        f"drawing took {drawn_s:.1f} s"
+        f"reconciles, {errors or 0:.0f} failed ({terminal or 0:.0f} of them terminally, not retried: on "
+        f"{len(terminal_on)} objects, {len(invalid_spec)} say InvalidSpec); drawing took {drawn_s:.1f} s"
     )
     assert settle_s <= SETTLE_WITHIN, (
         f"settled {settle_s:.1f} s after the last create (bound {SETTLE_WITHIN} s)"
     )
-    reliability_report.add(
-        reliability.Row(
-            scenario="9. Hostile and random input",
-            repetitions=1,
-            faults=(
-                f"{len(invalid)} invalid manifests ({len(by_category)} categories, up to "
-                f"{biggest / 2**20:.1f} MiB; {len(refusals) - len(invalid)} also without dry run) and "
-                f"{len(valid)} valid random ones"
-            ),
-            checked=len(invalid) + len(valid),
-            max_converge_s=settle_s,
-            notes=(
-                f"seed {run_seed}; every invalid one refused naming its field ({dict(codes)}); valid ones "
-                f"Ready: {', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))}; operator "
-                f"{errors or 0:.0f} failed reconciles ({terminal or 0:.0f} invalid specs), queue drained"
-            ),
-        )
+    # a terminal failure only where the status says the spec cannot be used, and every one logged
+    not_invalid = {n: final.get(n) for n in terminal_on if n not in invalid_spec}
+    assert not not_invalid, f"seed {run_seed}: reconciles failed terminally on {not_invalid} (Ready)"
+    assert sum(terminal_on.values()) == (terminal or 0), (
+        f"{terminal or 0:.0f} terminal failures counted, {sum(terminal_on.values())} logged: {terminal_on}"
+    )
+    scenario.report(
+        "9. Hostile and random input",
+        1,
+        f"{len(invalid)} invalid manifests ({len(by_category)} categories, up to "
+        f"{biggest / 2**20:.1f} MiB; {len(refusals) - len(invalid)} also without dry run) and "
+        f"{len(valid)} valid random ones",
+        len(invalid) + len(valid),
+        f"seed {run_seed}; every invalid one refused naming its field ({dict(codes)}); valid ones "
+        f"Ready: {', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))}; operator "
+        f"{errors or 0:.0f} failed reconciles ({terminal or 0:.0f} terminally, all on InvalidSpec "
+        "objects), queue drained",
+        max_converge_s=settle_s,
     )
 
 
