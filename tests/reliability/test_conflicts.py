@@ -27,17 +27,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import functools
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import deployment
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, operator, reliability, requests, wait, webhook
+from mlops_platform.testing import isvc, operator, reliability, requests, wait
+from mlops_platform.testing.scenario import Scenario, expected, model_uri, one_replica
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every write of the writers goes through the conversion webhook
 OBJECTS = reliability.scale(20, 5)
@@ -55,12 +54,6 @@ WRITES_PER_CHANGE = 5
 #: a quiet window after convergence: the operator writes nothing while nobody else does
 QUIET_SECONDS = 2.0
 INTRUDER = "reliability-intruder"  # the field managers of the other writers: f"{INTRUDER}-<what>"
-
-_isvc = functools.partial(isvc.manifest, framework="torchserve", minReplicas=1, maxReplicas=1)
-
-
-def _uri(name: str, tag: str) -> str:
-    return f"s3://models/{name}/{tag}"
 
 
 @dataclasses.dataclass
@@ -114,7 +107,7 @@ async def _spec_writer(
     rng, i = random.Random(k), 0
     while time.monotonic() < until:
         name, i = rng.choice(names), i + 1
-        uri = _uri(name, f"w{k}-{i}")
+        uri = model_uri(name, f"w{k}-{i}")
 
         def change(obj: dict[str, Any], uri: str = uri) -> None:
             obj["spec"]["modelUri"] = uri
@@ -249,10 +242,10 @@ async def _children_fields(c: rclient.Client, ns: str, names: list[str]) -> dict
     return out
 
 
-async def _rolled_out(c: rclient.Client, ns: str, expected: dict[str, reliability.Expected]) -> bool:
+async def _rolled_out(c: rclient.Client, ns: str, final: dict[str, reliability.Expected]) -> bool:
     """Every Deployment's rollout is complete (no pod of an older template left) and every status
     says so (``activeVersion``: the model rolled out): nothing is left for anyone to report."""
-    for name, want in expected.items():
+    for name, want in final.items():
         dep = await c.get(resources.DEPLOYMENT, f"{name}{labels.PREDICTOR_SUFFIX}", ns)
         spec, st = dep["spec"], dep.get("status") or {}
         counts = {
@@ -270,22 +263,16 @@ async def _rolled_out(c: rclient.Client, ns: str, expected: dict[str, reliabilit
     return True
 
 
-async def test_conflicts(
-    kube_cluster: Path,
-    admin_client: rclient.Client,
-    namespace: str,
-    reliability_report: Any,
-) -> None:
-    ns, c = namespace, admin_client
-    await webhook.install_crd(c)
+async def test_conflicts(scenario: Scenario) -> None:
+    ns, c = scenario.namespace, scenario.client
     names = [f"conflict-{i}" for i in range(OBJECTS)]
     async with (
-        rclient.Client.from_kubeconfig(kube_cluster) as oc,
+        rclient.Client.from_kubeconfig(scenario.kubeconfig) as oc,
         operator.running(oc, namespace=ns) as mgr,
     ):
         for name in names:
-            await c.create(ISVC, _isvc(name, modelUri=_uri(name, "initial")), ns)
-        initial = {n: reliability.Expected(model_uri=_uri(n, "initial")) for n in names}
+            await c.create(ISVC, one_replica(name, modelUri=model_uri(name, "initial")), ns)
+        initial = expected({n: model_uri(n, "initial") for n in names})
         first = await reliability.converge(c, ns, initial, timeout=CONVERGE_TIMEOUT)
         assert first.audit.ok, f"before the writers: {first.audit.summary()}"
         before = await _children_fields(c, ns, names)
@@ -301,14 +288,12 @@ async def test_conflicts(
                     *(_child_editor(c, ns, names, k, until, tally) for k in range(CHILD_EDITORS)),
                 )
                 ended = time.monotonic()
-                expected = {
-                    n: reliability.Expected(model_uri=tally.last_uri(n) or _uri(n, "initial")) for n in names
-                }
-                converged = await reliability.converge(c, ns, expected, timeout=CONVERGE_TIMEOUT, since=ended)
+                final = expected({n: tally.last_uri(n) or model_uri(n, "initial") for n in names})
+                converged = await reliability.converge(c, ns, final, timeout=CONVERGE_TIMEOUT, since=ended)
                 converged_at = time.monotonic()
                 after = await _children_fields(c, ns, names)
                 await wait.until(
-                    lambda: _rolled_out(c, ns, expected), timeout=60, what="rollouts complete and reported"
+                    lambda: _rolled_out(c, ns, final), timeout=60, what="rollouts complete and reported"
                 )
                 await wait.until(mgr.controllers[0].queue.idle, timeout=60, what="operator queue idle")
                 window = len(recorded.records)
@@ -341,19 +326,13 @@ async def test_conflicts(
     bound = WRITES_PER_CHANGE * (foreign + OBJECTS)
     assert op_writes <= bound, f"{op_writes} operator writes for {foreign} foreign writes (bound {bound})"
     assert not quiet, f"the operator wrote while nobody else did: {quiet}"
-    reliability_report.add(
-        reliability.Row(
-            scenario="5. Conflicts",
-            repetitions=1,
-            faults=(
-                f"{foreign} foreign writes in {SECONDS} s ({sum(tally.conflicts.values())} 409s seen by "
-                f"the writers, {op_conflicts} by the operator)"
-            ),
-            checked=converged.audit.checked + converged.audit.children,
-            max_converge_s=converged.seconds,
-            notes=(
-                f"operator: {op_writes} writes, {per_minute:.0f}/min, "
-                f"{op_writes / max(foreign, 1):.2f} per foreign write (bound {WRITES_PER_CHANGE})"
-            ),
-        )
+    scenario.report(
+        "5. Conflicts",
+        1,
+        f"{foreign} foreign writes in {SECONDS} s ({sum(tally.conflicts.values())} 409s seen by "
+        f"the writers, {op_conflicts} by the operator)",
+        converged,
+        f"operator: {op_writes} writes, {per_minute:.0f}/min, {op_writes / max(foreign, 1):.2f} per "
+        f"foreign write (bound {WRITES_PER_CHANGE} x ({foreign} foreign writes + {OBJECTS} objects) "
+        f"= {bound})",
     )
