@@ -47,12 +47,8 @@ class Membership:
         clock: Clock,
         stopping: asyncio.Event,
     ) -> None:
-        self._client = client
-        self.config = config
-        self._elector = elector
-        self._plan = plan
-        self._clock = clock
-        self._stopping = stopping
+        self._client, self.config, self._clock, self._stopping = client, config, clock, stopping
+        self._elector, self._plan = elector, plan
         self._member: leaderelection.LeaderElector | None = None
         self.joined = asyncio.Event()  # campaigning allowed (static mode: at once)
         if config.shard_id is not None:
