@@ -110,6 +110,7 @@ from bench._common import (
 )
 from bench.operator_footprint import FRAMEWORKS, inference_service, max_replicas
 from mlops_platform.devcluster import logs
+from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.testing.ports import free_port
 
 if TYPE_CHECKING:
@@ -1019,15 +1020,20 @@ def _utc(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-async def quiet_for(last: Callable[[], float], quiet: float, timeout: float, what: str) -> float:
-    """Until ``quiet`` seconds have passed since ``last()`` (the monotonic time of the latest event,
-    re-read after each wait: an event meanwhile moves the end); the monotonic time it held."""
-    deadline = time.monotonic() + timeout
-    while (left := last() + quiet - time.monotonic()) > 0:
-        if time.monotonic() + left > deadline:
+_REAL_CLOCK = RealClock()
+
+
+async def quiet_for(
+    last: Callable[[], float], quiet: float, timeout: float, what: str, clock: Clock = _REAL_CLOCK
+) -> float:
+    """Until ``quiet`` seconds have passed since ``last()`` (the time on ``clock`` of the latest
+    event, re-read after each wait: an event meanwhile moves the end); the time it held."""
+    deadline = clock.now() + timeout
+    while (left := last() + quiet - clock.now()) > 0:
+        if clock.now() + left > deadline:
             raise TimeoutError(f"{what}: still changing after {timeout:.0f} s")
-        await asyncio.sleep(left)
-    return time.monotonic()
+        await clock.sleep(left)
+    return clock.now()
 
 
 #: the local control plane's processes (kwokctl's binary runtime: <cluster dir>/bin/<name>)

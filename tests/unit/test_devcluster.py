@@ -235,8 +235,14 @@ def test_cluster_starts_on_one_machine_take_turns(monkeypatch: pytest.MonkeyPatc
     """kwokctl picks ports by counting down to the first free one: two clusters created at once
     (make test starts two) picked the same ports and one never served. The second start waits."""
     monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
-    entered, release = threading.Event(), threading.Event()
+    entered, release, refused = threading.Event(), threading.Event(), threading.Event()
     order: list[str] = []
+
+    def log(msg: str, started: float | None = None) -> None:
+        if msg.startswith("waiting for another cluster's start before starting 'b'"):
+            refused.set()  # b found the lock held, and blocks on it next
+
+    monkeypatch.setattr(cluster, "_log", log)
 
     def first() -> None:
         with cluster._ports_lock("a", 0.0):
@@ -253,9 +259,8 @@ def test_cluster_starts_on_one_machine_take_turns(monkeypatch: pytest.MonkeyPatc
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for t in threads:
         t.start()
-    entered.wait(10)
-    threads[1].join(0.5)  # b is blocked on the lock: it has not entered
-    assert order == ["a in"]
+    assert refused.wait(10), "b never tried the lock"
+    assert order == ["a in"]  # b has not entered while a holds it
     release.set()
     for t in threads:
         t.join(10)

@@ -5,35 +5,55 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from bench import scale
+from bench import operator_footprint, scale
+
+from mlops_platform.runtime.clock import FakeClock
+
+
+async def _run_loop() -> None:
+    """Let the tasks that a fake clock's step woke run (no time passes)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
 
 
 async def test_quiet_for_waits_past_the_last_event() -> None:
-    last = [time.monotonic()]
-
-    async def events() -> None:  # five events 20 ms apart: each moves the end of the quiet window
-        for _ in range(5):
-            await asyncio.sleep(0.02)
-            last[0] = time.monotonic()
-
-    task = asyncio.create_task(events())
-    quiet = await scale.quiet_for(lambda: last[0], 0.05, 5.0, "x")
-    await task
-    assert quiet >= last[0] + 0.05  # not before the fifth event's window has passed
+    clock = FakeClock()
+    last = [clock.now()]
+    waiting = asyncio.create_task(scale.quiet_for(lambda: last[0], 0.05, 5.0, "x", clock))
+    await _run_loop()
+    for _ in range(5):  # five events 20 ms apart: each moves the end of the quiet window
+        clock.step(0.02)
+        last[0] = clock.now()
+        await _run_loop()
+        assert not waiting.done()
+    clock.step(0.049)  # not before the fifth event's window has passed
+    await _run_loop()
+    assert not waiting.done()
+    clock.step(0.001)
+    await _run_loop()
+    assert waiting.done()
+    assert await waiting == pytest.approx(last[0] + 0.05)
 
 
 async def test_quiet_for_returns_at_once_when_already_quiet() -> None:
-    t0 = time.monotonic()
-    assert await scale.quiet_for(lambda: t0 - 10.0, 0.5, 5.0, "x") - t0 < 0.1
+    clock = FakeClock(100.0)
+    assert await scale.quiet_for(lambda: 90.0, 0.5, 5.0, "x", clock) == 100.0  # no step needed
 
 
 async def test_quiet_for_gives_up_at_its_timeout() -> None:
-    with pytest.raises(TimeoutError, match="x: still changing"):
-        await scale.quiet_for(lambda: time.monotonic(), 0.5, 0.1, "x")  # always a fresh event
+    clock = FakeClock()
+    waiting = asyncio.create_task(scale.quiet_for(clock.now, 0.5, 2.0, "x", clock))  # always a fresh event
+    await _run_loop()
+    assert not waiting.done()  # 0.5 s to wait fits the 2 s
+    clock.step(1.6)
+    await _run_loop()
+    with pytest.raises(TimeoutError, match="x: still changing after 2 s"):
+        await waiting  # at 1.6 s another 0.5 s would end past the 2 s
 
 
 def test_the_table_shows_the_tails() -> None:
@@ -247,9 +267,6 @@ def test_each_round_starts_with_the_next_implementation() -> None:
 
 
 def test_an_implementation_that_exited_ends_the_run_with_its_logs_tail(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     log = tmp_path / "raw-256.log"
     log.write_text("raw writer: watching\nraw writer: a watch failed: TransportError(...)\n")
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(1)"])
@@ -275,7 +292,7 @@ async def test_a_deployment_without_our_init_container_is_not_our_child() -> Non
     client = FakeClient()
     build = children.deployment.CHILD
     for i in range(3):
-        isvc = scale.inference_service(scale.NAMESPACE, i)
+        isvc = operator_footprint.inference_service(scale.NAMESPACE, i)
         isvc["metadata"] |= {"uid": f"uid-{i}", "generation": 1}
         await client.create(api.RESOURCE, isvc)
         target = base.slots(api.decode(isvc), children.CHILDREN)[0].target
@@ -313,7 +330,7 @@ async def test_a_status_other_than_the_operators_fails_the_run() -> None:
     client = FakeClient()
     ctx = base.BuildContext(monitoring=False)
     for i in range(3):
-        raw = scale.inference_service(scale.NAMESPACE, i)
+        raw = operator_footprint.inference_service(scale.NAMESPACE, i)
         raw["metadata"] |= {"uid": f"uid-{i}", "generation": 1}
         isvc = api.decode(raw)
         observed = []
@@ -360,11 +377,11 @@ def test_nice_starts_each_implementation_under_nice(tmp_path: Path, monkeypatch:
         def __init__(self, cmd: list[str], **_: object) -> None:
             started.append(cmd)
 
-    monkeypatch.setattr(scale.subprocess, "Popen", Popen)
+    monkeypatch.setattr(subprocess, "Popen", Popen)
     scale.start_impl("raw", "kc", tmp_path, 16, 256, nice=10)
     scale.start_impl("operator", "kc", tmp_path, 16, 0)
-    assert started[0][:3] == ["nice", "-n", "10"] and started[0][3:5] == [scale.sys.executable, "-m"]
-    assert started[1][0] == scale.sys.executable  # 0: not under nice
+    assert started[0][:3] == ["nice", "-n", "10"] and started[0][3:5] == [sys.executable, "-m"]
+    assert started[1][0] == sys.executable  # 0: not under nice
     assert scale.parse_args(["--nice", "10"]).nice == 10 and scale.parse_args([]).nice == 0
     with pytest.raises(SystemExit):
         scale.parse_args(["--nice", "20"])  # nice's range is 0-19
