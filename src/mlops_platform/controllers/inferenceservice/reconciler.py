@@ -43,6 +43,7 @@ from mlops_platform.controllers.inferenceservice import (
     own_writes,
     pods_and_slices,
     servers,
+    settled_inputs,
     status,
     traffic,
 )
@@ -94,14 +95,6 @@ class _Run:
     request_ms: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Settled:
-    """The inputs under which a reconcile's decisions hold, and the CR decoded at their version."""
-
-    inputs: tuple[object, ...]
-    isvc: internal.InferenceService
-
-
 @dataclasses.dataclass(slots=True)
 class _Decision:
     """One slot decided from the cache, before any request: its desired object (None: not wanted),
@@ -144,27 +137,27 @@ class InferenceServiceReconciler:
         self.own_writes = own_writes.OwnWrites()
         #: the primary kind's predicate that keeps our status writes until the cache holds them
         self.own_status = own_writes.OwnStatus()
-        #: per InferenceService, the inputs under which its last reconcile's decisions hold (_inputs)
-        self._settled: dict[tuple[str, str], _Settled] = {}
+        #: per InferenceService, the inputs under which its last reconcile's decisions hold
+        self.settled = settled_inputs.SettledInputs()
 
     async def reconcile(self, request: Request) -> Result:
         key = (request.namespace or "", request.name)
         raw = self.cache.get(ISVC, request.namespace, request.name)
         if raw is None or objects.deleting(raw):
-            self._settled.pop(key, None)
+            self.settled.forget(key)
             return Result()  # gone: the garbage collector removes the children
         raw = self.own_status.read(raw)
         started = time.perf_counter()
         version = objects.meta(raw).get("resourceVersion")
-        settled = self._settled.get(key)
-        if settled is not None and settled.inputs[0] == version:
-            isvc = settled.isvc  # the same CR: decoded already
+        decoded = self.settled.decoded(key, version)
+        if decoded is not None:
+            isvc = decoded  # the same CR: decoded already
         else:
             try:
                 isvc = api.decode(raw)
                 self._validate_runtime(isvc)
             except api.ValidationError as e:
-                self._settled.pop(key, None)
+                self.settled.forget(key)
                 await self._invalid(raw, str(e))
                 raise TerminalError(f"invalid spec: {e}") from None
         plan = self._rollout(isvc)
@@ -178,7 +171,7 @@ class InferenceServiceReconciler:
             return self.cache.get(resource, namespace, slot.name)
 
         inputs = self._inputs(version, slots, cached, (pod_failure, canary_failure, plan), problems)
-        if settled is not None and settled.inputs == inputs:
+        if self.settled.holds(key, inputs):
             # exactly the inputs of the last reconcile, which found nothing to write: the same
             # decisions again (a resync, a no-op event); nothing to build, compare or write
             return Result()
@@ -225,7 +218,7 @@ class InferenceServiceReconciler:
             },
         )
         if run.failures:
-            self._settled.pop(key, None)
+            self.settled.forget(key)
             raise ReconcileError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
         # what the next reconcile will read once the watches deliver our writes: the objects our
         # writes answered with. Deciding from those gives nothing to write (every write made the
@@ -239,15 +232,16 @@ class InferenceServiceReconciler:
         if (after.components, after.route) != (plan.components, plan.route):
             # our own writes changed what to decide (the route now gives a leaving canary nothing, so
             # it can go): decide again now; those writes' echoes are filtered from the watch
-            self._settled.pop(key, None)
+            self.settled.forget(key)
             return Result(requeue=True)
         answer = written or raw
         if objects.generation(answer) != isvc.generation:
             # the status landed on a newer spec than the one decided from: its version must not
             # be settled with this decode (the spec event's reconcile would find "nothing new")
-            self._settled.pop(key, None)
+            self.settled.forget(key)
             return Result()
-        self._settled[key] = _Settled(
+        self.settled.settle(
+            key,
             self._inputs(
                 objects.meta(answer).get("resourceVersion"),
                 slots,
