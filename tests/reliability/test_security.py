@@ -48,8 +48,9 @@ import click
 import yaml
 
 import mlops_platform
-from mlops_platform import api, cli
+from mlops_platform import api
 from mlops_platform.api import crd
+from mlops_platform.cli import operator as cli_operator
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.transport import resources
@@ -76,10 +77,10 @@ _SRC = Path(mlops_platform.__file__).resolve().parents[1]  # the directory holdi
 
 def _defaults() -> dict[str, str]:
     """The bind flags of ``mlops-platform run`` and their defaults (what the process gets)."""
-    assert isinstance(cli.run, click.Command)
+    assert isinstance(cli_operator.run, click.Command)
     return {
         str(p.name): str(p.default)
-        for p in cli.run.params
+        for p in cli_operator.run.params
         if p.name and p.name.endswith("bind_address") and isinstance(p.default, str)
     }
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from mlops_platform import api, cli
+from mlops_platform import api
+from mlops_platform.cli import storage_migration
 from mlops_platform.runtime import wait
 from mlops_platform.runtime.control import storagemigration as sm
 from mlops_platform.runtime.control import storagemigration_builtin as sm_builtin
@@ -146,7 +147,7 @@ def test_one_line_summaries() -> None:
 
 
 def test_the_cli_default_is_the_inferenceservice_crd() -> None:
-    option = next(p for p in cli.migrate_storage.params if p.name == "crd_name")
+    option = next(p for p in storage_migration.migrate_storage.params if p.name == "crd_name")
     assert option.default == api.CRD_NAME
 
 
