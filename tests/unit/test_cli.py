@@ -1,10 +1,11 @@
 """The command line's wiring: each of ``run``'s and ``webhook``'s flags reaches the step that uses it,
-and ``python -m mlops_platform.cli`` is the ``mlops-platform`` command (the tests, the demo and the
-benchmarks start the operator so)."""
+``python -m mlops_platform.cli`` is the ``mlops-platform`` command (the tests, the demo and the
+benchmarks start the operator so), the help shows the defaults, migrate-storage reports."""
 
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +15,8 @@ from click.testing import CliRunner
 from mlops_platform import cli
 from mlops_platform.cli import operator, settings, webhook
 from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.runtime.control import storagemigration as sm
+from mlops_platform.runtime.control import storagemigration_report as sm_report
 from mlops_platform.runtime.observability import logs
 
 
@@ -151,3 +154,29 @@ def test_every_option_with_a_default_shows_it(group: Any, args: list[str], shown
     for text in shown:
         assert text in result.output
     assert "[default: None]" not in result.output and "[default: ]" not in result.output
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
+
+
+def test_migrate_storage_reports_progress_and_a_failed_migration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+
+    async def migrate(client: Any, crd: str, *, progress: Any, **kwargs: Any) -> sm_report.MigrationResult:
+        progress(sm_report.Progress("rewriting", seen=3, total=5, rewritten=2, unchanged=1))
+        raise sm_report.MigrationError("2 objects not rewritten")
+
+    monkeypatch.setattr(sm, "migrate", migrate)
+    result = CliRunner().invoke(cli.main, ["migrate-storage", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 1
+    assert "s] rewriting: 3/5 objects (2 rewritten, 1 already current, 0 conflicts" in result.output
+    assert result.output.endswith("Error: inferenceservices.mlops.platform: 2 objects not rewritten\n")

@@ -38,12 +38,13 @@ def migrate_storage(
     import time
 
     from mlops_platform.runtime.control import storagemigration as sm
+    from mlops_platform.runtime.control import storagemigration_report as sm_report
     from mlops_platform.runtime.transport import client as rclient
 
     started = time.monotonic()
     shown_phase, shown_at = "", 0.0
 
-    def progress(p: sm.Progress) -> None:
+    def progress(p: sm_report.Progress) -> None:
         # a line on each phase change, then at most one every 2 s
         nonlocal shown_phase, shown_at
         now = time.monotonic()
@@ -62,14 +63,14 @@ def migrate_storage(
             line = "trimming status.storedVersions"
         click.echo(f"[migrate {now - started:6.1f}s] {line}", err=True)
 
-    async def run() -> sm.MigrationResult:
+    async def run() -> sm_report.MigrationResult:
         async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
             how = cast("sm.Method", method)  # one of click's choices
             return await sm.migrate(c, crd_name, method=how, progress=progress, timeout=timeout)
 
     try:
         result = asyncio.run(run())
-    except sm.MigrationError as e:
+    except sm_report.MigrationError as e:
         raise click.ClickException(f"{crd_name}: {e}") from None
     except TimeoutError:
         raise click.ClickException(

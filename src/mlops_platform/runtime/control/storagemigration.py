@@ -48,20 +48,11 @@ from typing import Literal
 from mlops_platform.runtime.control import storagemigration_builtin as builtin
 from mlops_platform.runtime.control import storagemigration_report as report
 from mlops_platform.runtime.control import storagemigration_rewrite as rewrite
-from mlops_platform.runtime.control.storagemigration_report import MigrationError, MigrationResult, Progress
+from mlops_platform.runtime.control.storagemigration_report import MigrationError, MigrationResult
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 
-#: ``MigrationError``, ``MigrationResult`` and ``Progress`` stay importable from here for the CLI
-__all__ = [
-    "MAX_TRIM_RETRIES",
-    "METHODS",
-    "Method",
-    "MigrationError",
-    "MigrationResult",
-    "Progress",
-    "migrate",
-]
+__all__ = ["MAX_TRIM_RETRIES", "METHODS", "Method", "migrate"]
 
 log = logging.getLogger("mlops_platform.runtime.control.storagemigration")
 
