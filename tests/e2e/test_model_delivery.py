@@ -20,7 +20,7 @@ import pytest
 from mlops_platform import api, why
 from mlops_platform.api import v1
 from mlops_platform.controllers.inferenceservice import labels
-from mlops_platform.controllers.inferenceservice.children import deployment
+from mlops_platform.controllers.inferenceservice.children import deployment, httproute, virtualservice
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
@@ -241,11 +241,45 @@ async def test_a_failed_download_is_ready_false_model_download_failed_with_the_m
         assert f"ModelDownloadFailed: {ready['message']}" in text, text
 
 
+def _canary_weight(route: dict[str, Any], canary_service: str) -> int:
+    """The weight a VirtualService (``http[].route[]``) or an HTTPRoute (``rules[].backendRefs[]``)
+    gives the Service ``canary_service``."""
+    weight = 0
+    for rule in route["spec"].get("http") or ():
+        for dest in rule.get("route") or ():
+            if dest["destination"]["host"].split(".")[0] == canary_service:
+                weight += int(dest.get("weight", 100))
+    for rule in route["spec"].get("rules") or ():
+        for ref in rule.get("backendRefs") or ():
+            if ref.get("name") == canary_service:
+                weight += int(ref.get("weight", 1))
+    return weight
+
+
+async def _routes_to_the_canary(c: rclient.Client, ns: str, name: str) -> list[str]:
+    """What sends requests to ``name``'s canary pods now, read from the cluster, whichever router the
+    operator chose: its predictor Service selecting every component (the replicas router's route
+    to a canary), or a VirtualService / HTTPRoute ``name`` giving the canary's Service a weight."""
+    found = []
+    service = await c.get(resources.SERVICE, f"{name}{labels.PREDICTOR_SUFFIX}", ns)
+    selector = service["spec"].get("selector") or {}
+    if selector.get(labels.COMPONENT) != labels.PREDICTOR:
+        found.append(f"Service {objects.name(service)} selects {selector}")
+    for kind in (virtualservice.KIND, httproute.KIND):
+        route = await probes.get_or_none(c, kind.resource(), ns, name)  # None: no such route (or kind)
+        if route is not None and (weight := _canary_weight(route, f"{name}-{labels.CANARY}")):
+            found.append(f"{kind.kind} {name} gives the canary weight {weight}")
+    return found
+
+
 async def test_a_canary_whose_download_fails_gets_no_traffic_and_says_why(
     admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     """Only the canary's pods fail (the stage selects the canary component): the predictor serves,
-    ``CanaryReady=False/ModelDownloadFailed`` names the candidate's message."""
+    ``CanaryReady=False/ModelDownloadFailed`` names the candidate's message, ``status.traffic``
+    gives the candidate 0 % (no ready replica) and the predictor 100 %, and the route sends it
+    nothing (the predictor Service selects the predictor's pods only; no weighted route names the
+    canary's Service)."""
     message = "model download failed: no object at s3://models/cand/v2"
     stage = stages.init_failure_stage(
         f"canary-fail-{namespace}"[:63],
@@ -267,9 +301,14 @@ async def test_a_canary_whose_download_fails_gets_no_traffic_and_says_why(
         canary = probes.condition(obj, "CanaryReady")
         assert canary["message"].startswith("pod cand-canary-") and message in canary["message"]
         assert canary["message"].endswith("the candidate gets no traffic")
-        await wait.for_condition(
+        obj = await wait.for_condition(
             admin_client, ISVC, namespace, "cand", "Ready", "True", "Serving", timeout=60
         )
+        traffic = {t["component"]: t for t in obj["status"].get("traffic") or ()}
+        assert traffic[labels.CANARY]["percent"] == 0, traffic
+        assert traffic[labels.CANARY]["readyReplicas"] == 0, traffic
+        assert traffic[labels.PREDICTOR]["percent"] == 100, traffic
+        assert await _routes_to_the_canary(admin_client, namespace, "cand") == []
 
 
 # -- awaiting the API merge: the storage fields --------------------------------------------------
