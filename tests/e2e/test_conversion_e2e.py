@@ -4,7 +4,14 @@ whichever version an object was created in."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import copy
+import re
+import socket
+import ssl
+import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mlops_platform.api import conversion, crd
@@ -96,12 +103,18 @@ async def _children(c: rclient.Client, namespace: str, name: str) -> JSON:
     out: JSON = {}
     for kind, resource in (("deployment", resources.DEPLOYMENT), ("service", resources.SERVICE)):
         obj = await wait.until(
-            lambda resource=resource: probes.get_or_none(c, resource, namespace, f"{name}-predictor"),
+            _child(c, resource, namespace, f"{name}-predictor"),
             timeout=TIMEOUT,
             what=f"{kind} {name}-predictor",
         )
         out[kind] = _comparable(obj, name)
     return out
+
+
+def _child(
+    c: rclient.Client, resource: rclient.Resource, namespace: str, name: str
+) -> Callable[[], Awaitable[JSON | None]]:
+    return lambda: probes.get_or_none(c, resource, namespace, name)
 
 
 def _comparable(obj: JSON | None, name: str) -> JSON:
@@ -122,7 +135,8 @@ def _comparable(obj: JSON | None, name: str) -> JSON:
         meta.pop(key, None)
     for allocated in ("clusterIP", "clusterIPs"):  # the API server's choice, not the operator's
         out.get("spec", {}).pop(allocated, None)
-    return _renamed(out, name)
+    renamed: JSON = _renamed(out, name)
+    return renamed
 
 
 #: derived from the object's name (a hash of namespace/name), so they differ by name, not by version;
@@ -166,10 +180,53 @@ async def test_children_are_identical_whichever_version_an_object_was_created_in
         await wait.for_condition(c, V1, namespace, name, "Reconciled", "True", timeout=TIMEOUT)
 
 
-async def test_the_api_server_calls_the_webhook_over_verified_tls(admin_client: rclient.Client) -> None:
-    live = await admin_client.get(resources.CRD, crd.CRD_NAME)
+async def _webhook_calls(c: rclient.Client, from_version: str, to_version: str) -> float:
+    """The conversions of InferenceServices the API server asked the webhook for and got (its own
+    ``apiserver_crd_conversion_webhook_duration_seconds``, succeeded)."""
+    labels = (
+        f'crd_name="{crd.CRD_NAME}",from_version="{from_version}",succeeded="true",to_version="{to_version}"'
+    )
+    sample = re.escape(f"apiserver_crd_conversion_webhook_duration_seconds_count{{{labels}}}")
+    found = re.search(rf"^{sample} (\S+)$", await c.request_text("/metrics"), re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def _verified_handshake(host: str, port: int, ca_bundle: bytes) -> None:
+    """A TLS handshake with the server at ``host:port`` that verifies its certificate chain against
+    ``ca_bundle`` and its name against ``host`` (raises ``ssl.SSLError`` otherwise)."""
+    context = ssl.create_default_context(cadata=ca_bundle.decode())
+    with (
+        socket.create_connection((host, port), timeout=10) as sock,
+        context.wrap_socket(sock, server_hostname=host),
+    ):
+        pass
+
+
+async def test_the_api_server_calls_the_webhook_over_verified_tls(
+    admin_client: rclient.Client, namespace: str
+) -> None:
+    """The CRD sends conversions to the session's webhook over https, trusting exactly the CA the
+    webhook keeps in its Secret, which verifies the certificate it serves for the address called;
+    then a read that only the webhook can answer (an object stored as v1, read as v1alpha1) is
+    answered, converted, and the API server counts the call it made to the webhook."""
+    c = admin_client
+    live = await c.get(resources.CRD, crd.CRD_NAME)
     conv = live["spec"]["conversion"]
     assert conv["strategy"] == "Webhook"
-    assert conv["webhook"]["clientConfig"]["url"] == webhook.url()
-    assert conv["webhook"]["clientConfig"]["caBundle"]
     assert live["status"]["storedVersions"][-1] == "v1"
+    config = conv["webhook"]["clientConfig"]
+    url = urllib.parse.urlsplit(config["url"])
+    assert config["url"] == webhook.url() and url.scheme == "https", config["url"]
+    bundle = base64.b64decode(config["caBundle"])
+    assert bundle == await webhook.stored_bundle(c), "the CRD trusts another CA than the webhook's"
+    assert url.hostname and url.port
+    await asyncio.to_thread(_verified_handshake, url.hostname, url.port, bundle)
+
+    hub = conversion.convert(alpha("tls"), "mlops.platform/v1")
+    await c.create(V1, hub, namespace)
+    before = await _webhook_calls(c, "v1", "v1alpha1")
+    read = await c.get(ALPHA, "tls", namespace)  # stored as v1: converted by the webhook
+    after = await _webhook_calls(c, "v1", "v1alpha1")
+    assert read["apiVersion"] == "mlops.platform/v1alpha1"
+    assert read["spec"]["modelUri"] == "gs://models/bert/7", read["spec"]
+    assert after > before, f"the API server counted no call to the webhook ({before} -> {after})"
