@@ -1,22 +1,28 @@
 """The InferenceService reconciler: level-based, idempotent, honest status.
 
-One reconcile, from the CURRENT cached state of the InferenceService and its children:
+One reconcile (:meth:`InferenceServiceReconciler.reconcile`), from the CURRENT cached state of the
+InferenceService and its children:
 
-1. decode the CR into the internal model (bad input -> ``Ready=False/InvalidSpec`` naming the
-   field, a Warning Event, no retry);
-2. for each slot (:func:`base.slots`: every child kind for every component): build the desired
-   object; resolve the kind's served version (an optional kind whose CRD is absent is skipped and
-   reported, ``CRDNotInstalled``); then the generic engine (:mod:`~mlops_platform.runtime.control.childsync`)
+1. read the CR (or our status write's answer while the cache is older: :mod:`.own_writes`) and
+   decode it into the internal model (bad input -> ``Ready=False/InvalidSpec`` naming the field, a
+   Warning Event, no retry);
+2. decide the rollout (:func:`traffic.decide`) and the slots it gives (:func:`base.slots`: every
+   child kind for every component); with the pods' failures (:mod:`.pods_and_slices`) and what
+   cannot be read or recorded, these are the reconcile's inputs: inputs an earlier reconcile
+   settled (:mod:`.settled_inputs`) are not decided again;
+3. sync the children (:mod:`.slot_sync`): for each slot build the desired object; resolve the
+   kind's served version (an optional kind whose CRD is absent is skipped and reported,
+   ``CRDNotInstalled``); then the generic engine (:mod:`~mlops_platform.runtime.control.childsync`)
    deletes a child no longer desired, or applies a desired one only when the live one does not
    already carry it (semantic subset compare + a hash) — so drift is repaired and steady state
-   makes zero writes;
-3. compute the status (:mod:`.status`: per-slot conditions, pod failures such as CrashLoopBackOff,
+   makes zero writes; ONE Event per reconcile that wrote children, listing each child created,
+   updated (with the differing paths) or deleted, and a Warning Event per failure;
+4. compute the status (:mod:`.status`: per-slot conditions, pod failures such as CrashLoopBackOff,
    Ready, Reconciled, replicas, url only while serving, the model version actually rolled out) and
    write it only when it changed (status writes never trigger reconciles: the primary watch
    filters on generation);
-4. emit ONE Event per reconcile that wrote children, listing each child created, updated (with the
-   differing paths) or deleted, a Warning Event per failure, and one JSON log line with the
-   generation, the computed diff per child, the actions and the duration.
+5. record: one JSON log line with the generation, the computed diff per child, the actions and the
+   duration; then the inputs are settled, or the reconcile requeues or raises.
 
 The child writes of one reconcile go out in parallel (they are independent); their outcomes are
 recorded in slot order, so status, Event and log line do not depend on which answer came first.
@@ -27,12 +33,10 @@ API failures of a child are recorded on the status (``Reconciled=False`` with th
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Literal, Protocol
 
 from mlops_platform import api
 from mlops_platform.api import internal
@@ -44,6 +48,7 @@ from mlops_platform.controllers.inferenceservice import (
     pods_and_slices,
     servers,
     settled_inputs,
+    slot_sync,
     status,
     traffic,
 )
@@ -71,49 +76,21 @@ class ReconcileError(Exception):
     failures are on the status first, then this is raised so the controller retries with backoff."""
 
 
-class Recorder(Protocol):
-    denied: dict[str, rclient.ApiError]
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Basis:
+    """What one reconcile decides from: the CR as read and decoded, the rollout planned and the
+    slots it gives, the pods' failures, what cannot be read or recorded, and all of it as the
+    memo's inputs (:meth:`InferenceServiceReconciler._inputs`)."""
 
-    def event(self, regarding: Obj, type_: str, reason: str, action: str, note: str) -> None: ...
-
-
-@dataclasses.dataclass
-class _Run:
-    """What one reconcile did so far (for the status, the log line and the Events)."""
-
+    key: settled_inputs.Key
     raw: Obj
     isvc: internal.InferenceService
-    actions: list[str] = dataclasses.field(default_factory=list)
-    changes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    failures: list[status.Failure] = dataclasses.field(default_factory=list)
-    observed: list[status.Observed] = dataclasses.field(default_factory=list)
-    #: (action, "Kind/name", changed paths) of every child written, in slot order (for the Event)
-    done: list[tuple[str, str, tuple[str, ...]]] = dataclasses.field(default_factory=list)
-    #: "Kind/name" (or "status") -> milliseconds its write took, request to answer (an apply the
-    #: server refused and the replace after it: both), for the log line: what of a slow reconcile
-    #: was the API server's and what the operator's own
-    request_ms: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(slots=True)
-class _Decision:
-    """One slot decided from the cache, before any request: its desired object (None: not wanted),
-    the live child, and the paths to write (none: it carries them)."""
-
-    slot: base.Slot
-    resource: rclient.Resource | None
-    desired: Obj | None
-    live: Obj | None
-    changes: tuple[str, ...] = ()
-    state: Literal["served", "missing", "syncing"] = "served"
-    failed: bool = False  # the comparison refused it (another owner's object): nothing written
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Outcome:
-    what: str  # "Kind/name"
-    action: childsync.Action
-    changes: tuple[str, ...]
+    plan: traffic.Rollout
+    slots: list[base.Slot]
+    pod_failure: tuple[str, str] | None
+    canary_failure: tuple[str, str] | None
+    problems: list[tuple[str, rclient.ApiError]]
+    inputs: tuple[object, ...]
 
 
 class InferenceServiceReconciler:
@@ -121,7 +98,7 @@ class InferenceServiceReconciler:
         self,
         cache: rcache.Cache,
         client: rclient.Client,
-        recorder: Recorder | events.EventRecorder,
+        recorder: slot_sync.Recorder | events.EventRecorder,
         optional_kinds: crdwatch.OptionalKinds,
         ctx: base.BuildContext,
     ) -> None:
@@ -137,31 +114,70 @@ class InferenceServiceReconciler:
         self.own_writes = own_writes.OwnWrites()
         #: the primary kind's predicate that keeps our status writes until the cache holds them
         self.own_status = own_writes.OwnStatus()
+        #: decides every slot of a reconcile and writes what differs
+        self.slot_sync = slot_sync.SlotSync(
+            cache, optional_kinds, ctx, self.syncer, recorder, self.own_writes
+        )
         #: per InferenceService, the inputs under which its last reconcile's decisions hold
         self.settled = settled_inputs.SettledInputs()
 
     async def reconcile(self, request: Request) -> Result:
         key = (request.namespace or "", request.name)
+        raw = self._read(request, key)
+        if raw is None:
+            return Result()  # gone: the garbage collector removes the children
+        started = time.perf_counter()
+        isvc = await self._decode(key, raw)
+        plan = self._rollout(isvc)
+        slots = base.slots(isvc, children.CHILDREN, plan.components, plan.route)
+        basis = self._basis(key, raw, isvc, plan, slots)
+        if self.settled.holds(key, basis.inputs):
+            return Result()  # the inputs of a reconcile that found nothing to write: nothing to do
+        run = await self.slot_sync.sync(raw, isvc, slots)
+        after = self._rollout(isvc, run.written_objects())  # the rollout as our writes left it
+        written = await self._write_status(basis, run, after)
+        self._log(run, written, started)
+        return self._settle(basis, run, after, written)
+
+    # -- read and decide ----------------------------------------------------------------------------
+
+    def _read(self, request: Request, key: settled_inputs.Key) -> Obj | None:
+        """The CR from the cache, or our status write's answer while the cache is older than it
+        (:meth:`own_writes.OwnStatus.read`); None when it is gone or being deleted."""
         raw = self.cache.get(ISVC, request.namespace, request.name)
         if raw is None or objects.deleting(raw):
             self.settled.forget(key)
-            return Result()  # gone: the garbage collector removes the children
-        raw = self.own_status.read(raw)
-        started = time.perf_counter()
-        version = objects.meta(raw).get("resourceVersion")
-        decoded = self.settled.decoded(key, version)
-        if decoded is not None:
-            isvc = decoded  # the same CR: decoded already
-        else:
-            try:
-                isvc = api.decode(raw)
-                self._validate_runtime(isvc)
-            except api.ValidationError as e:
-                self.settled.forget(key)
-                await self._invalid(raw, str(e))
-                raise TerminalError(f"invalid spec: {e}") from None
-        plan = self._rollout(isvc)
-        slots = base.slots(isvc, children.CHILDREN, plan.components, plan.route)
+            return None
+        return self.own_status.read(raw)
+
+    async def _decode(self, key: settled_inputs.Key, raw: Obj) -> internal.InferenceService:
+        """The CR in the internal model: the settled one at the same resourceVersion (decoded
+        already), else decoded and checked against what only the runtime table can tell
+        (:func:`servers.validate`: the runtime exists, serves the declared model formats, does not
+        bind the port itself) before any builder runs, so none meets a runtime the table lacks. An
+        invalid spec is written on the status and an Event, and not retried (TerminalError)."""
+        settled = self.settled.decoded(key, objects.meta(raw).get("resourceVersion"))
+        if settled is not None:
+            return settled
+        try:
+            isvc = api.decode(raw)
+            servers.validate(isvc, self.ctx.servers)
+        except api.ValidationError as e:
+            self.settled.forget(key)
+            await self._invalid(raw, str(e))
+            raise TerminalError(f"invalid spec: {e}") from None
+        return isvc
+
+    def _basis(
+        self,
+        key: settled_inputs.Key,
+        raw: Obj,
+        isvc: internal.InferenceService,
+        plan: traffic.Rollout,
+        slots: list[base.Slot],
+    ) -> _Basis:
+        """The rest of what the reconcile decides from, from the cache: the pods' failures and what
+        cannot be read or recorded; and all of it as inputs."""
         pods = self.cache.by_index(resources.POD, pods_and_slices.POD_INDEX, isvc.key)
         pod_failure, canary_failure = pods_and_slices.failures(pods)
         problems = self._permission_problems(isvc.namespace)
@@ -170,89 +186,9 @@ class InferenceServiceReconciler:
         def cached(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
             return self.cache.get(resource, namespace, slot.name)
 
+        version = objects.meta(raw).get("resourceVersion")
         inputs = self._inputs(version, slots, cached, (pod_failure, canary_failure, plan), problems)
-        if self.settled.holds(key, inputs):
-            # exactly the inputs of the last reconcile, which found nothing to write: the same
-            # decisions again (a resync, a no-op event); nothing to build, compare or write
-            return Result()
-        run = _Run(raw, isvc)
-        await self._sync_all(run, slots)
-        # the rollout as the cluster now shows it: the objects our writes answered with (a route we
-        # just rewrote, a canary just created or deleted), else the cache. The status reports this
-        # split; the next reconcile, reading our writes back, starts from it.
-        written_objs = {
-            (o.slot.child.kind.plural, o.slot.name): o.live for o in run.observed if o.kind_state == "served"
-        }
-        after = self._rollout(isvc, written_objs)
-        self._event_for_changes(run)
-        for what, err in problems:
-            run.failures.append(status.Failure(what, err))
-            self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
-        new_status = status.compute(
-            isvc,
-            raw.get("status") or {},
-            run.observed,
-            run.failures,
-            pod_failure,
-            self.ctx,
-            status.Canary(after, canary_failure),
-        )
-        sent = time.perf_counter()
-        try:
-            written = await self._write_status(raw, new_status)
-        except rclient.ApiError as e:
-            self.recorder.event(raw, "Warning", "StatusUpdateFailed", "UpdateStatus", f"patch status: {e}")
-            raise
-        all_actions = run.actions + (["status"] if written is not None else [])
-        if written is not None:
-            run.request_ms["status"] = round((time.perf_counter() - sent) * 1000, 1)
-        log.log(
-            logging.INFO if all_actions or run.failures else logging.DEBUG,
-            "reconciled",
-            extra={
-                "generation": isvc.generation,
-                "diff": run.changes,
-                "actions": all_actions,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                "requests_ms": run.request_ms,
-            },
-        )
-        if run.failures:
-            self.settled.forget(key)
-            raise ReconcileError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
-        # what the next reconcile will read once the watches deliver our writes: the objects our
-        # writes answered with. Deciding from those gives nothing to write (every write made the
-        # cluster carry what was decided), so that is settled too; the echo filter drops those
-        # events, and anything else that changes (a controller's status) is a new input.
-        lives = {o.slot.key: o.live for o in run.observed}
-
-        def answered(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
-            return lives.get(slot.key)
-
-        if (after.components, after.route) != (plan.components, plan.route):
-            # our own writes changed what to decide (the route now gives a leaving canary nothing, so
-            # it can go): decide again now; those writes' echoes are filtered from the watch
-            self.settled.forget(key)
-            return Result(requeue=True)
-        answer = written or raw
-        if objects.generation(answer) != isvc.generation:
-            # the status landed on a newer spec than the one decided from: its version must not
-            # be settled with this decode (the spec event's reconcile would find "nothing new")
-            self.settled.forget(key)
-            return Result()
-        self.settled.settle(
-            key,
-            self._inputs(
-                objects.meta(answer).get("resourceVersion"),
-                slots,
-                answered,
-                (pod_failure, canary_failure, after),
-                problems,
-                {o.slot.key: o.kind_state for o in run.observed},
-            ),
-            isvc,
-        )
-        return Result()
+        return _Basis(key, raw, isvc, plan, slots, pod_failure, canary_failure, problems, inputs)
 
     def _inputs(
         self,
@@ -275,7 +211,7 @@ class InferenceServiceReconciler:
             resource = self.kinds.resolve(slot.child.kind)
             state = (decided or {}).get(slot.key)
             if state is None:
-                readable = resource is not None and self._readable(slot.child, resource)
+                readable = resource is not None and slot_sync.readable(self.cache, slot.child, resource)
                 state = "served" if readable else "missing" if resource is None else "syncing"
             if state != "served" or resource is None:
                 parts.append({"missing": None, "syncing": "syncing"}.get(state, "gone"))
@@ -285,116 +221,15 @@ class InferenceServiceReconciler:
         parts.append(tuple((what, str(err)) for what, err in problems))
         return tuple(parts)
 
-    def _validate_runtime(self, isvc: internal.InferenceService) -> None:
-        """What only the runtime table can tell (:func:`servers.validate`: the runtime exists, serves
-        the declared model formats, does not bind the port itself); before any builder runs, so none
-        meets a runtime the table lacks."""
-        servers.validate(isvc, self.ctx.servers)
-
-    # -- children -----------------------------------------------------------------------------------
-
-    async def _sync_all(self, run: _Run, slots: list[base.Slot]) -> None:
-        """Decide every slot from the cache first, without a request (:meth:`_decide`), then send the
-        writes in parallel (they are independent: no child reads another's live state) and record
-        the outcomes in slot order, so status, log and Event are the same whatever order the answers
-        came in; a reconcile that writes nothing starts no task. Deletions go first: a child that
-        replaces another (a KEDA ScaledObject for an HPA: KEDA refuses a ScaledObject whose target
-        has an HPA) is created only once the one it replaces is gone."""
-        decisions = [self._decide(run, slot) for slot in slots]
-        outcomes: dict[int, tuple[status.Observed, _Outcome | None]] = {}
-        deletes = [i for i, d in enumerate(decisions) if d.desired is None and d.live is not None]
-        writes = [i for i, d in enumerate(decisions) if d.desired is not None and d.changes and not d.failed]
-        for phase in (deletes, writes):
-            done = await asyncio.gather(*(self._write(run, decisions[i]) for i in phase))
-            outcomes.update(zip(phase, done, strict=True))
-        for i, (slot, d) in enumerate(zip(slots, decisions, strict=True)):
-            observed, outcome = outcomes.get(i) or (status.Observed(slot, d.desired, d.live, d.state), None)
-            run.observed.append(observed)
-            if outcome is None or outcome.action == "none":
-                continue
-            what = outcome.what
-            run.actions.append(f"{outcome.action[:-1]} {what}")
-            if outcome.action != "deleted":
-                run.changes[what] = list(outcome.changes)
-            run.done.append((outcome.action, what, outcome.changes))
-
-    def _decide(self, run: _Run, slot: base.Slot) -> _Decision:
-        """A slot from the cache: what to delete or apply (built, prepared, settled and compared)."""
-        child, target = slot.child, slot.target
-        resource = self.kinds.resolve(child.kind)
-        desired = child.build(target, self.ctx) if target.component.present else None
-        if resource is None or not self._readable(child, resource):
-            # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
-            # read or write; the status says so where the child is wanted
-            state: Literal["missing", "syncing"] = "missing" if resource is None else "syncing"
-            return _Decision(slot, resource, desired, None, state=state)
-        live = self.cache.get(resource, target.isvc.namespace, slot.name)
-        if desired is None:
-            return _Decision(slot, resource, None, live)
-        desired["apiVersion"] = resource.api_version
-        self.syncer.prepare(desired, run.raw)
-        settle = None if child.settle is None else _bind(child.settle, target)
-        try:
-            changes = self.syncer.compare(resource, desired, live, settle)
-        except rclient.ApiError as e:  # another owner's object of the child's name
-            self._failed(run, slot, "apply", e, f"{resource.kind}/{slot.name}")
-            return _Decision(slot, resource, desired, live, failed=True)
-        return _Decision(slot, resource, desired, live, changes)
-
-    async def _write(self, run: _Run, d: _Decision) -> tuple[status.Observed, _Outcome | None]:
-        """Delete or apply one decided slot; a failure is recorded (status, Warning Event)."""
-        assert d.resource is not None
-        what = f"{d.resource.kind}/{d.slot.name}"
-        sent = time.perf_counter()
-        try:
-            if d.desired is None:
-                outcome = await self.syncer.remove(d.resource, d.live, d.slot.target.isvc.uid)
-            else:
-                outcome = await self.syncer.write(d.resource, d.desired, d.live, d.changes)
-        except rclient.ApiError as e:
-            run.request_ms[what] = round((time.perf_counter() - sent) * 1000, 1)
-            self._failed(run, d.slot, "delete" if d.desired is None else "apply", e, what)
-            return status.Observed(d.slot, d.desired, d.live), None
-        if outcome.action != "none":
-            run.request_ms[what] = round((time.perf_counter() - sent) * 1000, 1)
-        if outcome.action in ("created", "updated") and outcome.live is not None:
-            self.own_writes.wrote(outcome.live)
-        return status.Observed(d.slot, d.desired, outcome.live), _Outcome(
-            what, outcome.action, outcome.changes
-        )
-
-    def _failed(self, run: _Run, slot: base.Slot, verb: str, e: rclient.ApiError, what: str) -> None:
-        run.failures.append(status.Failure(f"{verb} {what}", e))
-        self.recorder.event(
-            run.raw, "Warning", f"{verb.capitalize()}Failed", verb.capitalize(), f"{verb} {what}: {e}"
-        )
-
-    def _event_for_changes(self, run: _Run) -> None:
-        """ONE Event per reconcile that changed children, listing every child it created, updated or
-        deleted (not one per child: a third of all writes at scale were Events)."""
-        if not run.done:
-            return
-        actions = {action for action, _, _ in run.done}
-        reason = "Created" if actions == {"created"} else "Deleted" if actions == {"deleted"} else "Updated"
-        parts: list[str] = []
-        for action in ("created", "updated", "deleted"):
-            items = [(what, changes) for a, what, changes in run.done if a == action]
-            if not items:
-                continue
-            if action == "updated":
-                listed = "; ".join(f"{what} ({', '.join(changes[:5])})" for what, changes in items)
-            else:
-                listed = ", ".join(what for what, _ in items)
-            parts.append(f"{action} {listed}" + (" (no longer desired)" if action == "deleted" else ""))
-        self.recorder.event(run.raw, "Normal", reason, reason.removesuffix("d"), "; ".join(parts))
-
     def _rollout(
         self,
         isvc: internal.InferenceService,
         answered: dict[tuple[str, str], Obj | None] | None = None,
     ) -> traffic.Rollout:
         """The canary decision (:func:`traffic.decide`) from the cache, or from the objects this
-        reconcile's writes ``answered`` with (by plural and name) where it wrote."""
+        reconcile's writes ``answered`` with (by plural and name) where it wrote: the rollout as the
+        cluster now shows it (a route just rewritten, a canary just created or deleted). The status
+        reports that split; the next reconcile, reading our writes back, starts from it."""
         ns = isvc.namespace
 
         def live(kind: kinds.Kind, name: str) -> Obj | None:
@@ -423,10 +258,6 @@ class InferenceServiceReconciler:
         resource = self.kinds.resolve(kind)
         return resource if resource is not None and self.cache.synced(resource) else None
 
-    def _readable(self, child: base.Child, resource: rclient.Resource) -> bool:
-        """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""
-        return not child.kind.optional or self.cache.synced(resource)
-
     def _permission_problems(self, namespace: str) -> list[tuple[str, rclient.ApiError]]:
         """What the operator cannot see or record (a 401/403 on list/watch, or on writing Events).
 
@@ -444,9 +275,37 @@ class InferenceServiceReconciler:
             problems.append(("create events.events.k8s.io", denied))
         return problems
 
-    # -- status -------------------------------------------------------------------------------------
+    # -- status and record --------------------------------------------------------------------------
 
-    async def _write_status(self, raw: Obj, new: Obj) -> Obj | None:
+    async def _write_status(self, basis: _Basis, run: slot_sync.Run, after: traffic.Rollout) -> Obj | None:
+        """The status (:func:`status.compute`) from the slots as synced, the rollout ``after`` our
+        writes and what cannot be read or recorded (a failure each, and a Warning Event), applied
+        when it changed: the answer (the CR as stored), or None if unchanged. A failed status write
+        is a Warning Event, then raised."""
+        raw = basis.raw
+        for what, err in basis.problems:
+            run.failures.append(status.Failure(what, err))
+            self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
+        new_status = status.compute(
+            basis.isvc,
+            raw.get("status") or {},
+            run.observed,
+            run.failures,
+            basis.pod_failure,
+            self.ctx,
+            status.Canary(after, basis.canary_failure),
+        )
+        sent = time.perf_counter()
+        try:
+            written = await self._apply_status(raw, new_status)
+        except rclient.ApiError as e:
+            self.recorder.event(raw, "Warning", "StatusUpdateFailed", "UpdateStatus", f"patch status: {e}")
+            raise
+        if written is not None:
+            run.request_ms["status"] = round((time.perf_counter() - sent) * 1000, 1)
+        return written
+
+    async def _apply_status(self, raw: Obj, new: Obj) -> Obj | None:
         """Apply the status when it changed; the answer (the CR as stored), or None if unchanged."""
         previous = dict(raw.get("status") or {})
         previous.pop("lastReconcileTime", None)
@@ -471,11 +330,61 @@ class InferenceServiceReconciler:
 
     async def _invalid(self, raw: Obj, message: str) -> None:
         self.recorder.event(raw, "Warning", "InvalidSpec", "Validate", message)
-        await self._write_status(raw, status.invalid(raw, message))
+        await self._apply_status(raw, status.invalid(raw, message))
 
+    def _log(self, run: slot_sync.Run, written: Obj | None, started: float) -> None:
+        """The reconcile's JSON log line: INFO when it wrote or failed, else DEBUG."""
+        all_actions = run.actions + (["status"] if written is not None else [])
+        log.log(
+            logging.INFO if all_actions or run.failures else logging.DEBUG,
+            "reconciled",
+            extra={
+                "generation": run.isvc.generation,
+                "diff": run.changes,
+                "actions": all_actions,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "requests_ms": run.request_ms,
+            },
+        )
 
-def _bind(settle: base.SettleFn, target: base.Target) -> childsync.Settle:
-    def bound(desired: Obj, live: Obj | None) -> None:
-        settle(target, desired, live)
+    def _settle(
+        self, basis: _Basis, run: slot_sync.Run, after: traffic.Rollout, written: Obj | None
+    ) -> Result:
+        """How the reconcile ends: failures raised (:class:`ReconcileError`, after the status says
+        them), a requeue when our own writes changed the rollout, else the inputs our writes left
+        settled when the status landed on the generation decided from. Anything but settling forgets
+        (the invariant of :class:`settled_inputs.SettledInputs`)."""
+        key = basis.key
+        if run.failures:
+            self.settled.forget(key)
+            raise ReconcileError("; ".join(f"{f.what}: {f.error}" for f in run.failures))
+        if (after.components, after.route) != (basis.plan.components, basis.plan.route):
+            # our own writes changed what to decide (the route now gives a leaving canary nothing, so
+            # it can go): decide again now; those writes' echoes are filtered from the watch
+            self.settled.forget(key)
+            return Result(requeue=True)
+        answer = written or basis.raw
+        if objects.generation(answer) != basis.isvc.generation:
+            # the status landed on a newer spec than the one decided from: its version must not
+            # be settled with this decode (the spec event's reconcile would find "nothing new")
+            self.settled.forget(key)
+            return Result()
+        # what the next reconcile will read once the watches deliver our writes: the objects our
+        # writes answered with. Deciding from those gives nothing to write (every write made the
+        # cluster carry what was decided), so that is settled too; the echo filter drops those
+        # events, and anything else that changes (a controller's status) is a new input.
+        lives = {o.slot.key: o.live for o in run.observed}
 
-    return bound
+        def answered(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
+            return lives.get(slot.key)
+
+        inputs = self._inputs(
+            objects.meta(answer).get("resourceVersion"),
+            basis.slots,
+            answered,
+            (basis.pod_failure, basis.canary_failure, after),
+            basis.problems,
+            {o.slot.key: o.kind_state for o in run.observed},
+        )
+        self.settled.settle(key, inputs, basis.isvc)
+        return Result()
