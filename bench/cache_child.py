@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench._common import read_proc
+from bench import _common as common
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client
@@ -83,7 +83,7 @@ def malloc_trim_rss() -> int:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:
         return -1
-    return read_proc().rss
+    return common.read_proc().rss
 
 
 async def measure(kubeconfig: str, namespace: str, selector: str, variant: str, page_size: int) -> CacheRun:
@@ -96,7 +96,7 @@ async def measure(kubeconfig: str, namespace: str, selector: str, variant: str, 
     # warm-up: TLS handshake, connection pool, first response buffers are not the cache's cost
     await client.list(resources.CONFIG_MAP, namespace, label_selector=selector, limit=1)
     gc.collect()
-    base = read_proc()
+    base = common.read_proc()
     if variant == "stripped-per-page":
         strip_each_page(client)
     informer = rinformer.Informer(
@@ -112,7 +112,7 @@ async def measure(kubeconfig: str, namespace: str, selector: str, variant: str, 
     await informer.wait_for_sync(900)
     sync_seconds = time.perf_counter() - t0
     gc.collect()
-    after = read_proc()
+    after = common.read_proc()
     trimmed = malloc_trim_rss()
     objects = informer.store.list()
     with_mf = sum(1 for o in objects if o.get("metadata", {}).get("managedFields"))

@@ -67,20 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from bench._common import (
-    Percentiles,
-    dev_cluster_down,
-    dev_cluster_up,
-    log,
-    markdown_table,
-    mib,
-    percentile,
-    pids_naming,
-    read_machine,
-    read_proc,
-    results_dir,
-    write_json,
-)
+from bench import _common as common
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client, Resource
@@ -265,7 +252,7 @@ def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
 
 
 @dataclass
-class Row(Percentiles):
+class Row(common.Percentiles):
     """One operation at one version: the client's latencies and the webhook's counters over them."""
 
     version: str
@@ -278,7 +265,7 @@ class Row(Percentiles):
 
     @property
     def per_object_p99(self) -> float:
-        return percentile(self.per_object_ms, 99)
+        return common.percentile(self.per_object_ms, 99)
 
     @property
     def from_histogram(self) -> bool:
@@ -333,16 +320,20 @@ class Probe:
 
     def __init__(self, metrics_url: str, pid: int) -> None:
         self.metrics_url, self.pid = metrics_url, pid
-        self._cpu = read_proc(pid).cpu_seconds
+        self._cpu = common.read_proc(pid).cpu_seconds
 
     def scrape(self) -> Scrape:
         return scrape(self.metrics_url)
 
     def phase(self) -> JSON:
         """CPU seconds since the last call, RSS and its peak now."""
-        p = read_proc(self.pid)
+        p = common.read_proc(self.pid)
         cpu, self._cpu = p.cpu_seconds - self._cpu, p.cpu_seconds
-        return {"cpu_s": round(cpu, 2), "rss_mib": float(mib(p.rss)), "hwm_mib": float(mib(p.hwm))}
+        return {
+            "cpu_s": round(cpu, 2),
+            "rss_mib": float(common.mib(p.rss)),
+            "hwm_mib": float(common.mib(p.hwm)),
+        }
 
 
 async def timed(call: Callable[..., Awaitable[object]], *args: Any) -> float:
@@ -548,8 +539,8 @@ def handler_alone(stored: Sequence[JSON], repeat: int) -> list[JSON]:
                 "version": v,
                 "objects": 1,
                 "reviews": len(times),
-                "p50_ms": round(percentile(times, 50), 4),
-                "p99_ms": round(percentile(times, 99), 4),
+                "p50_ms": round(common.percentile(times, 50), 4),
+                "p99_ms": round(common.percentile(times, 99), 4),
             }
         )
         whole = body(stored, v)
@@ -563,9 +554,9 @@ def handler_alone(stored: Sequence[JSON], repeat: int) -> list[JSON]:
                 "version": v,
                 "objects": len(stored),
                 "reviews": repeat,
-                "p50_ms": round(percentile(batch, 50), 3),
-                "p99_ms": round(percentile(batch, 99), 3),
-                "per_object_p99_ms": round(percentile(batch, 99) / len(stored), 4),
+                "p50_ms": round(common.percentile(batch, 50), 3),
+                "p99_ms": round(common.percentile(batch, 99), 3),
+                "per_object_p99_ms": round(common.percentile(batch, 99) / len(stored), 4),
             }
         )
     return out
@@ -583,11 +574,11 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_path: Path, result
         rclient.Client.from_kubeconfig(kubeconfig) as client,
         webhook.serving(Path(kubeconfig), client, log_path=log_path, port=port, extra_args=extra),
     ):
-        pids = pids_naming(f"127.0.0.1:{metrics_port}")
+        pids = common.pids_naming(f"127.0.0.1:{metrics_port}")
         if len(pids) != 1:
             raise SystemExit(f"the webhook process: {len(pids)} processes found by its address")
         probe = Probe(f"http://127.0.0.1:{metrics_port}/metrics", pids[0])
-        log(f"webhook serving on port {port}, metrics on {metrics_port}, pid {pids[0]}")
+        common.log(f"webhook serving on port {port}, metrics on {metrics_port}, pid {pids[0]}")
         result.process["start"] = probe.phase()
         await client.create(resources.NAMESPACE, {"metadata": {"name": NAMESPACE}})
         before = probe.scrape()
@@ -595,16 +586,16 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_path: Path, result
         # every write is converted for each old version's watch cache (in the background)
         result.background = {"writes": a.count, "webhook_requests": (await quiet(probe) - before).total}
         result.process["populate"] = probe.phase()
-        log(f"{a.count} InferenceServices at v1; measuring single-object GETs")
+        common.log(f"{a.count} InferenceServices at v1; measuring single-object GETs")
         result.rows += await gets(client, probe, a.count, a.block)
         result.process["get"] = probe.phase()
-        log(f"measuring {a.lists} LISTs of {a.count} per version")
+        common.log(f"measuring {a.lists} LISTs of {a.count} per version")
         result.rows += await lists(client, probe, a.count, a.lists)
         result.process["list"] = probe.phase()
-        log(f"measuring {a.creates} creates at v1alpha1 (and at v1)")
+        common.log(f"measuring {a.creates} creates at v1alpha1 (and at v1)")
         result.rows += await creates(client, probe, a.creates)
         result.process["create"] = probe.phase()
-        log(f"measuring {a.refills} CRD changes + first LIST per version")
+        common.log(f"measuring {a.refills} CRD changes + first LIST per version")
         result.rows += await refills(client, probe, a.count, a.refills)
         result.process["refill"] = probe.phase()
         stored = (await client.list(resource("v1"), NAMESPACE, label_selector="bench=conversion"))["items"]
@@ -620,35 +611,37 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_path: Path, result
 
 async def amain(a: argparse.Namespace) -> Result:
     result = Result(a.count)
-    m0, t0 = read_machine(), time.monotonic()
-    own0 = read_proc().cpu_seconds
+    m0, t0 = common.read_machine(), time.monotonic()
+    own0 = common.read_proc().cpu_seconds
     result.machine["loadavg_1m_start"] = m0.loadavg_1m
     with tempfile.TemporaryDirectory(prefix="mlops-bench-conversion-") as tmp:
         try:
-            dev_cluster_down(a.cluster_name)  # a fresh cluster: nothing stored at another version
-            kubeconfig, _ = dev_cluster_up(
+            common.dev_cluster_down(a.cluster_name)  # a fresh cluster: nothing stored at another version
+            kubeconfig, _ = common.dev_cluster_up(
                 a.cluster_name, "--nodes", "1", "--without-metrics-server", "--real-nodes", "0"
             )
             t0 = time.monotonic()
-            m0 = read_machine()
+            m0 = common.read_machine()
             await asyncio.wait_for(measure(a, kubeconfig, Path(tmp) / "webhook.log", result), a.timeout)
         except (TimeoutError, SystemExit, RuntimeError) as e:
             result.failures.append(f"{type(e).__name__}: {e}")
-            log(f"FAILED: {e}")
+            common.log(f"FAILED: {e}")
             log_file = Path(tmp) / "webhook.log"
             if log_file.exists():
-                log("the webhook's log (last lines):\n" + "\n".join(log_file.read_text().splitlines()[-20:]))
+                common.log(
+                    "the webhook's log (last lines):\n" + "\n".join(log_file.read_text().splitlines()[-20:])
+                )
         finally:
-            m1 = read_machine()
+            m1 = common.read_machine()
             elapsed = time.monotonic() - t0
             result.machine |= {
                 "loadavg_1m_end": m1.loadavg_1m,
                 "seconds": round(elapsed, 1),
                 "busy_cpus_mean": round((m1.busy_seconds - m0.busy_seconds) / elapsed, 2) if elapsed else 0.0,
-                "benchmark_cpu_s": round(read_proc().cpu_seconds - own0, 1),
+                "benchmark_cpu_s": round(common.read_proc().cpu_seconds - own0, 1),
             }
             if not a.keep_cluster:
-                dev_cluster_down(a.cluster_name)
+                common.dev_cluster_down(a.cluster_name)
     return result
 
 
@@ -696,12 +689,12 @@ def render(result: Result) -> str:
         )
     out = [
         f"Conversion webhook, N={result.count} (SLO: per-object p99 <= {SLO_MS:g} ms):\n",
-        markdown_table(header, rows),
+        common.markdown_table(header, rows),
     ]
     if result.handler:
         out += [
             "\nThe handler alone, in-process (JSON bytes in and out):\n",
-            markdown_table(
+            common.markdown_table(
                 ["version", "objects per review", "reviews", "p50 ms", "p99 ms", "per-object p99 ms"],
                 [
                     [
@@ -719,7 +712,7 @@ def render(result: Result) -> str:
     if result.process:
         out += [
             "\nThe webhook process per phase (CPU seconds in the phase; RSS and peak at its end):\n",
-            markdown_table(
+            common.markdown_table(
                 ["phase", "CPU s", "RSS MiB", "peak RSS MiB"],
                 [
                     [k, fmt(v["cpu_s"], 2), fmt(v["rss_mib"]), fmt(v["hwm_mib"])]
@@ -785,7 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = render(result)
     print(table)
     if a.out:
-        out, machine, args = results_dir(a, REPO)
+        out, machine, args = common.results_dir(a, REPO)
         data = {
             "machine": machine,
             "load": result.machine,
@@ -797,7 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "background": result.background,
             "failures": result.failures,
         }
-        write_json(out / "conversion.json", data)
+        common.write_json(out / "conversion.json", data)
         command = " ".join(["`.venv/bin/python -m bench.conversion", *sys.argv[1:]]) + "`"
         (out / "conversion.md").write_text(
             f"# Conversion webhook benchmark\n\n{command} (`make bench-conversion`)\n\nMachine: "
@@ -806,10 +799,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             + table
             + "\n"
         )
-        log(f"wrote {out / 'conversion.md'}")
+        common.log(f"wrote {out / 'conversion.md'}")
     bad = slo_violations(result)
     for b in bad + result.failures:
-        log(f"FAILED: {b}")
+        common.log(f"FAILED: {b}")
     return 1 if bad or result.failures or not result.rows else 0
 
 

@@ -41,14 +41,7 @@ from typing import Any
 
 import msgspec
 
-from bench._common import (
-    delete_namespace,
-    log,
-    machine_info,
-    markdown_table,
-    wait_while_terminating,
-    write_json,
-)
+from bench import _common as common
 
 NAMESPACE = "bench-http"
 STACKS = ("httpx2", "httpx2-http2", "aiohttp", "runtime")
@@ -198,7 +191,7 @@ async def prepare(kubeconfig: str) -> bytes:
 
     body = deployment("bench-http")
     async with rclient.Client.from_kubeconfig(kubeconfig) as c:
-        await wait_while_terminating(c, NAMESPACE)
+        await common.wait_while_terminating(c, NAMESPACE)
         try:
             await c.create(resources.NAMESPACE, {"metadata": {"name": NAMESPACE}})
         except rclient.ApiError as e:
@@ -218,7 +211,7 @@ async def cleanup(kubeconfig: str) -> None:
     from mlops_platform.runtime.transport import client as rclient
 
     async with rclient.Client.from_kubeconfig(kubeconfig) as c:
-        await delete_namespace(c, NAMESPACE, wait=120, poll=0.5)
+        await common.delete_namespace(c, NAMESPACE, wait=120, poll=0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             for op in OPS:
                 for stack in a.stacks:
                     run = asyncio.run(measure(stack, a.kubeconfig, op, a.requests, a.concurrency, body))
-                    log(
+                    common.log(
                         f"round {r + 1}/{a.repeat} {op:5} {stack:13} "
                         f"{run.cpu_us_per_request:7.0f} us CPU/req, "
                         f"{a.requests / run.wall_seconds:6.0f} req/s"
@@ -254,9 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             rate = statistics.median(x.requests / x.wall_seconds for x in mine)
             rows.append([op, stack, f"{cpu:.0f}", f"{rate:.0f}"])
     print(f"requests per run: {a.requests}, in flight: {a.concurrency}, rounds: {a.repeat} (median shown)\n")
-    print(markdown_table(["request", "stack", "CPU us / request", "requests / s"], rows))
+    print(common.markdown_table(["request", "stack", "CPU us / request", "requests / s"], rows))
     if a.json:
-        write_json(a.json, {"machine": machine_info(), "runs": [asdict(x) for x in runs]})
+        common.write_json(a.json, {"machine": common.machine_info(), "runs": [asdict(x) for x in runs]})
     return 0
 
 

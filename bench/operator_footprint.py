@@ -69,22 +69,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench._common import (
-    NO_WEBHOOK_SERVER,
-    delete_namespace,
-    dev_cluster_down,
-    dev_cluster_up,
-    install_crd,
-    log,
-    machine_info,
-    markdown_table,
-    mib,
-    pids_naming,
-    read_machine,
-    read_proc,
-    wait_while_terminating,
-    write_json,
-)
+from bench import _common as common
 from mlops_platform.testing.ports import free_port
 
 if TYPE_CHECKING:
@@ -127,16 +112,16 @@ def control_plane_cpu(cluster_dir: str | None) -> float:
     if not cluster_dir:
         return 0.0
     total = 0.0
-    for pid in pids_naming(cluster_dir):
+    for pid in common.pids_naming(cluster_dir):
         with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
-            total += read_proc(pid).cpu_seconds
+            total += common.read_proc(pid).cpu_seconds
     return total
 
 
 def sample_proc(pid: int, cluster_dir: str | None) -> ProcSample:
     t = time.monotonic()
-    operator = read_proc(pid)
-    machine = read_machine()
+    operator = common.read_proc(pid)
+    machine = common.read_machine()
     own = os.times()
     return ProcSample(
         t=t,
@@ -241,10 +226,10 @@ def start_operator(kubeconfig: str, log_dir: Path) -> Operator:
         "--kubeconfig", kubeconfig,
         "--health-probe-bind-address", "127.0.0.1:0",
         "--metrics-bind-address", f"127.0.0.1:{port}",
-        *NO_WEBHOOK_SERVER,
+        *common.NO_WEBHOOK_SERVER,
     ]  # fmt: skip
     log_path = log_dir / "operator.log"
-    log(f"starting the operator: {' '.join(cmd)} (log {log_path})")
+    common.log(f"starting the operator: {' '.join(cmd)} (log {log_path})")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return Operator(proc, f"http://127.0.0.1:{port}/metrics", log_path, cmd)
@@ -262,10 +247,10 @@ async def wait_started(op: Operator, timeout: float, poll: float) -> tuple[float
             with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
                 await scrape(op.metrics_url)
                 metrics_at = time.monotonic() - t0
-                log(f"/metrics answers after {metrics_at:.2f} s")
+                common.log(f"/metrics answers after {metrics_at:.2f} s")
         if metrics_at is not None and any('"caches synced"' in ln for ln in op.log_lines()):
             synced_at = time.monotonic() - t0
-            log(f"caches synced after {synced_at:.2f} s")
+            common.log(f"caches synced after {synced_at:.2f} s")
             return metrics_at, synced_at
         if time.monotonic() - t0 > timeout:
             raise SystemExit(f"the operator did not sync within {timeout:.0f} s (log {op.log_path})")
@@ -281,7 +266,7 @@ def stop_operator(op: Operator, timeout: float = 60.0) -> tuple[int | None, floa
     try:
         code = op.proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        log(f"operator still running {timeout:.0f} s after SIGTERM; SIGKILL")
+        common.log(f"operator still running {timeout:.0f} s after SIGTERM; SIGKILL")
         op.proc.kill()
         op.proc.wait()
         return None, time.monotonic() - t0
@@ -344,7 +329,7 @@ async def ensure_namespace(client: Client, namespace: str) -> None:
     """Create ``namespace``; it must not exist yet (one left ``Terminating`` is waited for)."""
     from mlops_platform.runtime.transport import resources
 
-    if await wait_while_terminating(client, namespace) is not None:
+    if await common.wait_while_terminating(client, namespace) is not None:
         raise SystemExit(f"namespace {namespace} exists already; delete it or pick --namespace")
     await client.create(
         resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
@@ -381,7 +366,7 @@ async def wait_all_ready(
         ready = sum(1 for o in items if objects.condition_is(o, "Ready"))
         elapsed = time.monotonic() - t0
         if ready != last:
-            log(f"  {ready}/{count} Ready=True after {elapsed:.1f} s")
+            common.log(f"  {ready}/{count} Ready=True after {elapsed:.1f} s")
             last = ready
         if ready >= count:
             return elapsed
@@ -400,7 +385,7 @@ async def wait_quiet(op: Operator, quiet: float, poll: float, timeout: float) ->
     last_change = time.monotonic()
     while time.monotonic() - last_change < quiet:
         if time.monotonic() - t0 > timeout:
-            log(f"still making requests {timeout:.0f} s after the last Ready; measuring anyway")
+            common.log(f"still making requests {timeout:.0f} s after the last Ready; measuring anyway")
             break
         await asyncio.sleep(poll)
         now = await scrape(op.metrics_url)
@@ -556,7 +541,9 @@ async def startup(
     t_start = time.monotonic()
     metrics_after, synced_after = await wait_started(op, args.startup_timeout, min(args.poll_interval, 0.05))
     p0, s0 = await reading(op, cluster_dir)
-    log(f"startup: {p0.cpu_seconds:.2f} CPU s, VmRSS {mib(p0.rss)} MiB, VmHWM {mib(p0.hwm)} MiB")
+    common.log(
+        f"startup: {p0.cpu_seconds:.2f} CPU s, VmRSS {common.mib(p0.rss)} MiB, VmHWM {common.mib(p0.hwm)} MiB"
+    )
     started = Startup(
         metrics_after_seconds=metrics_after,
         synced_after_seconds=synced_after,
@@ -575,26 +562,26 @@ async def run_phases(args: argparse.Namespace, client: Client, op: Operator, clu
     poll: float = args.poll_interval
     started, p0, s0 = await startup(op, args, cluster_dir)
 
-    log(f"empty: {args.empty_seconds:.0f} s with no InferenceService")
+    common.log(f"empty: {args.empty_seconds:.0f} s with no InferenceService")
     await asyncio.sleep(args.empty_seconds)
     p1, s1 = await reading(op, cluster_dir)
 
-    log(f"create: {args.count} InferenceServices, {args.concurrency} in flight")
+    common.log(f"create: {args.count} InferenceServices, {args.concurrency} in flight")
     t0 = time.monotonic()
     create_seconds = await create_all(client, args.namespace, args.count, args.concurrency)
-    log(f"  created in {create_seconds:.1f} s")
+    common.log(f"  created in {create_seconds:.1f} s")
     ready_after = await wait_all_ready(client, args.namespace, args.count, args.ready_timeout, poll, t0)
     p2, s2 = await reading(op, cluster_dir)
 
-    log(f"settle: until no request for {args.quiet_seconds:.0f} s")
+    common.log(f"settle: until no request for {args.quiet_seconds:.0f} s")
     settle_seconds, s3 = await wait_quiet(op, args.quiet_seconds, poll, args.settle_timeout)
     p3 = sample_proc(op.pid, cluster_dir)
 
-    log(f"steady: {args.idle_seconds:.0f} s with nothing changing")
+    common.log(f"steady: {args.idle_seconds:.0f} s with nothing changing")
     await asyncio.sleep(args.idle_seconds)
     p4, s4 = await reading(op, cluster_dir)
     steady = phase("steady", p3, p4, s3, s4)
-    log(f"  steady: {p4.cpu_seconds - p3.cpu_seconds:.2f} CPU s, {steady.writes} writes")
+    common.log(f"  steady: {p4.cpu_seconds - p3.cpu_seconds:.2f} CPU s, {steady.writes} writes")
     return Phases(
         startup=started,
         phases=(
@@ -612,9 +599,9 @@ async def run_phases(args: argparse.Namespace, client: Client, op: Operator, clu
 
 
 def shut_down(op: Operator) -> Shutdown:
-    log("stopping the operator (SIGTERM)")
+    common.log("stopping the operator (SIGTERM)")
     code, seconds = stop_operator(op)
-    log(f"  exit code {code} after {seconds:.2f} s")
+    common.log(f"  exit code {code} after {seconds:.2f} s")
     return Shutdown(code, seconds, op.log_levels(), str(op.log_path))
 
 
@@ -624,8 +611,8 @@ async def measure(args: argparse.Namespace, kubeconfig: str, cluster_dir: str, l
 
     deleted: float | None = None
     async with rclient.Client.from_kubeconfig(kubeconfig) as client:
-        log("installing the InferenceService CRD")
-        await install_crd(client)
+        common.log("installing the InferenceService CRD")
+        await common.install_crd(client)
         await ensure_namespace(client, args.namespace)
         op = start_operator(kubeconfig, log_dir)
         try:
@@ -633,7 +620,7 @@ async def measure(args: argparse.Namespace, kubeconfig: str, cluster_dir: str, l
         finally:
             stopped = shut_down(op)
             if not args.keep_objects:
-                deleted = await delete_namespace(
+                deleted = await common.delete_namespace(
                     client, args.namespace, args.delete_timeout, args.poll_interval
                 )
     return Footprint(cluster_dir, op.command, run, stopped, deleted, args.keep_objects)
@@ -753,7 +740,7 @@ def phase_rows(s: Summary) -> list[list[str]]:
     rows = [
         ["startup (exec → caches synced)", f"{st.wall_seconds:.2f}", f"{st.cpu_seconds:.2f}"]
         + ["-"] * 5
-        + [mib(st.rss), mib(st.hwm), "-"]
+        + [common.mib(st.rss), common.mib(st.hwm), "-"]
     ]
     for label, p in (
         (f"empty (no InferenceService, {s.empty.seconds:.0f} s)", s.empty),
@@ -771,8 +758,8 @@ def phase_rows(s: Summary) -> list[list[str]]:
                 f"{p.control_plane_seconds:.2f}",
                 f"{p.bench_seconds:.2f}",
                 f"{p.others_busy_seconds:.2f}",
-                mib(p.rss_after),
-                mib(p.hwm_after),
+                common.mib(p.rss_after),
+                common.mib(p.hwm_after),
                 str(p.writes),
             ]
         )
@@ -783,7 +770,7 @@ def per_object_rows(s: Summary) -> list[list[str]]:
     return [
         [
             "VmRSS growth (steady - empty) / N",
-            f"{s.rss_growth_per_object:.0f} bytes ({mib(s.rss_growth)} MiB in all)",
+            f"{s.rss_growth_per_object:.0f} bytes ({common.mib(s.rss_growth)} MiB in all)",
         ],
         ["VmHWM growth (steady - empty) / N", f"{s.hwm_growth_per_object:.0f} bytes"],
         ["operator CPU, create → all Ready, / N", f"{s.create_cpu_ms_per_object:.1f} ms"],
@@ -802,14 +789,14 @@ def per_object_rows(s: Summary) -> list[list[str]]:
 def render_requests(s: Summary) -> str:
     out = ["\n\nOperator API requests while the objects were created (from its /metrics):\n\n"]
     out.append(
-        markdown_table(
+        common.markdown_table(
             ["verb", "create → all Ready", "settle", "per InferenceService"],
             [[v.verb, str(v.create), str(v.settle), f"{v.per_object:.2f}"] for v in s.verbs],
         )
     )
     out.append("\n\nBy verb, resource and code (create + settle):\n\n")
     out.append(
-        markdown_table(
+        common.markdown_table(
             ["verb resource", "code", "requests", "per InferenceService"],
             [[vr, c, str(k), f"{per:.2f}"] for vr, c, k, per in s.by_resource],
         )
@@ -835,9 +822,9 @@ def render(s: Summary) -> str:
     """The report: Markdown tables and notes, with a final newline."""
     return (
         f"### Operator with {s.n} InferenceServices\n\n"
-        + markdown_table(PHASE_HEADER, phase_rows(s))
+        + common.markdown_table(PHASE_HEADER, phase_rows(s))
         + "\n\n"
-        + markdown_table(["per InferenceService", "value"], per_object_rows(s))
+        + common.markdown_table(["per InferenceService", "value"], per_object_rows(s))
         + render_requests(s)
         + render_notes(s)
         + "\n"
@@ -876,15 +863,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--count must be >= 1")
     started_cluster = False
     kubeconfig: str = args.kubeconfig or ""
-    result: dict[str, Any] = {"machine": machine_info(), "count": args.count, "args": vars(args).copy()}
+    result: dict[str, Any] = {
+        "machine": common.machine_info(),
+        "count": args.count,
+        "args": vars(args).copy(),
+    }
     result["args"]["json"] = str(args.json) if args.json else None
     if not kubeconfig:
         if args.count > DEV_CLUSTER_MAX_SERVICES:
-            log(
+            common.log(
                 f"warning: the dev cluster's service range fits {DEV_CLUSTER_MAX_SERVICES} Services; "
                 f"--count {args.count} will not all get Ready"
             )
-        kubeconfig, up_seconds = dev_cluster_up(args.cluster_name, "--real-nodes", "0")
+        kubeconfig, up_seconds = common.dev_cluster_up(args.cluster_name, "--real-nodes", "0")
         result["cluster_up_seconds"] = up_seconds
         started_cluster = True
     log_dir = Path(tempfile.mkdtemp(prefix="mlops-bench-op-"))
@@ -894,11 +885,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         footprint = asyncio.run(measure(args, kubeconfig, cluster_dir, log_dir))
     finally:
         if started_cluster and not args.keep_cluster:
-            dev_cluster_down(args.cluster_name)
+            common.dev_cluster_down(args.cluster_name)
     result.update(footprint.to_json())
     print(render(summarise(footprint, args.count, args.quiet_seconds)), flush=True)
     if args.json:
-        write_json(args.json, result)
+        common.write_json(args.json, result)
     return 0
 
 

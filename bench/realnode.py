@@ -34,21 +34,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/realnode.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import (
-    CLK_TCK,
-    command_name,
-    dev_cluster_down,
-    dev_cluster_up,
-    log,
-    markdown_table,
-    mib,
-    percentile,
-    pids_naming,
-    read_machine,
-    read_proc,
-    results_dir,
-    write_json,
-)
+from bench import _common as common
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench-node"
@@ -66,7 +52,7 @@ def _started_at(pid: int) -> float:
     """The process' start as a Unix time (to the clock tick)."""
     with open(f"/proc/{pid}/stat") as f:
         rest = f.read().rsplit(")", 1)[1].split()
-    return _boot_time() + int(rest[19]) / CLK_TCK
+    return _boot_time() + int(rest[19]) / common.CLK_TCK
 
 
 def _parse_time(value: str) -> float:
@@ -147,24 +133,24 @@ def _node_processes(name: str) -> dict[str, list[int]]:
     roles: dict[str, list[int]] = {}
     for pid in sorted(node.cgroup.pids()):
         with contextlib.suppress(OSError):
-            cmd = command_name(pid)
+            cmd = common.command_name(pid)
             role = {"pause": "pause (sandboxes)"}.get(cmd, cmd)
             roles.setdefault(role, []).append(pid)
-    roles["api bridge (socat)"] = pids_naming(str(cluster.cluster_dir(name) / "fabric" / "api.sock"))
+    roles["api bridge (socat)"] = common.pids_naming(str(cluster.cluster_dir(name) / "fabric" / "api.sock"))
     return roles
 
 
 def _idle(name: str, seconds: float) -> dict[str, dict[str, float]]:
     procs = _node_processes(name)
-    start = {r: {p: read_proc(p) for p in ps} for r, ps in procs.items()}
-    log(f"idle: sampling {sum(len(p) for p in procs.values())} processes for {seconds:.0f} s")
+    start = {r: {p: common.read_proc(p) for p in ps} for r, ps in procs.items()}
+    common.log(f"idle: sampling {sum(len(p) for p in procs.values())} processes for {seconds:.0f} s")
     time.sleep(seconds)  # the measurement window itself, not a synchronisation
     out: dict[str, dict[str, float]] = {}
     for role, before in start.items():
         cpu = rss = 0.0
         for pid, r0 in before.items():
             with contextlib.suppress(OSError):
-                r1 = read_proc(pid)
+                r1 = common.read_proc(pid)
                 cpu += r1.cpu_seconds - r0.cpu_seconds
                 rss += r1.rss
         out[role] = {"processes": len(before), "cpu_percent_of_a_core": 100 * cpu / seconds, "rss_bytes": rss}
@@ -180,7 +166,7 @@ async def _capacity(c: Any, max_pods: int, batch: int) -> dict[str, Any]:
 
     sleeper = ["python3", "-c", "import signal; signal.pause()"]
     created, refusal = 0, None
-    t0, m0, avail0 = time.monotonic(), read_machine(), _mem_available()
+    t0, m0, avail0 = time.monotonic(), common.read_machine(), _mem_available()
 
     async def pods() -> list[dict[str, Any]]:
         items = (await c.list(resources.POD, NAMESPACE))["items"]
@@ -193,7 +179,7 @@ async def _capacity(c: Any, max_pods: int, batch: int) -> dict[str, Any]:
         running = sum(1 for p in items if (p.get("status") or {}).get("phase") == "Running")
         refused = [r for p in items if (r := _not_admitted(p))]
         refusal = refusal or (refused[0] if refused else None)
-        log(f"capacity: {created} created, {running} running, {len(refused)} not admitted")
+        common.log(f"capacity: {created} created, {running} running, {len(refused)} not admitted")
         return running + len(refused) == created
 
     while created < max_pods and refusal is None:
@@ -207,7 +193,7 @@ async def _capacity(c: Any, max_pods: int, batch: int) -> dict[str, Any]:
         "admitted": running,
         "first_refusal": refusal,
         "seconds": seconds,
-        "machine_cpus_busy": (read_machine().busy_seconds - m0.busy_seconds) / seconds,
+        "machine_cpus_busy": (common.read_machine().busy_seconds - m0.busy_seconds) / seconds,
         "machine_memory_used_bytes": avail0 - _mem_available(),
     }
 
@@ -266,14 +252,14 @@ def render(r: dict[str, Any]) -> str:
         rows.append(
             [
                 f"pod create -> {what}, {pods['count']} pods one by one",
-                f"p50 {percentile(xs, 50):.2f} s, p99 {percentile(xs, 99):.2f} s",
+                f"p50 {common.percentile(xs, 50):.2f} s, p99 {common.percentile(xs, 99):.2f} s",
             ]
         )
     idle = r["idle"]
-    table = markdown_table(
+    table = common.markdown_table(
         ["process", "count", "CPU (% of a core)", "RSS (MiB)"],
         [
-            [k, str(v["processes"]), f"{v['cpu_percent_of_a_core']:.2f}", mib(v["rss_bytes"])]
+            [k, str(v["processes"]), f"{v['cpu_percent_of_a_core']:.2f}", common.mib(v["rss_bytes"])]
             for k, v in sorted(idle.items())
         ]
         + [
@@ -281,7 +267,7 @@ def render(r: dict[str, Any]) -> str:
                 "**total**",
                 str(sum(v["processes"] for v in idle.values())),
                 f"{sum(v['cpu_percent_of_a_core'] for v in idle.values()):.2f}",
-                mib(sum(v["rss_bytes"] for v in idle.values())),
+                common.mib(sum(v["rss_bytes"] for v in idle.values())),
             ]
         ],
     )
@@ -290,12 +276,13 @@ def render(r: dict[str, Any]) -> str:
     cap_line = (
         f"{cap['admitted']} pods Running in {cap['seconds']:.0f} s (the machine's CPUs"
         f" {cap['machine_cpus_busy']:.2f} busy meanwhile,"
-        f" {mib(cap['machine_memory_used_bytes'])} MiB more memory in use); the first refused: {refusal}"
+        f" {common.mib(cap['machine_memory_used_bytes'])} MiB more memory in use); the first refused:"
+        f" {refusal}"
     )
     return (
         "# The real worker node\n\n"
         f"`{r['command']}` on {r['machine']['date']} ({r['machine']['cpus']} CPUs).\n\n"
-        + markdown_table(["what", "figure"], rows)
+        + common.markdown_table(["what", "figure"], rows)
         + f"\n\n## Idle, {r['arguments']['idle_seconds']:.0f} s, no benchmark pod\n\n"
         + table
         + "\n\n## Capacity\n\n"
@@ -314,22 +301,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-cluster", action="store_true")
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
     a = p.parse_args(argv)
-    out, machine, arguments = results_dir(a, REPO)
-    dev_cluster_down(a.cluster_name)
+    out, machine, arguments = common.results_dir(a, REPO)
+    common.dev_cluster_down(a.cluster_name)
     try:
-        kubeconfig, up_seconds = dev_cluster_up(a.cluster_name, "--without-crds", "--real-nodes", "1")
+        kubeconfig, up_seconds = common.dev_cluster_up(a.cluster_name, "--without-crds", "--real-nodes", "1")
         result = asyncio.run(measure(a, kubeconfig, up_seconds))
     finally:
         if not a.keep_cluster:
-            dev_cluster_down(a.cluster_name)
+            common.dev_cluster_down(a.cluster_name)
     result |= {
         "machine": machine,
         "arguments": arguments,
         "command": "python -m bench.realnode " + " ".join(argv or sys.argv[1:]),
     }
-    write_json(out / "realnode.json", result)
+    common.write_json(out / "realnode.json", result)
     (out / "realnode.md").write_text(render(result))
-    log(f"wrote {out / 'realnode.md'}")
+    common.log(f"wrote {out / 'realnode.md'}")
     print(render(result))
     return 0
 

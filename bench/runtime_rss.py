@@ -58,19 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench._common import (
-    MIB,
-    delete_namespace,
-    dev_cluster_down,
-    dev_cluster_up,
-    log,
-    machine_info,
-    markdown_table,
-    mib,
-    read_proc,
-    wait_while_terminating,
-    write_json,
-)
+from bench import _common as common
 from bench.cache_child import CacheRun
 
 if TYPE_CHECKING:
@@ -207,7 +195,7 @@ def run_import_child(python: str, stmt: str, timeout: float = 300.0) -> ImportRu
         timer.start()
         try:
             line = proc.stdout.readline()
-            status = read_proc(int(line.split()[1])) if line.startswith("RESULT ") else None
+            status = common.read_proc(int(line.split()[1])) if line.startswith("RESULT ") else None
             _, stderr = proc.communicate()  # closes its stdin: the child exits
         finally:
             timer.cancel()
@@ -226,12 +214,12 @@ def prepare_compare_venv(path: Path, pkg: str) -> tuple[str | None, str]:
     """
     python = path / "bin" / "python"
     if not python.exists():
-        log(f"creating throwaway venv {path}")
+        common.log(f"creating throwaway venv {path}")
         base = getattr(sys, "_base_executable", sys.executable)
         proc = subprocess.run([base, "-m", "venv", str(path)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             return None, f"not measured: venv creation failed: {proc.stderr.strip()[-300:]}"
-    log(f"pip install {pkg} into {path} (not into the project)")
+    common.log(f"pip install {pkg} into {path} (not into the project)")
     proc = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", pkg],
         capture_output=True,
@@ -241,13 +229,13 @@ def prepare_compare_venv(path: Path, pkg: str) -> tuple[str | None, str]:
     if proc.returncode != 0:
         tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["unknown error"]
         status = f"not measured: could not be pip-installed: {tail[0][:300]}"
-        log(f"  {pkg}: {status}")
+        common.log(f"  {pkg}: {status}")
         return None, status
     ver = subprocess.run(
         [str(python), "-m", "pip", "show", pkg], capture_output=True, text=True, check=False
     ).stdout
     version = next((ln.split(":", 1)[1].strip() for ln in ver.splitlines() if ln.startswith("Version:")), "?")
-    log(f"  {pkg} {version}")
+    common.log(f"  {pkg} {version}")
     return str(python), f"installed {version} into the throwaway venv {path}"
 
 
@@ -272,7 +260,7 @@ def measure_target(target: ImportTarget, python: str, repeat: int) -> ImportResu
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             return ImportResult(target, python, tuple(runs), f"import failed: {e}")
         runs.append(run)
-        log(f"{target.label}: run {i + 1}/{repeat}: VmRSS {mib(run.vmrss)} MiB")
+        common.log(f"{target.label}: run {i + 1}/{repeat}: VmRSS {common.mib(run.vmrss)} MiB")
     return ImportResult(target, python, tuple(runs))
 
 
@@ -344,9 +332,9 @@ def render_imports(figures: Sequence[ImportFigures], compare_status: Mapping[str
         rows.append(
             [
                 f.result.target.label,
-                mib(m.ru_maxrss),
-                mib(m.vmrss),
-                f"{f.delta_vmrss / MIB:+.1f}",
+                common.mib(m.ru_maxrss),
+                common.mib(m.vmrss),
+                f"{f.delta_vmrss / common.MIB:+.1f}",
                 str(int(m.modules)),
                 f"{m.seconds * 1000:.0f}",
                 "",
@@ -362,7 +350,7 @@ def render_imports(figures: Sequence[ImportFigures], compare_status: Mapping[str
         "note",
     ]
     print(f"## Import-time RSS (median of {repeat} fresh processes each)\n")
-    print(markdown_table(header, rows))
+    print(common.markdown_table(header, rows))
     print()
     for pkg, st in compare_status.items():
         print(f"- {pkg}: {st}")
@@ -374,7 +362,7 @@ def import_mode(args: argparse.Namespace) -> dict[str, Any]:
     render_imports(figures, measurement.compare_status, args.repeat)
     return {
         "mode": "import",
-        "machine": machine_info(),
+        "machine": common.machine_info(),
         "repeat": args.repeat,
         "compare_venvs": args.compare_venvs,
         "compare_packages": dict(measurement.compare_status),
@@ -488,7 +476,7 @@ async def apply_config_maps(client: Client, namespace: str, wanted: Sequence[int
         done += 1
         if done % 1000 == 0 or done == len(wanted):
             rate = done / (time.perf_counter() - t0)
-            log(f"  applied {done}/{len(wanted)} ({rate:.0f}/s)")
+            common.log(f"  applied {done}/{len(wanted)} ({rate:.0f}/s)")
 
     async with asyncio.TaskGroup() as tg:
         for i in wanted:
@@ -518,7 +506,7 @@ async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrenc
 
     async with rclient.Client.from_kubeconfig(kubeconfig) as client:
         # a namespace left Terminating by an earlier cleanup must be gone before we can re-create it
-        await wait_while_terminating(client, namespace)
+        await common.wait_while_terminating(client, namespace)
         await client.apply(
             resources.NAMESPACE,
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
@@ -526,7 +514,9 @@ async def ensure_objects(kubeconfig: str, namespace: str, count: int, concurrenc
         )
         existing = await existing_names(client, namespace)
         wanted = [i for i in range(count) if f"bench-{i:05d}" not in existing]
-        log(f"{len(existing)} ConfigMaps already in {namespace}; creating {len(wanted)} (server-side apply)")
+        common.log(
+            f"{len(existing)} ConfigMaps already in {namespace}; creating {len(wanted)} (server-side apply)"
+        )
         create_seconds = await apply_config_maps(client, namespace, wanted, concurrency)
         # what one object costs on the wire, with and without managedFields
         with_mf, without_mf, data = await json_sizes(client, namespace)
@@ -546,7 +536,7 @@ async def delete_bench_namespace(kubeconfig: str, namespace: str, wait: float = 
     from mlops_platform.runtime.transport import client as rclient
 
     async with rclient.Client.from_kubeconfig(kubeconfig) as client:
-        await delete_namespace(client, namespace, wait, 2, digits=0)
+        await common.delete_namespace(client, namespace, wait, 2, digits=0)
 
 
 def run_cache_child(kubeconfig: str, namespace: str, variant: str, page_size: int) -> CacheRun:
@@ -569,14 +559,14 @@ def measure_variants(args: argparse.Namespace, kubeconfig: str) -> dict[str, lis
         for variant in args.variants:
             r = run_cache_child(kubeconfig, args.namespace, variant, args.page_size)
             runs[variant].append(r)
-            log(
+            common.log(
                 f"{variant}: run {i + 1}/{args.repeat}: {r.objects} objects, "
-                f"VmRSS {mib(r.rss)} MiB (baseline {mib(r.baseline_rss)}), "
-                f"peak {mib(r.hwm)} MiB, "
+                f"VmRSS {common.mib(r.rss)} MiB (baseline {common.mib(r.baseline_rss)}), "
+                f"peak {common.mib(r.hwm)} MiB, "
                 f"sync {r.sync_seconds:.2f} s"
             )
             if r.objects < args.count:
-                log(f"WARNING: only {r.objects} of {args.count} objects cached")
+                common.log(f"WARNING: only {r.objects} of {args.count} objects cached")
     return runs
 
 
@@ -584,7 +574,7 @@ def collect_cache(args: argparse.Namespace) -> CacheMeasurement:
     started_cluster = False
     kubeconfig: str = args.kubeconfig or ""
     if not kubeconfig:
-        kubeconfig, _ = dev_cluster_up(args.cluster_name, "--real-nodes", "0")
+        kubeconfig, _ = common.dev_cluster_up(args.cluster_name, "--real-nodes", "0")
         started_cluster = True
     teardown = started_cluster and not args.keep_cluster
     try:
@@ -592,7 +582,7 @@ def collect_cache(args: argparse.Namespace) -> CacheMeasurement:
         runs = measure_variants(args, kubeconfig)
     finally:
         if teardown:
-            dev_cluster_down(args.cluster_name)
+            common.dev_cluster_down(args.cluster_name)
         elif not args.keep_objects:
             asyncio.run(delete_bench_namespace(kubeconfig, args.namespace))
     return CacheMeasurement(kubeconfig, started_cluster, setup, runs)
@@ -664,12 +654,12 @@ def variant_row(variant: str, s: VariantSummary) -> list[str]:
     return [
         VARIANT_LABELS[variant],
         f"{int(s.objects)} ({int(s.objects_with_managed_fields)} with mF)",
-        mib(s.baseline_rss),
-        mib(s.rss),
-        f"{mib(s.delta_rss)} ({mib(s.delta_rss_min)}..{mib(s.delta_rss_max)})",
+        common.mib(s.baseline_rss),
+        common.mib(s.rss),
+        f"{common.mib(s.delta_rss)} ({common.mib(s.delta_rss_min)}..{common.mib(s.delta_rss_max)})",
         f"{s.bytes_per_object:.0f}",
-        mib(s.delta_rss_after_malloc_trim),
-        mib(s.hwm),
+        common.mib(s.delta_rss_after_malloc_trim),
+        common.mib(s.hwm),
         f"{s.deep_size / s.objects:.0f}" if s.objects else "—",
         f"{s.sync_seconds:.2f}",
     ]
@@ -677,7 +667,7 @@ def variant_row(variant: str, s: VariantSummary) -> list[str]:
 
 def render_cache(args: argparse.Namespace, setup: CacheSetup, summary: Mapping[str, VariantSummary]) -> None:
     print(f"## Informer cache of {args.count} ConfigMaps (median of {args.repeat} fresh processes each)\n")
-    print(markdown_table(CACHE_HEADER, [variant_row(v, s) for v, s in summary.items()]))
+    print(common.markdown_table(CACHE_HEADER, [variant_row(v, s) for v, s in summary.items()]))
     print()
     print(
         f"- objects: {setup.existing_before} existed, {setup.created} created by server-side apply"
@@ -699,8 +689,8 @@ def render_cache(args: argparse.Namespace, setup: CacheSetup, summary: Mapping[s
             live = summary["kept"].deep_size - summary[variant].deep_size
             n = max(summary[variant].objects, 1.0)
             print(
-                f"- {variant} vs kept: {mib(saved)} MiB less RSS ({saved / n:.0f} bytes/object); "
-                f"{mib(live)} MiB fewer bytes of live Python objects"
+                f"- {variant} vs kept: {common.mib(saved)} MiB less RSS ({saved / n:.0f} bytes/object); "
+                f"{common.mib(live)} MiB fewer bytes of live Python objects"
             )
 
 
@@ -710,7 +700,7 @@ def cache_mode(args: argparse.Namespace) -> dict[str, Any]:
     render_cache(args, measurement.setup, summary)
     return {
         "mode": "cache",
-        "machine": machine_info(),
+        "machine": common.machine_info(),
         "count": args.count,
         "namespace": args.namespace,
         "page_size": args.page_size,
@@ -732,10 +722,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     sub = p.add_subparsers(dest="mode", required=True)
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", metavar="FILE", help="also write every run and the medians as JSON")
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--json", metavar="FILE", help="also write every run and the medians as JSON")
 
-    pi = sub.add_parser("import", parents=[common], help="import-time RSS in fresh interpreters")
+    pi = sub.add_parser("import", parents=[shared], help="import-time RSS in fresh interpreters")
     pi.add_argument("--repeat", type=int, default=5, help="fresh processes per target (median)")
     pi.add_argument(
         "--compare-venvs",
@@ -744,7 +734,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     pi.add_argument("--no-compare", action="store_true", help="skip kopf / kubernetes_asyncio")
 
-    pc = sub.add_parser("cache", parents=[common], help="RSS of an informer cache of N ConfigMaps")
+    pc = sub.add_parser("cache", parents=[shared], help="RSS of an informer cache of N ConfigMaps")
     pc.add_argument("--kubeconfig", help="use this cluster (default: start the local dev cluster)")
     pc.add_argument("--cluster-name", default="mlops-bench", help="name of the dev cluster to start")
     pc.add_argument("--keep-cluster", action="store_true", help="leave the dev cluster running")
@@ -778,7 +768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = modes[args.mode](args)
     result["command"] = [Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]
     if args.json:
-        write_json(args.json, result)
+        common.write_json(args.json, result)
     return 0
 
 

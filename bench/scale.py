@@ -90,24 +90,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from bench._common import (
-    NO_WEBHOOK_SERVER,
-    Percentiles,
-    cli_binary,
-    command_name,
-    dev_cluster_down,
-    install_crd,
-    log,
-    markdown_table,
-    mib,
-    percentile,
-    pids_naming,
-    read_machine,
-    read_proc,
-    results_dir,
-    stored_versions,
-    write_json,
-)
+from bench import _common as common
 from bench.operator_footprint import FRAMEWORKS, inference_service, max_replicas
 from mlops_platform.devcluster import logs
 from mlops_platform.runtime.clock import Clock, RealClock
@@ -149,11 +132,11 @@ class Impl:
         return self.proc.pid
 
     def cpu(self) -> float:
-        return read_proc(self.pid).cpu_seconds
+        return common.read_proc(self.pid).cpu_seconds
 
     def memory(self) -> tuple[int, int]:
         """(RSS, peak RSS) in bytes."""
-        p = read_proc(self.pid)
+        p = common.read_proc(self.pid)
         return p.rss, p.hwm
 
     def requests(self) -> Counter[tuple[str, str]]:
@@ -248,7 +231,7 @@ def diff(after: Counter[tuple[str, str]], before: Counter[tuple[str, str]]) -> C
 
 def reference_binary() -> Path:
     script = REPO / "hack" / "build-reference-operator"
-    log("building (or reusing) the Go reference operator")
+    common.log("building (or reusing) the Go reference operator")
     subprocess.run([str(script)], check=True, stdout=sys.stderr)
     out = subprocess.run([str(script), "--print-dir"], check=True, capture_output=True, text=True)
     return Path(out.stdout.strip()) / "reference-operator"
@@ -287,7 +270,7 @@ def start_impl(
             sys.executable, "-m", "mlops_platform.cli", "run", "--kubeconfig", kubeconfig,
             *children, "--workers", str(workers),
             "--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", f"127.0.0.1:{port}",
-            *NO_WEBHOOK_SERVER, *extra,
+            *common.NO_WEBHOOK_SERVER, *extra,
         ]  # fmt: skip
     elif name == "reference":
         cmd = [
@@ -306,7 +289,7 @@ def start_impl(
         raise ValueError(name)
     if nice:
         cmd = ["nice", "-n", str(nice), *cmd]
-    log(f"starting {name}: {' '.join(cmd)}")
+    common.log(f"starting {name}: {' '.join(cmd)}")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
     return Impl(name, proc, log_path, metrics, report, concurrency or workers)
@@ -524,7 +507,7 @@ class _Notify:
 
 
 @dataclass
-class Latency(Percentiles):
+class Latency(common.Percentiles):
     samples_ms: list[float]
     #: per change, how long after its rollout its objects kept changing (the last event's time;
     #: measured when spec_changes waited for them to settle)
@@ -820,7 +803,7 @@ def etcd_sizes(cluster: str) -> tuple[int | None, int | None]:
     try:
         text = fetch(chaos.etcd_endpoint(cluster) + "/metrics")
     except (OSError, LookupError) as e:
-        log(f"etcd metrics unavailable: {e}")
+        common.log(f"etcd metrics unavailable: {e}")
         return None, None
     total = next((int(v) for _, v in samples(text, "etcd_mvcc_db_total_size_in_bytes")), None)
     in_use = next((int(v) for _, v in samples(text, "etcd_mvcc_db_total_size_in_use_in_bytes")), None)
@@ -870,7 +853,7 @@ async def wait_quiet(impl: Impl | Group, quiet: float, timeout: float) -> float:
         last = now
         if time.monotonic() - since >= quiet:
             return time.monotonic() - t0
-    log(f"{impl.name} never went quiet within {timeout:.0f} s")
+    common.log(f"{impl.name} never went quiet within {timeout:.0f} s")
     return time.monotonic() - t0
 
 
@@ -1043,18 +1026,18 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 def control_plane_cpu(cluster: str) -> dict[str, float]:
     """CPU seconds so far of each control-plane process of ``cluster``."""
     out: dict[str, float] = {}
-    for pid in pids_naming(f"/clusters/{cluster}/bin/"):
+    for pid in common.pids_naming(f"/clusters/{cluster}/bin/"):
         try:
-            name = command_name(pid)
+            name = common.command_name(pid)
             if name in CONTROL_PLANE:
-                out[name] = out.get(name, 0.0) + read_proc(pid).cpu_seconds
+                out[name] = out.get(name, 0.0) + common.read_proc(pid).cpu_seconds
         except OSError:  # gone meanwhile
             continue
     return out
 
 
 def cpu_snapshot(cluster: str, impl: Impl | Group) -> dict[str, float]:
-    return {"machine": read_machine().busy_seconds, "impl": impl.cpu(), **control_plane_cpu(cluster)}
+    return {"machine": common.read_machine().busy_seconds, "impl": impl.cpu(), **control_plane_cpu(cluster)}
 
 
 def cpu_between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
@@ -1069,12 +1052,12 @@ def nodes_for(n: int) -> int:
 
 
 def fresh_cluster(name: str, n: int) -> str:
-    dev_cluster_down(name)
+    common.dev_cluster_down(name)
     # no metrics-server (and upstream's HPA timing): the cluster the recorded figures were taken on;
     # with it, half of N InferenceServices' HPAs would be synced every 5 s against real metrics
-    cmd = [*cli_binary(), "dev", "up", "--name", name, "--nodes", str(nodes_for(n)), "--unthrottled"]
+    cmd = [*common.cli_binary(), "dev", "up", "--name", name, "--nodes", str(nodes_for(n)), "--unthrottled"]
     cmd += ["--without-metrics-server", "--real-nodes", "0"]  # thousands of pods: kwok nodes only
-    log(f"fresh cluster: {' '.join(cmd)}")
+    common.log(f"fresh cluster: {' '.join(cmd)}")
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]
 
@@ -1087,7 +1070,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
     run = Run(impl_name, n, concurrency)
     expected_hpas = sum(1 for i in range(n) if max_replicas(inference_service(NAMESPACE, i)) > 1)
     async with rclient.Client.from_kubeconfig(kubeconfig) as client:
-        await install_crd(client)
+        await common.install_crd(client)
         if failure := await check_stored_versions(client, "after the CRD was installed"):
             raise SystemExit(failure)  # not a fresh cluster: reading those objects would need the webhook
         await client.create(resources.NAMESPACE, {"metadata": {"name": NAMESPACE}})
@@ -1147,7 +1130,7 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                     server_requests(text_children), served0
                 )
                 await creating
-            log(f"{impl_name} N={n}: all children exist after {run.children_s:.1f} s")
+            common.log(f"{impl_name} N={n}: all children exist after {run.children_s:.1f} s")
             with tqdm(total=n, desc=f"{impl_name} N={n}: Ready", unit="isvc", leave=False) as bar:
 
                 def all_ready() -> bool:
@@ -1163,7 +1146,9 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.watch_restarts_until_ready = dict(sorted((watch_restarts(text_ready) - restarts0).items()))
             run.cpu_until_ready = cpu_between(cpu_at_start, cpu_at_ready)
             run.cpu_until_children = cpu_between(cpu_at_start, cpu_at_children)
-            log(f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}")
+            common.log(
+                f"{impl_name} N={n}: all Ready after {run.ready_s:.1f} s; CPU s: {run.cpu_until_ready}"
+            )
             await wait_quiet(impl, args.quiet_seconds, args.timeout)
             run.converge_cpu_s = impl.cpu() - cpu0
             settled = impl.requests()
@@ -1192,11 +1177,11 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
                 tails = run.change_idle.tail_ms
                 settling = (
                     f"each after the one before was quiet for {args.settle_seconds:.1f} s (its last event "
-                    f"p50 {percentile(tails, 50):.0f} / max {max(tails):.0f} ms after its rollout)"
+                    f"p50 {common.percentile(tails, 50):.0f} / max {max(tails):.0f} ms after its rollout)"
                     if tails
                     else "no settling between them"
                 )
-                log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
+                common.log(f"{impl_name} N={n}: spec change at idle p50 {run.change_idle.p50:.0f} ms, "
                     f"p99 {run.change_idle.p99:.0f} ms; {settling}; garbage collections meanwhile "
                     f"{run.gc_during_changes or '(not measured)'}")  # fmt: skip
                 await wait_quiet(impl, args.quiet_seconds, args.timeout)
@@ -1223,18 +1208,18 @@ async def one_run(args: argparse.Namespace, impl_name: str, n: int, concurrency:
             run.bytes_per_isvc = run.etcd_db_in_use_bytes / n
         run.list_ms = await list_latency_ms(client)
         if failure := await check_same_children(client, n):
-            log(f"{impl_name} N={n}: {failure}")
+            common.log(f"{impl_name} N={n}: {failure}")
             run.failures.append(failure)
         # the raw writer writes status.compute's status at two moments only (its children created,
         # its Deployment available), not the HPA's later conditions: not compared at the end
         if impl_name != "raw" and (
             failure := await check_same_status(client, n, all_children=args.all_children)
         ):
-            log(f"{impl_name} N={n}: {failure}")
+            common.log(f"{impl_name} N={n}: {failure}")
             run.failures.append(failure)
         await observer.stop()
         if failure := await check_stored_versions(client, "at the end of the run"):
-            log(f"{impl_name} N={n}: {failure}")
+            common.log(f"{impl_name} N={n}: {failure}")
             run.failures.append(failure)
     return run
 
@@ -1341,7 +1326,7 @@ async def check_stored_versions(client: Client, when: str) -> str | None:
     version, so that no request goes through the conversion webhook; else None."""
     from mlops_platform import api
 
-    stored = await stored_versions(client)
+    stored = await common.stored_versions(client)
     if stored == [api.v1.VERSION]:
         return None
     return f"InferenceServices stored at {stored} {when}, not only at {api.v1.VERSION}: not v1 traffic only"
@@ -1409,14 +1394,16 @@ async def failover(
         f"bench-{i:04d}" for i in range(observer.count("isvc"))
         if partitioning.partition_of(Request(NAMESPACE, f"bench-{i:04d}"), SHARDS) == 0
     ]  # fmt: skip
-    log(f"sharded: partitions {held}, CPU per replica {per_shard_cpu}; killing replica {victim}")
+    common.log(f"sharded: partitions {held}, CPU per replica {per_shard_cpu}; killing replica {victim}")
     t_kill, wall_kill = time.monotonic(), time.time()
     group.kill(victim)
     takeover = await wait_partitions(group, SHARDS, LEASE_DURATION + 60)
-    log(f"sharded: partition 0 taken over {takeover:.1f} s after the SIGKILL (lease {LEASE_DURATION:.0f} s)")
+    common.log(
+        f"sharded: partition 0 taken over {takeover:.1f} s after the SIGKILL (lease {LEASE_DURATION:.0f} s)"
+    )
     steps = takeover_timeline(group, wall_kill, "bench-shard-0", 0)
     for step in steps:
-        log(f"sharded: +{step['s']:.2f} s replica {step['replica']}: {step['step']}")
+        common.log(f"sharded: +{step['s']:.2f} s replica {step['replica']}: {step['step']}")
     change = await spec_changes(client, observer, orphans[:5], "failover", 60)
     return {
         "partitions_before": {str(k): v for k, v in held.items()},
@@ -1444,7 +1431,7 @@ async def forced_resync(impl: Impl, args: argparse.Namespace) -> dict[str, Any]:
         "seconds_until_quiet": round(took - args.quiet_seconds, 2),
         "requests": {_key(k): v for k, v in delta.items()},
     }
-    log(f"forced resync: {out}")
+    common.log(f"forced resync: {out}")
     return out
 
 
@@ -1468,7 +1455,7 @@ async def restart_with_changes(
     if args.changes > 0:
         names = [f"bench-{i:04d}" for i in range(1, run.count, max(1, run.count // args.changes))]
         run.change_initial_sync = await spec_changes(client, observer, names[: args.changes], "restart", 120)
-        log(f"operator N={run.count}: spec change during the initial sync p50 "
+        common.log(f"operator N={run.count}: spec change during the initial sync p50 "
             f"{run.change_initial_sync.p50:.0f} ms, p99 {run.change_initial_sync.p99:.0f} ms")  # fmt: skip
     await wait_quiet(fresh, args.quiet_seconds, args.timeout)
     run.initial_sync_s = time.monotonic() - t0
@@ -1585,7 +1572,7 @@ def render(runs: Sequence[Run]) -> str:
         rows.append([
             r.impl, str(r.count), str(r.concurrency), fmt(r.children_s), fmt(r.ready_s),
             fmt(r.converge_cpu_s, 2), fmt(r.converge_cpu_s / r.count * 1000, 2),
-            mib(r.rss_peak), mib(r.rss_steady), fmt(r.writes_per_isvc, 2),
+            common.mib(r.rss_peak), common.mib(r.rss_steady), fmt(r.writes_per_isvc, 2),
             _split_leases(steady, writes), _split_leases(steady, reads),
             f"{fmt(idle.p50 if idle else None, 0)} / {fmt(idle.p99 if idle else None, 0)}",
             fmt(r.bytes_per_isvc, 0), fmt(r.list_ms, 0),
@@ -1595,7 +1582,7 @@ def render(runs: Sequence[Run]) -> str:
         "RSS peak MiB", "RSS steady MiB", "writes / ISVC", "steady writes", "steady GET/LIST",
         "spec change idle p50 / p99 ms", "etcd bytes / ISVC", "LIST all ms",
     ]  # fmt: skip
-    out = [markdown_table(header, rows)]
+    out = [common.markdown_table(header, rows)]
     repeated = {r.count for r in runs if r.round > 0}
     if repeated:
         out.append(
@@ -1605,7 +1592,7 @@ def render(runs: Sequence[Run]) -> str:
             "the same worker count (target: no slower, <= 1.00):\n"
         )
         out.append(
-            markdown_table(
+            common.markdown_table(
                 ["impl", "N", "workers / in flight", "rounds", "children s", "Ready s", "CPU ms / ISVC",
                  "spec change idle p99 ms", "children / raw", "Ready / raw", "children / reference",
                  "Ready / reference"],
@@ -1630,7 +1617,7 @@ def render(runs: Sequence[Run]) -> str:
                    "reference at the same worker count (target: no slower, <= 1.00):\n")  # fmt: skip
         header = ["impl", "N", "raw in flight", "children / raw", "Ready / raw", "children / reference",
                   "Ready / reference"]  # fmt: skip
-        out.append(markdown_table(header, ratio_rows))
+        out.append(common.markdown_table(header, ratio_rows))
     resync = [
         [str(r.count), str(r.resync["mutating"]), str(r.resync["get_list"]), fmt(r.resync["cpu_s"], 2),
          fmt(r.change_initial_sync.p50 if r.change_initial_sync else None, 0),
@@ -1640,7 +1627,7 @@ def render(runs: Sequence[Run]) -> str:
     if resync:
         out.append("\nOperator: forced full resync, and spec changes during the initial sync after a restart "
                    "(targets: 0 mutating, 0 GET/LIST, CPU <= 2 s; p99 <= 1000 ms):\n")  # fmt: skip
-        out.append(markdown_table(
+        out.append(common.markdown_table(
             ["N", "resync mutating", "resync GET/LIST", "resync CPU s", "change p50 ms", "change p99 ms",
              "restart until quiet s"], resync))  # fmt: skip
     cpu = [
@@ -1655,7 +1642,7 @@ def render(runs: Sequence[Run]) -> str:
                    f"all Ready, and in all ({os.cpu_count()} CPUs; machine = every process; CPUs busy = "
                    "machine / time):\n")  # fmt: skip
         header = ["impl", "N", "span", "s", "machine CPU s", "CPUs busy", "impl CPU s", *CONTROL_PLANE]
-        out.append(markdown_table(header, cpu))
+        out.append(common.markdown_table(header, cpu))
     watched = sorted({k for r in runs for k in r.watch_until_ready})
     watched = sorted(watched, key=lambda k: -max(r.watch_until_ready.get(k, [0, 0])[1] for r in runs))[:8]
     if watched:
@@ -1682,7 +1669,7 @@ def render(runs: Sequence[Run]) -> str:
                    "allocation the IPAddress POST as the API server's handler timed it, of that the "
                    "etcd create, and the rest (the allocator's request to its own API server and back, "
                    "waiting for CPU on the way):\n")  # fmt: skip
-        out.append(markdown_table(
+        out.append(common.markdown_table(
             ["impl", "N", "children s", "allocations", "allocating s", "of the span", "per allocation ms",
              "IPAddress POST ms", "of it etcd ms", "rest ms"], allocating))  # fmt: skip
     served = [r for r in runs if r.server_requests_until_children]
@@ -1708,11 +1695,11 @@ def render(runs: Sequence[Run]) -> str:
                    "to watches starting from a full state (`apiserver_init_events_total`), watch caches "
                    "initialized (`apiserver_watch_cache_initializations_total`), and pod LIST requests "
                    "and pod WATCH requests that ended (`apiserver_request_total`):\n")  # fmt: skip
-        out.append(markdown_table(["impl", "N", "watch restarts"], closed))
+        out.append(common.markdown_table(["impl", "N", "watch restarts"], closed))
     tails = [
         [r.impl, str(r.count), str(len(r.change_idle.samples_ms)), fmt(r.change_idle.p50, 0),
          fmt(r.change_idle.p99, 0), fmt(max(r.change_idle.samples_ms), 0),
-         fmt(percentile(r.change_idle.tail_ms, 50), 0), fmt(max(r.change_idle.tail_ms), 0)]
+         fmt(common.percentile(r.change_idle.tail_ms, 50), 0), fmt(max(r.change_idle.tail_ms), 0)]
         for r in runs if r.change_idle and r.change_idle.samples_ms and r.change_idle.tail_ms
     ]  # fmt: skip
     if tails:
@@ -1721,7 +1708,7 @@ def render(runs: Sequence[Run]) -> str:
                    "how long after its rollout that object's last event came (the old pod's removal and "
                    "the status writes that follow it):\n")  # fmt: skip
         out.append(
-            markdown_table(
+            common.markdown_table(
                 ["impl", "N", "changes", "p50 ms", "p99 ms", "max ms", "tail p50 ms", "tail max ms"], tails
             )
         )
@@ -1740,7 +1727,7 @@ def render(runs: Sequence[Run]) -> str:
         header = ["impl", "N", "changes", "change p50 / p99 ms", "apply p50 / p99 ms",
                   "API server p50 / p99 ms", "outside it p50 / p99 ms", "changes > 100 ms",
                   "of them API server > half"]  # fmt: skip
-        out.append(markdown_table(header, split))
+        out.append(common.markdown_table(header, split))
     server = [
         [r.impl, str(r.count), key, fmt(v["count"], 0), fmt(v["over_50ms"], 0), fmt(v["over_100ms"], 0),
          f"{fmt(v['p50_le'] * 1000, 0)} / {fmt(v['p99_le'] * 1000, 0)}"]
@@ -1752,7 +1739,7 @@ def render(runs: Sequence[Run]) -> str:
                    "`etcd_request_duration_seconds`): requests, slower than 50 / 100 ms, and the upper "
                    "bounds of the buckets holding p50 / p99:\n")  # fmt: skip
         header = ["impl", "N", "request", "count", "> 50 ms", "> 100 ms", "p50 / p99 bucket ms"]
-        out.append(markdown_table(header, server))
+        out.append(common.markdown_table(header, server))
     collections = [
         [r.impl, str(r.count), *(
             f"{fmt(g.get('count'), 0)} / {fmt(g.get('seconds', 0) * 1000, 0)} / {fmt(g.get('slow'), 0)}"
@@ -1763,18 +1750,20 @@ def render(runs: Sequence[Run]) -> str:
     if collections:
         out.append("\nGarbage collections during the idle spec changes (`python_gc_duration_seconds`): "
                    "collections / ms in all / paused >= 50 ms, per generation:\n")  # fmt: skip
-        out.append(markdown_table(["impl", "N", "generation 0", "generation 1", "generation 2"], collections))
+        out.append(
+            common.markdown_table(["impl", "N", "generation 0", "generation 1", "generation 2"], collections)
+        )
     sharded = [
         [str(r.count), " / ".join(f"{c:.1f}" for c in r.shards["cpu_s_per_replica"]),
          fmt(r.converge_cpu_s), fmt(r.shards["takeover_s"]), fmt(r.shards["lease_duration_s"], 0),
-         fmt(percentile(r.shards["orphan_change_ms"], 50), 0),
-         fmt(percentile(r.shards["orphan_change_ms"], 99), 0)]
+         fmt(common.percentile(r.shards["orphan_change_ms"], 50), 0),
+         fmt(common.percentile(r.shards["orphan_change_ms"], 99), 0)]
         for r in runs if r.shards
     ]  # fmt: skip
     if sharded:
         out.append(f"\n{SHARDS} shards (`--shards {SHARDS}`): CPU per replica while converging, and a "
                    "SIGKILLed replica's partition taken over (target: within lease + 5 s):\n")  # fmt: skip
-        out.append(markdown_table(
+        out.append(common.markdown_table(
             ["N", "CPU s per replica", "CPU s all", "takeover s", "lease s",
              "orphan change p50 ms", "orphan change p99 ms"], sharded))  # fmt: skip
     return "\n".join(out)
@@ -1790,7 +1779,7 @@ def keyed_table(
     """A table of one row per run with a per-key figure (``values(run)``: watch events per
     resource, pod writes per verb, requests per kind, ...) in columns ``keys``, ``cell`` formatting
     each; a run without any is left out."""
-    return markdown_table(
+    return common.markdown_table(
         ["impl", "N", *keys],
         [
             [r.impl, str(r.count), *(cell(r, values(r)[k]) if k in values(r) else missing for k in keys)]
@@ -1831,7 +1820,7 @@ def split_row(r: Run) -> list[str]:
     slow = [(t, s) for t, _, s in rows if t > 100]
 
     def p(xs: list[float]) -> str:
-        return f"{fmt(percentile(xs, 50), 0)} / {fmt(percentile(xs, 99), 0)}" if xs else "-"
+        return f"{fmt(common.percentile(xs, 50), 0)} / {fmt(common.percentile(xs, 99), 0)}" if xs else "-"
 
     return [r.impl, str(r.count), str(len(rows)), p(total), p(apply), p(server), p(outside),
             str(len(slow)), str(sum(1 for t, s in slow if s > t / 2))]  # fmt: skip
@@ -1998,19 +1987,19 @@ async def amain(a: argparse.Namespace) -> list[Run]:
                             try:
                                 run = await one_run(a, impl, n, c, log_dir)
                             except (TimeoutError, SystemExit) as e:
-                                log(f"{impl} N={n} failed: {e}")
+                                common.log(f"{impl} N={n} failed: {e}")
                                 run = Run(impl, n, c, failures=[str(e)])
                             run.round = rnd
                             runs.append(run)
                             of = f" (round {rnd + 1} of {a.repeat})" if a.repeat > 1 else ""
-                            log(f"{impl} N={n} done{of}: {asdict(run) | {'requests': '...'}}")
+                            common.log(f"{impl} N={n} done{of}: {asdict(run) | {'requests': '...'}}")
                             if a.out:  # every run as soon as it ends: a long matrix cut short keeps them
                                 partial = Path(a.out) / "scale.partial.json"
                                 partial.parent.mkdir(parents=True, exist_ok=True)
                                 partial.write_text(json.dumps([asdict(r) for r in runs], indent=1))
         finally:
             if not a.keep_cluster:
-                dev_cluster_down(a.cluster_name)
+                common.dev_cluster_down(a.cluster_name)
     return runs
 
 
@@ -2022,9 +2011,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = render(runs)
     print(table)
     if a.out:
-        out, machine, args = results_dir(a, REPO)
+        out, machine, args = common.results_dir(a, REPO)
         data = {"machine": machine, "args": args, "runs": [asdict(r) for r in runs]}
-        write_json(out / "scale.json", data)
+        common.write_json(out / "scale.json", data)
         if not a.report:  # a report may be reading it
             (out / "scale.partial.json").unlink(missing_ok=True)
         made = plots(runs, out)
@@ -2039,7 +2028,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             + "\n".join(f"![{p.stem}]({p.name})" for p in made)
             + "\n"
         )
-        log(f"wrote {out / 'scale.md'} and {len(made)} plots")
+        common.log(f"wrote {out / 'scale.md'} and {len(made)} plots")
     if a.smoke:
         bad = [
             r for r in runs
@@ -2047,8 +2036,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             or (r.resync and (r.resync["mutating"] or r.resync["get_list"]))
         ]  # fmt: skip
         for r in bad:
-            log(f"SMOKE FAILED: {r.impl} N={r.count}: failures {r.failures}, steady {r.steady_requests}, "
-                f"resync {r.resync}")  # fmt: skip
+            common.log(f"SMOKE FAILED: {r.impl} N={r.count}: failures {r.failures}, "
+                f"steady {r.steady_requests}, resync {r.resync}")  # fmt: skip
         return 1 if bad else 0
     return 0
 

@@ -59,20 +59,7 @@ import yaml
 if __package__ in (None, ""):  # `python bench/serving.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import (
-    delete_namespace,
-    dev_cluster_down,
-    dev_cluster_up,
-    install_crd,
-    log,
-    markdown_table,
-    percentile,
-    read_machine,
-    read_proc,
-    results_dir,
-    wait_while_terminating,
-    write_json,
-)
+from bench import _common as common
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client
@@ -441,9 +428,9 @@ def summary(xs: Iterable[float | None]) -> dict[str, float]:
     got = [x for x in xs if x is not None]
     return {
         "n": float(len(got)),
-        "p50": percentile(got, 50),
-        "p95": percentile(got, 95),
-        "p99": percentile(got, 99),
+        "p50": common.percentile(got, 50),
+        "p95": common.percentile(got, 95),
+        "p99": common.percentile(got, 99),
         "min": min(got) if got else float("nan"),
         "max": max(got) if got else float("nan"),
     }
@@ -485,7 +472,7 @@ class ColdStart:
 
 def _usage_now(pid: int) -> tuple[float, float, float]:
     """(wall clock, the operator's CPU seconds, the machine's busy CPU seconds)."""
-    return time.monotonic(), read_proc(pid).cpu_seconds, read_machine().busy_seconds
+    return time.monotonic(), common.read_proc(pid).cpu_seconds, common.read_machine().busy_seconds
 
 
 def usage_since(before: tuple[float, float, float], after: tuple[float, float, float]) -> dict[str, float]:
@@ -770,13 +757,13 @@ async def download(c: Client, kubeconfig: str, mibs: Sequence[int], fetches: int
     upload = _upload_pod(mibs)
     with contextlib.suppress(rclient.ApiError):
         await c.delete(resources.POD, upload["metadata"]["name"], store.NAMESPACE)
-    log(
+    common.log(
         f"download: writing and uploading {', '.join(f'{m} MiB' for m in mibs)} of random bytes"
         " into the store"
     )
     t0 = time.monotonic()
     await _run_pod(c, upload, store.NAMESPACE, 600)
-    log(f"download: uploaded in {time.monotonic() - t0:.0f} s")
+    common.log(f"download: uploaded in {time.monotonic() - t0:.0f} s")
     await c.delete(resources.POD, upload["metadata"]["name"], store.NAMESPACE)
     out = []
     for i in range(fetches):
@@ -799,7 +786,7 @@ async def download(c: Client, kubeconfig: str, mibs: Sequence[int], fetches: int
                     - times.get("init_started", 0.0),
                 }
             )
-            log(
+            common.log(
                 f"download {i + 1}/{fetches}: {mib} MiB in {record['seconds']:.2f} s,"
                 f" {record['mib_per_second']} MiB/s"
             )
@@ -825,7 +812,7 @@ def start_operator(kubeconfig: str, log_dir: Path) -> Operator:
         *demo.LOCAL_FLAGS,
     ]  # fmt: skip
     log_path = log_dir / "operator.log"
-    log(f"starting the operator (log {log_path})")
+    common.log(f"starting the operator (log {log_path})")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return Operator(proc, log_path)
@@ -864,8 +851,8 @@ async def prepare(c: Client, cluster: str) -> None:
     except rclient.ApiError as e:
         if not e.not_found:
             raise
-        await install_crd(c)
-    if await wait_while_terminating(c, NAMESPACE) is None:
+        await common.install_crd(c)
+    if await common.wait_while_terminating(c, NAMESPACE) is None:
         await c.create(
             resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         )
@@ -900,17 +887,17 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
                 cs.usage = usage_since(before, _usage_now(op.proc.pid))
                 starts.append(dataclasses.asdict(cs))
                 detail = ", ".join(f"{key} {v:.1f}" for key, v in cs.phases.items() if v is not None)
-                log(f"cold start [{k}/{len(order)}] {what} {path}: {cs.total:.2f} s ({detail})")
+                common.log(f"cold start [{k}/{len(order)}] {what} {path}: {cs.total:.2f} s ({detail})")
                 await remove(c, path)
             result["cold_start"] = starts
-            log("latency: both servers up")
+            common.log("latency: both servers up")
             for path in PATHS:
                 await _kubectl_apply(kubeconfig, MANIFESTS[path])
             for path in PATHS:
                 await _wait_answers(c, path)
             rounds = []
             for i, path in enumerate(abba(a.rounds), 1):
-                log(
+                common.log(
                     f"latency [{i}/{2 * a.rounds}] {path}: {a.rate:g} req/s for {a.seconds:g} s"
                     " from a client pod"
                 )
@@ -918,9 +905,9 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
                 r = await latency_round(c, kubeconfig, path, i, a.rate, a.seconds)
                 r["usage"] = usage_since(before, _usage_now(op.proc.pid))
                 ms = r["latencies_ms"]
-                log(
-                    f"latency [{i}/{2 * a.rounds}] {path}: p50 {percentile(ms, 50):.1f} ms,"
-                    f" p99 {percentile(ms, 99):.1f} ms, {r['error_count']} errors, to {r['ip']}"
+                common.log(
+                    f"latency [{i}/{2 * a.rounds}] {path}: p50 {common.percentile(ms, 50):.1f} ms,"
+                    f" p99 {common.percentile(ms, 99):.1f} ms, {r['error_count']} errors, to {r['ip']}"
                 )
                 rounds.append(r)
             result["latency"] = rounds
@@ -931,7 +918,7 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
         finally:
             stop_operator(op)
         result["download"] = await download(c, kubeconfig, a.blob_mib, a.fetches)
-        await delete_namespace(c, NAMESPACE, 300, 1)
+        await common.delete_namespace(c, NAMESPACE, 300, 1)
     return result
 
 
@@ -965,9 +952,9 @@ def figures(r: Mapping[str, Any]) -> dict[str, Any]:
     for mib in sorted({d["mib"] for d in r["download"]}):
         mine = [d for d in r["download"] if d["mib"] == mib]
         dl[mib] = {
-            "mib_per_second": percentile([d["mib_per_second"] for d in mine], 50),
-            "seconds": percentile([d["seconds"] for d in mine], 50),
-            "init_container_seconds": percentile([d["init_container_seconds"] for d in mine], 50),
+            "mib_per_second": common.percentile([d["mib_per_second"] for d in mine], 50),
+            "seconds": common.percentile([d["seconds"] for d in mine], 50),
+            "init_container_seconds": common.percentile([d["init_container_seconds"] for d in mine], 50),
             "n": float(len(mine)),
             "min_mib_per_second": min(d["mib_per_second"] for d in mine),
             "max_mib_per_second": max(d["mib_per_second"] for d in mine),
@@ -1001,7 +988,7 @@ def per_run_table(starts: Sequence[Mapping[str, Any]]) -> str:
         for s in starts
         if s["counted"]
     ]
-    return markdown_table(
+    return common.markdown_table(
         [
             "run",
             "path",
@@ -1030,15 +1017,15 @@ def per_round_table(rounds: Sequence[Mapping[str, Any]]) -> str:
             str(x["round"]),
             x["path"],
             str(x["error_count"]),
-            _s(percentile(x["latencies_ms"], 50)),
-            _s(percentile(x["latencies_ms"], 99)),
+            _s(common.percentile(x["latencies_ms"], 50)),
+            _s(common.percentile(x["latencies_ms"], 99)),
             _s(x.get("max_send_lateness_ms")),
             *_usage_cells(x.get("usage") or {}),
         ]
         for x in rounds
     ]
     header = ["round", "path", "errors", "p50 (ms)", "p99 (ms)", "client's worst send lateness (ms)"]
-    return markdown_table([*header, *USAGE_HEADER], rows)
+    return common.markdown_table([*header, *USAGE_HEADER], rows)
 
 
 def _s(x: float | None) -> str:
@@ -1080,14 +1067,14 @@ def render(r: Mapping[str, Any]) -> str:
         f"(the first path alternating); the prediction tried every {args['poll']:g} s from the apply on, "
         "through the API server's service proxy; each path's objects and pods deleted and gone before "
         "the next run.\n\n"
-        + markdown_table(
+        + common.markdown_table(
             ["path", "runs", "p50 (s)", "p95 (s)", "min - max (s)", "to `Loaded model` p50 (s)", "p95 (s)"],
             rows,
         )
         + f"\n\n**operator / hand-written, p50: {ratio:.2f}x** (goal <= 1.10x: {verdict}).\n\n"
         "Where the time goes, p50 per phase (s; the phases of one run add up to its total, their p50s "
         "need not):\n\n"
-        + markdown_table(
+        + common.markdown_table(
             ["phase", "what", *PATHS],
             [[key, what, *(_s(cold[p]["phases"][key]["p50"]) for p in PATHS)] for key, what in PHASES],
         )
@@ -1140,7 +1127,7 @@ def render(r: Mapping[str, Any]) -> str:
         "Service's ClusterIP resolved once), latency from the scheduled send to the end of the answer; "
         f"{2 * args['rounds']} rounds in the order {', '.join(abba(args['rounds']))}, both servers up "
         "throughout.\n\n"
-        + markdown_table(["path", "requests", "errors", "p50 (ms)", "p99 (ms)", "max (ms)"], lat_rows)
+        + common.markdown_table(["path", "requests", "errors", "p50 (ms)", "p99 (ms)", "max (ms)"], lat_rows)
         + f"\n\noperator / hand-written: p50 {lat[OPERATOR]['p50'] / lat[HAND]['p50']:.2f}x, "
         f"p99 {lat[OPERATOR]['p99'] / lat[HAND]['p99']:.2f}x. Both paths are a ClusterIP Service in "
         "front of the same pod: the operator is not in the data path (its Service selects the pod by "
@@ -1170,7 +1157,7 @@ def render(r: Mapping[str, Any]) -> str:
         "download, checksum and move into the model directory). The init container's run is its status' "
         "start and end (1 s resolution: Python's start included). The objects were written moments "
         "before: MinIO's reads may come from the page cache (a read from a cold disk is not measured).\n\n"
-        + markdown_table(
+        + common.markdown_table(
             ["object", "fetches", "p50 seconds", "p50 MiB/s", "min - max MiB/s", "init container run (s)"],
             dl_rows,
         )
@@ -1210,15 +1197,15 @@ def main(argv: list[str] | None = None) -> int:
         return write_report(json.loads(Path(a.report).read_text()), Path(a.out))
     own = a.name is None
     a.name = a.name or CLUSTER
-    out, machine, arguments = results_dir(a, REPO)
+    out, machine, arguments = common.results_dir(a, REPO)
     from mlops_platform.devcluster import cluster
     from mlops_platform.devcluster.modelstore import install as modelstore
 
     if own:
-        dev_cluster_down(a.name)
+        common.dev_cluster_down(a.name)
     try:
         if own:
-            kubeconfig, _ = dev_cluster_up(a.name)
+            kubeconfig, _ = common.dev_cluster_up(a.name)
         else:
             kubeconfig = str(cluster.kubeconfig_path(a.name))
         modelstore.install(a.name)
@@ -1226,10 +1213,10 @@ def main(argv: list[str] | None = None) -> int:
             result = asyncio.run(measure(a, kubeconfig, Path(tmp)))
     finally:
         if own and not a.keep_cluster:
-            dev_cluster_down(a.name)
+            common.dev_cluster_down(a.name)
     result |= {"machine": machine, "arguments": arguments, "command": command(argv)}
     if a.json:
-        write_json(a.json, result | {"figures": figures(result)})
+        common.write_json(a.json, result | {"figures": figures(result)})
     return write_report(result, out)
 
 
@@ -1248,7 +1235,7 @@ def write_report(result: Mapping[str, Any], out: Path) -> int:
     text = render(result)
     out.mkdir(parents=True, exist_ok=True)
     (out / "serving.md").write_text(text)
-    log(f"wrote {out / 'serving.md'}")
+    common.log(f"wrote {out / 'serving.md'}")
     print(text)
     return 0
 
