@@ -7,6 +7,7 @@ from typing import Any
 from mlops_platform.controllers.inferenceservice import children, labels, pods_and_slices, reconciler
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import rbac
+from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.control import predicates
@@ -51,28 +52,7 @@ def setup(
     ``settings`` are the operator-wide defaults (the model-server table among them).
     """
     ctx = settings or base.BuildContext()
-    # children and pods carry their InferenceService's shard bucket: a sharded replica caches only
-    # its partitions' (scoped); the InferenceServices themselves are cached whole
-    # every object is decoded into what the reconciler reads (rshape: the rest, managedFields and
-    # most of a pod's spec among it, is skipped by the parser, never built)
-    mgr.cache.shape(reconciler.ISVC, rshape.SPEC_AND_STATUS)
-    mgr.cache.restrict(resources.POD, labels.INFERENCESERVICE, scoped=True)
-    mgr.cache.shape(resources.POD, pods_and_slices.POD_SHAPE)
-    mgr.cache.transform(resources.POD, pods_and_slices.slim_pod)
-    mgr.cache.informer_for(resources.POD).store.add_indexers(
-        {pods_and_slices.POD_INDEX: pods_and_slices.pod_index}
-    )
-    # only the canary Services' EndpointSlices (label-selected by the API server: none without a
-    # canary), slimmed to their ready count, which gates the candidate's entry into the route
-    mgr.cache.restrict(resources.ENDPOINT_SLICE, pods_and_slices.CANARY_SLICES, scoped=True)
-    mgr.cache.shape(resources.ENDPOINT_SLICE, pods_and_slices.SLICE_SHAPE)
-    mgr.cache.transform(resources.ENDPOINT_SLICE, pods_and_slices.slim_slice)
-    slices = mgr.cache.informer_for(resources.ENDPOINT_SLICE).store
-    slices.add_indexers({pods_and_slices.POD_INDEX: pods_and_slices.pod_index})
-    for child in children.CHILDREN:
-        for version in child.kind.versions:  # an optional kind's served version is known later
-            mgr.cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
-            mgr.cache.shape(child.kind.resource(version), rshape.SPEC_AND_STATUS)
+    _cache_what_the_reconciler_reads(mgr.cache)
     rec = reconciler.InferenceServiceReconciler(
         mgr.cache,
         mgr.client,
@@ -80,6 +60,40 @@ def setup(
         mgr.optional_kinds,
         ctx,
     )
+    mgr.add(_controller(mgr, rec, workers))
+    return rec
+
+
+def _cache_what_the_reconciler_reads(cache: rcache.Cache) -> None:
+    """Children and pods carry their InferenceService's shard bucket: a sharded replica caches only
+    its partitions' (scoped); the InferenceServices themselves are cached whole. Every object is
+    decoded into what the reconciler reads (rshape: the rest, managedFields and most of a pod's spec
+    among it, is skipped by the parser, never built)."""
+    cache.shape(reconciler.ISVC, rshape.SPEC_AND_STATUS)
+    cache.restrict(resources.POD, labels.INFERENCESERVICE, scoped=True)
+    cache.shape(resources.POD, pods_and_slices.POD_SHAPE)
+    cache.transform(resources.POD, pods_and_slices.slim_pod)
+    cache.informer_for(resources.POD).store.add_indexers(
+        {pods_and_slices.POD_INDEX: pods_and_slices.pod_index}
+    )
+    # only the canary Services' EndpointSlices (label-selected by the API server: none without a
+    # canary), slimmed to their ready count, which gates the candidate's entry into the route
+    cache.restrict(resources.ENDPOINT_SLICE, pods_and_slices.CANARY_SLICES, scoped=True)
+    cache.shape(resources.ENDPOINT_SLICE, pods_and_slices.SLICE_SHAPE)
+    cache.transform(resources.ENDPOINT_SLICE, pods_and_slices.slim_slice)
+    slices = cache.informer_for(resources.ENDPOINT_SLICE).store
+    slices.add_indexers({pods_and_slices.POD_INDEX: pods_and_slices.pod_index})
+    for child in children.CHILDREN:
+        for version in child.kind.versions:  # an optional kind's served version is known later
+            cache.restrict(child.kind.resource(version), labels.MANAGED_BY_SELECTOR, scoped=True)
+            cache.shape(child.kind.resource(version), rshape.SPEC_AND_STATUS)
+
+
+def _controller(
+    mgr: rmanager.Manager, rec: reconciler.InferenceServiceReconciler, workers: int
+) -> rcontroller.Controller:
+    """What enqueues a reconcile: the InferenceServices, their pods' failures, the canary's ready
+    endpoints and every owned child."""
     builder = (
         mgr.builder(NAME)
         # our status writes bump resourceVersion, not generation: they do not re-trigger reconciles
@@ -112,6 +126,4 @@ def setup(
     )
     for kind in dict.fromkeys(c.kind for c in children.CHILDREN):
         builder.owns(kind, rec.own_writes)
-    ctrl: rcontroller.Controller = builder.build(rec)
-    mgr.add(ctrl)
-    return rec
+    return builder.build(rec)
