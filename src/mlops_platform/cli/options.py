@@ -35,10 +35,10 @@ def stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
     return apply
 
 
-def kubeconfig_options(default: str) -> Callable[[F], F]:
-    """``--kubeconfig`` (``default``: where it is looked for without it) and ``--context``."""
+def kubeconfig_options(help: str) -> Callable[[F], F]:
+    """``--kubeconfig`` (``help``: where it is looked for without it) and ``--context``."""
     return stack(
-        click.option("--kubeconfig", type=click.Path(dir_okay=False), help=default),
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), help=help),
         click.option("--context", help="kubeconfig context (default: current)"),
     )
 
