@@ -12,11 +12,11 @@ import pytest
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.caching import crdwatch, kinds
 from mlops_platform.runtime.control import builder as rbuilder
-from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport.client import Resource
 from mlops_platform.testing import fakes
+from mlops_platform.testing.queues import drain
 
 Obj = dict[str, Any]
 RULE = kinds.Kind("monitoring.coreos.com", "PrometheusRule", "prometheusrules", ("v1",), optional=True)
@@ -352,15 +352,6 @@ def widget(namespace: str, name: str) -> Obj:
         "kind": "Widget",
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
     }
-
-
-async def drain(ctrl: rcontroller.Controller) -> list[Request]:
-    out = []
-    while len(ctrl.queue):
-        item = await ctrl.queue.get()
-        ctrl.queue.done(item)
-        out.append(item)
-    return sorted(out)
 
 
 async def test_owning_an_optional_kind_enqueues_every_primary_when_it_appears_and_goes() -> None:

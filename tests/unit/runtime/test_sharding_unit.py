@@ -30,6 +30,7 @@ from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport.resources import LEASE
 from mlops_platform.testing import fakes
+from mlops_platform.testing.queues import drain
 
 JSON = dict[str, Any]
 PRIMARY = resources.CONFIG_MAP
@@ -308,23 +309,13 @@ def _controller(reconciler: Recording, primaries: list[str]) -> tuple[rcontrolle
     return ctrl, cache
 
 
-async def _drain(ctrl: rcontroller.Controller) -> list[Request]:
-    """Take every queued request out of the queue (no worker runs)."""
-    out = []
-    while len(ctrl.queue):
-        item = await ctrl.queue.get()
-        ctrl.queue.done(item)
-        out.append(item)
-    return sorted(out)
-
-
 def _only(*names: str) -> Callable[[Request], bool]:
     return lambda req: req.name in names
 
 
 async def test_events_of_unowned_requests_are_not_enqueued() -> None:
     ctrl, cache = _controller(Recording(), ["mine", "theirs"])
-    await _drain(ctrl)  # the initial adds of the seeded store, before the filter was set
+    await drain(ctrl)  # the initial adds of the seeded store, before the filter was set
     ctrl.ownership = _only("mine")
     for handler in cache.informer_for(PRIMARY).handlers:
         handler.on_add(_cm("mine"))
@@ -332,24 +323,24 @@ async def test_events_of_unowned_requests_are_not_enqueued() -> None:
     for handler in cache.informer_for(CHILD).handlers:
         handler.on_add(_cm("mine-child", owner="mine", kind="Secret"))
         handler.on_add(_cm("theirs-child", owner="theirs", kind="Secret"))  # maps to its owner first
-    assert await _drain(ctrl) == [Request("ns", "mine")]
+    assert await drain(ctrl) == [Request("ns", "mine")]
 
 
 async def test_enqueue_all_with_a_partition_enqueues_its_cached_objects_only() -> None:
     names = [f"isvc-{i}" for i in range(12)]
     ctrl, _ = _controller(Recording(), names)
-    await _drain(ctrl)
+    await drain(ctrl)
     in_1 = [Request("ns", n) for n in names if partitioning.partition_of(Request("ns", n), 3) == 1]
     assert in_1 and len(in_1) < len(names)
     ctrl.ownership = lambda req: partitioning.partition_of(req, 3) in (0, 1)
     ctrl.enqueue_all(lambda req: partitioning.partition_of(req, 3) == 1)
-    assert await _drain(ctrl) == sorted(in_1)
+    assert await drain(ctrl) == sorted(in_1)
 
 
 async def test_a_dequeued_request_whose_partition_moved_is_skipped_not_reconciled() -> None:
     reconciler = Recording()
     ctrl, _ = _controller(reconciler, ["moved", "kept"])
-    await _drain(ctrl)
+    await drain(ctrl)
     owned = {"moved", "kept"}
     ctrl.ownership = lambda req: req.name in owned
     ctrl.queue.add(Request("ns", "moved"))
@@ -368,7 +359,7 @@ async def test_wait_idle_waits_for_in_flight_reconciles_of_the_partition_only() 
     reconciler = Recording()
     reconciler.release.clear()
     ctrl, _ = _controller(reconciler, ["busy"])
-    await _drain(ctrl)
+    await drain(ctrl)
     ctrl.queue.add(Request("ns", "busy"))
     ctrl.start()
     try:
