@@ -181,7 +181,7 @@ spec:
             - {name: grpc, containerPort: 8081, protocol: TCP}
             - {name: metrics, containerPort: 8082, protocol: TCP}
           readinessProbe:
-            httpGet: {path: /v2/health/ready, port: http}
+            httpGet: {path: /v2/models/iris/ready, port: http}
             periodSeconds: 10
             timeoutSeconds: 5
             failureThreshold: 3
@@ -191,7 +191,7 @@ spec:
             timeoutSeconds: 5
             failureThreshold: 3
           startupProbe:
-            httpGet: {path: /v2/health/live, port: http}
+            httpGet: {path: /v2/models/iris/ready, port: http}
             periodSeconds: 2
             timeoutSeconds: 5
             failureThreshold: 300
@@ -383,7 +383,7 @@ PHASES = (
     ("download", "the initializer's first line -> `model delivered`"),
     ("server", "`model delivered` -> MLServer's first log line (initializer exit, server start, imports)"),
     ("load", "MLServer's first line -> `Loaded model`"),
-    ("ready", "`Loaded model` -> pod Ready (the startup and readiness probes' periods, 10 s each)"),
+    ("ready", "`Loaded model` -> pod Ready (a startup probe on the model every 2 s, then readiness)"),
     ("answer", "pod Ready -> first successful prediction (endpoints, kube-proxy, the poll)"),
 )
 

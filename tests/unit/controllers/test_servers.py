@@ -32,12 +32,14 @@ def test_default_table_covers_every_framework_with_pinned_images() -> None:
 
 def test_default_probes_are_the_servers_health_endpoints() -> None:
     table = servers.default_table()
-    for framework in ("triton", "seldon"):
-        spec = table[framework]
-        assert (spec.readiness_probe.path, spec.liveness_probe.path) == (
-            "/v2/health/ready",
-            "/v2/health/live",
-        )
+    triton, mlserver = table["triton"], table["seldon"]
+    assert triton.readiness_probe.path == "/v2/health/ready"  # strict: every model loaded
+    assert triton.liveness_probe.path == "/v2/health/live"
+    # MLServer's /v2/health/ready says ready before its model is registered: the model's own
+    model = "/v2/models/{model_name}/ready"
+    assert (mlserver.readiness_probe.path, mlserver.startup_probe.path) == (model, model)
+    assert mlserver.liveness_probe.path == "/v2/health/live"
+    assert servers.render(model, mlserver.placeholders(8080, "iris")) == "/v2/models/iris/ready"
     assert table["torchserve"].readiness_probe.path == "/ping"
     for spec in table.values():
         startup = spec.startup_probe
@@ -48,12 +50,12 @@ def test_default_probes_are_the_servers_health_endpoints() -> None:
 def test_templates_render_for_the_port() -> None:
     table = servers.default_table()
     ts = table["torchserve"]
-    script = servers.render(ts.args[0], ts.placeholders(8085))
+    script = servers.render(ts.args[0], ts.placeholders(8085, "m"))
     assert "inference_address=http://0.0.0.0:8085" in script
     assert "management_address=http://127.0.0.1:8081" in script
     assert "exec torchserve --start --foreground" in script
     mls = table["seldon"]
-    assert servers.render(mls.env["MLSERVER_HTTP_PORT"], mls.placeholders(9000)) == "9000"
+    assert servers.render(mls.env["MLSERVER_HTTP_PORT"], mls.placeholders(9000, "m")) == "9000"
 
 
 @pytest.mark.parametrize(
@@ -101,7 +103,7 @@ torchserve:
     ts = table["torchserve"]
     assert ts.run_as_user == 1001
     assert dict(ts.ports) == {"grpc": 7070, "metrics": 9082}
-    assert "metrics_address=http://0.0.0.0:9082" in servers.render(ts.args[0], ts.placeholders(8080))
+    assert "metrics_address=http://0.0.0.0:9082" in servers.render(ts.args[0], ts.placeholders(8080, "m"))
     assert table["seldon"] == base["seldon"]
     assert base["triton"].image.startswith("nvcr.io/")  # the base is never mutated
 
@@ -230,6 +232,10 @@ seldon:
             "runtimes.yaml: seldon.env.X: unknown placeholder {nope}",
         ),
         (
+            {"runtimes.yaml": "seldon: {readinessProbe: {path: '/v2/models/{model}/ready'}}"},
+            "runtimes.yaml: seldon.readinessProbe.path: unknown placeholder {model}",
+        ),
+        (
             {"runtimes.yaml": "triton: {runAsUser: -1}"},
             "runtimes.yaml: triton.runAsUser: Expected `int` >= 0",
         ),
@@ -267,6 +273,7 @@ seldon:
         "unknown-placeholder",
         "broken-template",
         "env-placeholder",
+        "probe-placeholder",
         "negative-uid",
         "bad-quantity",
         "not-text",
@@ -415,8 +422,8 @@ def test_based_on_chains_in_any_order_and_an_override_table_is_a_base_again() ->
 def test_a_full_definition_gets_the_documented_defaults() -> None:
     rt = load_overrides({"runtimes.yaml": FULL})["custom"]
     assert (rt.server, rt.image, rt.command) == ("custom", "registry.example.com/acme/server:1.2.3", ())
-    assert servers.render(rt.args[1], rt.placeholders(8080)) == "--port=8080"
-    assert servers.render(rt.args[3], rt.placeholders(8080)) == "--metrics=9090"
+    assert servers.render(rt.args[1], rt.placeholders(8080, "m")) == "--port=8080"
+    assert servers.render(rt.args[3], rt.placeholders(8080, "m")) == "--metrics=9090"
     assert rt.readiness_probe == servers.Probe("/ready")
     assert rt.liveness_probe == servers.Probe("/live", period_seconds=20)
     assert rt.startup_probe == servers.Probe("/live", period_seconds=2, failure_threshold=300)  # 10 minutes

@@ -343,9 +343,14 @@ def _validate(spec: ServingRuntime, where: str) -> ServingRuntime:
     for name in spec.env:
         if not _ENV_NAME.match(name):
             raise ServingRuntimeError(f"{where}.env.{name}: not a valid environment variable name")
-    known = spec.placeholders(8080)
+    known = spec.placeholders(8080, "model")
     templates = [(f"command[{i}]", t) for i, t in enumerate(spec.command)]
     templates += [(f"args[{i}]", t) for i, t in enumerate(spec.args)]
+    templates += [
+        ("readinessProbe.path", spec.readiness_probe.path),
+        ("livenessProbe.path", spec.liveness_probe.path),
+        ("startupProbe.path", spec.startup_probe.path),
+    ]
     for field, template in [*templates, *((f"env.{k}", v) for k, v in spec.env.items())]:
         try:
             fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]

@@ -4,7 +4,8 @@ Contract:
 - :func:`default_table` gives real upstream images pinned to a release tag, each server's own
   command line, ports, health endpoints, the model formats it serves and the dialect of its
   request metrics (sources and caveats: ``docs/serving-runtimes.md``).
-- Command, args and env values are templates: ``{port}`` (``spec.predictor.port``), ``{model_dir}``
+- Command, args, env values and probe paths are templates: ``{port}`` (``spec.predictor.port``),
+  ``{model_dir}``, ``{model_name}`` (the name the server gives the model: the InferenceService's)
   and ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
   ``{{``/``}}`` are literal braces.
 - Overrides of the table (``--runtime-config``, a ConfigMap's ``runtimes.yaml``):
@@ -103,8 +104,8 @@ class ServingRuntime:
     def image_for(self, gpu_per_replica: int) -> str:
         return self.gpu_image if gpu_per_replica > 0 and self.gpu_image else self.image
 
-    def placeholders(self, port: int) -> dict[str, str]:
-        values = {"port": str(port), "model_dir": self.model_dir}
+    def placeholders(self, port: int, model_name: str) -> dict[str, str]:
+        values = {"port": str(port), "model_dir": self.model_dir, "model_name": model_name}
         for name, number in {**self.internal_ports, **self.ports}.items():
             values[f"{name}_port"] = str(number)
         return values
@@ -158,6 +159,13 @@ def default_table() -> ServingRuntimeTable:
     """The built-in table (a fresh read-only mapping). Sources: ``docs/serving-runtimes.md``."""
     ready_v2, live_v2 = Probe("/v2/health/ready"), Probe("/v2/health/live")
     startup_v2 = Probe("/v2/health/live", period_seconds=STARTUP_PERIOD, failure_threshold=STARTUP_FAILURES)
+    # MLServer's server-wide readiness answers 200 before its model is registered (a model that
+    # then fails to load made a pod Ready for a moment): it is asked about the model itself, and
+    # the startup probe too, so the pod is Ready as soon as the model is (the readiness probe runs
+    # at once when the startup probe passes)
+    model_ready = "/v2/models/{model_name}/ready"
+    ready_model = Probe(model_ready)
+    startup_model = Probe(model_ready, period_seconds=STARTUP_PERIOD, failure_threshold=STARTUP_FAILURES)
     triton = ServingRuntime(
         server="tritonserver",
         image="nvcr.io/nvidia/tritonserver:25.06-py3",
@@ -188,9 +196,9 @@ def default_table() -> ServingRuntimeTable:
             MLSERVER_MODELS_DIR="{model_dir}",
         ),
         ports=MappingProxyType({"grpc": 8081, "metrics": 8082}),
-        readiness_probe=ready_v2,
+        readiness_probe=ready_model,
         liveness_probe=live_v2,
-        startup_probe=startup_v2,
+        startup_probe=startup_model,
         run_as_user=1000,  # the image declares USER 1000
         formats=MLSERVER_FORMATS,
         metrics_dialect="seldon",

@@ -245,7 +245,7 @@ def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
 def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Delivery) -> base.Obj:
     isvc = target.isvc
     port = isvc.port
-    values = rt.placeholders(port) | {"model_dir": delivery.model_dir}
+    values = rt.placeholders(port, isvc.name) | {"model_dir": delivery.model_dir}
     env = [{"name": "MODEL_URI", "value": target.component.model_uri}]
     env += [{"name": k, "value": servers.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -257,9 +257,9 @@ def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Deliv
         "args": [servers.render(a, values) for a in rt.args],
         "env": env,
         "ports": ports,
-        "readinessProbe": _probe(rt.readiness_probe),
-        "livenessProbe": _probe(rt.liveness_probe),
-        "startupProbe": _probe(rt.startup_probe),
+        "readinessProbe": _probe(rt.readiness_probe, values),
+        "livenessProbe": _probe(rt.liveness_probe, values),
+        "startupProbe": _probe(rt.startup_probe, values),
     }
     compute = _resources(isvc, rt)
     if compute:
@@ -273,9 +273,9 @@ def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Deliv
     return container
 
 
-def _probe(p: servers.Probe) -> base.Obj:
+def _probe(p: servers.Probe, values: dict[str, str]) -> base.Obj:
     return {
-        "httpGet": {"path": p.path, "port": "http"},
+        "httpGet": {"path": servers.render(p.path, values), "port": "http"},
         "periodSeconds": p.period_seconds,
         "timeoutSeconds": p.timeout_seconds,
         "failureThreshold": p.failure_threshold,
