@@ -180,3 +180,26 @@ def test_migrate_storage_reports_progress_and_a_failed_migration(
     assert result.exit_code == 1
     assert "s] rewriting: 3/5 objects (2 rewritten, 1 already current, 0 conflicts" in result.output
     assert result.output.endswith("Error: inferenceservices.mlops.platform: 2 objects not rewritten\n")
+
+
+def test_dev_why_is_why_with_the_local_operators_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dev why` compares with what the local cluster's operator builds (its runtime table and
+    initializer image), so the tutorial's `why` shows no change that operator would not make."""
+    from mlops_platform import why
+    from mlops_platform.devcluster import cluster, demo
+    from mlops_platform.devcluster.realnode import images
+
+    seen: list[tuple[Any, ...]] = []
+
+    async def collect(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args)
+        raise why.WhyError("recorded")
+
+    monkeypatch.setattr(why, "collect", collect)
+    result = CliRunner().invoke(cli.main, ["dev", "why", "--name", "c1", "iris", "-n", "ml"])
+    assert result.exit_code == 1 and "recorded" in result.output, result.output
+    kubeconfig, context, namespace, name, ctx = seen[0]
+    assert (kubeconfig, context, namespace, name) == (str(cluster.kubeconfig_path("c1")), None, "ml", "iris")
+    assert ctx.storage_initializer_image == images.OPERATOR.ref
+    assert ctx.servers == demo.local_settings().servers
+    assert ctx.servers["seldon"].image == "mlops.local/mlserver:1.7.1"

@@ -197,6 +197,21 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
     sys.exit(cluster.kubectl(name, list(args)))
 
 
+@dev.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cluster_name
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def why(name: str, args: tuple[str, ...]) -> None:
+    """`mlops-platform why ARGS` on the cluster, with its operator's flags (the local runtime table,
+    the initializer's image): what `demo` runs, so "what the operator would change" compares with
+    what that operator builds."""
+    from mlops_platform.cli.why_command import why_command
+    from mlops_platform.devcluster import cluster
+    from mlops_platform.devcluster import demo as demo_mod
+
+    local = ["--kubeconfig", str(cluster.kubeconfig_path(name)), *demo_mod.LOCAL_FLAGS]
+    why_command.main([*args, *local], prog_name="mlops-platform dev why")
+
+
 @dev.command(name="stop-operator")
 @cluster_name
 def stop_operator(name: str) -> None:
