@@ -29,9 +29,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mlops_platform.api.internal import InferenceService
+    from mlops_platform.controllers.inferenceservice.children.base import BuildContext, Slot
     from mlops_platform.runtime.transport.client import JSON, Client
 
 MIB = 1024 * 1024
+
+
+def desired_children(isvc: InferenceService, ctx: BuildContext) -> list[tuple[Slot, JSON | None]]:
+    """Each child slot of ``isvc`` with what the operator's builder makes for it under ``ctx`` (None
+    where the slot's component is absent: no child), as a reconcile computes them."""
+    from mlops_platform.controllers.inferenceservice import children
+    from mlops_platform.controllers.inferenceservice.children import base
+
+    return [
+        (slot, slot.child.build(slot.target, ctx) if slot.target.component.present else None)
+        for slot in base.slots(isvc, children.CHILDREN)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------

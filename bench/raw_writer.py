@@ -38,6 +38,8 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from bench import _common as common
+
 FIELD_MANAGER = "mlops-platform"
 
 
@@ -117,21 +119,17 @@ class RawWriter:
 
     async def create_children(self, raw: dict[str, Any]) -> None:
         from mlops_platform import api
-        from mlops_platform.controllers.inferenceservice import children, reconciler, status
-        from mlops_platform.controllers.inferenceservice.children import base
+        from mlops_platform.controllers.inferenceservice import reconciler, status
         from mlops_platform.runtime.control import childsync
 
         name = raw["metadata"]["name"]
         first = self.first.setdefault(name, asyncio.Event())
         try:
             isvc = api.decode(raw)
-            slots = base.slots(isvc, children.CHILDREN)
-            desired: list[dict[str, Any] | None] = []
+            desired = common.desired_children(isvc, self.ctx)
             writes: list[Awaitable[Any]] = []
             created: list[str] = []
-            for slot in slots:
-                want = slot.child.build(slot.target, self.ctx) if slot.target.component.present else None
-                desired.append(want)
+            for slot, want in desired:
                 if want is None or slot.child.kind.optional:
                     continue
                 resource = slot.child.kind.resource()
@@ -144,7 +142,7 @@ class RawWriter:
                 status.Observed(slot, want, next(answers) if want is not None else None)
                 if not slot.child.kind.optional or want is None
                 else status.Observed(slot, want, None, "missing")
-                for slot, want in zip(slots, desired, strict=True)
+                for slot, want in desired
             ]
             st = status.compute(isvc, {}, observed, [], None, self.ctx)
             self.observed[name] = (isvc, observed, st)

@@ -1281,7 +1281,7 @@ async def check_same_status(client: Client, n: int, *, all_children: bool = Fals
     :data:`ALL_CHILDREN` (its monitoring and NetworkPolicy children on), else with
     :data:`DEFAULT_CHILDREN`."""
     from mlops_platform import api
-    from mlops_platform.controllers.inferenceservice import children, status
+    from mlops_platform.controllers.inferenceservice import status
     from mlops_platform.controllers.inferenceservice.children import base
     from mlops_platform.runtime.transport import client as rclient
 
@@ -1293,8 +1293,7 @@ async def check_same_status(client: Client, n: int, *, all_children: bool = Fals
             raw = await client.get(api.RESOURCE, name, NAMESPACE)
             isvc = api.decode(raw)
             observed = []
-            for slot in base.slots(isvc, children.CHILDREN):
-                want = slot.child.build(slot.target, ctx) if slot.target.component.present else None
+            for slot, want in common.desired_children(isvc, ctx):
                 live = None
                 if want is not None:
                     try:

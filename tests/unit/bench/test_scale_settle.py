@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench import _common as common
 from bench import operator_footprint, scale
 
 from mlops_platform.runtime.clock import FakeClock
@@ -323,7 +324,7 @@ async def test_a_deployment_that_is_not_there_fails_the_run_not_the_matrix() -> 
 
 async def test_a_status_other_than_the_operators_fails_the_run() -> None:
     from mlops_platform import api
-    from mlops_platform.controllers.inferenceservice import children, status
+    from mlops_platform.controllers.inferenceservice import status
     from mlops_platform.controllers.inferenceservice.children import base
     from mlops_platform.testing.fakes import FakeClient
 
@@ -334,8 +335,7 @@ async def test_a_status_other_than_the_operators_fails_the_run() -> None:
         raw["metadata"] |= {"uid": f"uid-{i}", "generation": 1}
         isvc = api.decode(raw)
         observed = []
-        for slot in base.slots(isvc, children.CHILDREN):
-            want = slot.child.build(slot.target, ctx) if slot.target.component.present else None
+        for slot, want in common.desired_children(isvc, ctx):
             live = None
             if want is not None:
                 live = {**want, "metadata": {**want["metadata"], "generation": 1}}
