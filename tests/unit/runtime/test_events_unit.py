@@ -10,7 +10,7 @@ import pytest
 
 from mlops_platform.runtime.clock import FakeClock
 from mlops_platform.runtime.observability.events import EventRecorder, truncate_note
-from mlops_platform.runtime.transport.client import JSON, ApiError, PatchType, Resource
+from mlops_platform.runtime.transport.client import JSON, ApiError, Resource
 
 
 class FakeSink:
@@ -32,14 +32,9 @@ class FakeSink:
         return obj
 
     async def patch(
-        self,
-        res: Resource,
-        name: str,
-        patch: Any,
-        *,
-        namespace: str | None = None,
-        patch_type: PatchType = "merge",
+        self, res: Resource, name: str, patch: Any, *, namespace: str | None = None, **_: Any
     ) -> JSON:
+        """A merge patch whatever the ``patch_type`` (the recorder sends merge patches)."""
         self.calls.append(("patch", name))
         if self.failures:
             raise self.failures.pop(0)
