@@ -159,13 +159,6 @@ def default_table() -> ServingRuntimeTable:
     """The built-in table (a fresh read-only mapping). Sources: ``docs/serving-runtimes.md``."""
     ready_v2, live_v2 = Probe("/v2/health/ready"), Probe("/v2/health/live")
     startup_v2 = Probe("/v2/health/live", period_seconds=STARTUP_PERIOD, failure_threshold=STARTUP_FAILURES)
-    # MLServer's server-wide readiness answers 200 before its model is registered (a model that
-    # then fails to load made a pod Ready for a moment): it is asked about the model itself, and
-    # the startup probe too, so the pod is Ready as soon as the model is (the readiness probe runs
-    # at once when the startup probe passes)
-    model_ready = "/v2/models/{model_name}/ready"
-    ready_model = Probe(model_ready)
-    startup_model = Probe(model_ready, period_seconds=STARTUP_PERIOD, failure_threshold=STARTUP_FAILURES)
     triton = ServingRuntime(
         server="tritonserver",
         image="nvcr.io/nvidia/tritonserver:25.06-py3",
@@ -185,25 +178,6 @@ def default_table() -> ServingRuntimeTable:
         metrics_dialect="triton",
         model_layout="triton",
     )
-    mlserver = ServingRuntime(
-        server="mlserver",
-        image="docker.io/seldonio/mlserver:1.7.1",
-        args=("mlserver", "start", "{model_dir}"),
-        env=_frozen(
-            MLSERVER_HTTP_PORT="{port}",
-            MLSERVER_GRPC_PORT="{grpc_port}",
-            MLSERVER_METRICS_PORT="{metrics_port}",
-            MLSERVER_MODELS_DIR="{model_dir}",
-        ),
-        ports=MappingProxyType({"grpc": 8081, "metrics": 8082}),
-        readiness_probe=ready_model,
-        liveness_probe=live_v2,
-        startup_probe=startup_model,
-        run_as_user=1000,  # the image declares USER 1000
-        formats=MLSERVER_FORMATS,
-        metrics_dialect="seldon",
-        model_layout="mlserver",
-    )
     torchserve = ServingRuntime(
         server="torchserve",
         image="docker.io/pytorch/torchserve:0.12.0-cpu",
@@ -220,7 +194,35 @@ def default_table() -> ServingRuntimeTable:
         metrics_dialect="torchserve",
         model_layout="torchserve",
     )
-    return MappingProxyType({"triton": triton, "seldon": mlserver, "torchserve": torchserve})
+    return MappingProxyType({"triton": triton, "seldon": _mlserver(live_v2), "torchserve": torchserve})
+
+
+def _mlserver(live: Probe) -> ServingRuntime:
+    """The built-in ``seldon`` runtime: MLServer (``live``: its liveness probe, Triton's too)."""
+    # MLServer's server-wide readiness answers 200 before its model is registered (a model that
+    # then fails to load made a pod Ready for a moment): it is asked about the model itself, and
+    # the startup probe too, so the pod is Ready as soon as the model is (the readiness probe runs
+    # at once when the startup probe passes)
+    model_ready = "/v2/models/{model_name}/ready"
+    return ServingRuntime(
+        server="mlserver",
+        image="docker.io/seldonio/mlserver:1.7.1",
+        args=("mlserver", "start", "{model_dir}"),
+        env=_frozen(
+            MLSERVER_HTTP_PORT="{port}",
+            MLSERVER_GRPC_PORT="{grpc_port}",
+            MLSERVER_METRICS_PORT="{metrics_port}",
+            MLSERVER_MODELS_DIR="{model_dir}",
+        ),
+        ports=MappingProxyType({"grpc": 8081, "metrics": 8082}),
+        readiness_probe=Probe(model_ready),
+        liveness_probe=live,
+        startup_probe=Probe(model_ready, period_seconds=STARTUP_PERIOD, failure_threshold=STARTUP_FAILURES),
+        run_as_user=1000,  # the image declares USER 1000
+        formats=MLSERVER_FORMATS,
+        metrics_dialect="seldon",
+        model_layout="mlserver",
+    )
 
 
 def render(template: str, values: Mapping[str, str]) -> str:
