@@ -304,6 +304,53 @@ async def test_running_model_servers_keep_answering_while_containerd_then_kubele
     assert probes.condition(live, "Ready").get("reason") == "Serving"
 
 
+async def test_status_says_the_node_stopped_reporting_while_it_is_notready_and_serving_once_back(
+    admin_client: rclient.Client, ns: str, local_cluster_name: str
+) -> None:
+    """The real node's kubelet stopped for longer than the node controller's grace period (50 s):
+    the node goes NotReady, the node controller takes the pod out of its Service (requests get the
+    API server's "no endpoints"), and the status says so (``Ready=False``/``NodeNotReady``, not
+    "serving"); with the kubelet back, the same pod (not restarted) serves and ``Ready=True``."""
+    await create(admin_client, ns, iris("iris"))
+    await ready(admin_client, ns, "iris")
+    before = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
+    block = fabric.block_of(cluster.workdir(), local_cluster_name)
+    assert block is not None
+    daemons = fabric.Fabric(local_cluster_name, cluster.cluster_dir(local_cluster_name), block).node(0)
+    node_name = before["items"][0]["spec"]["nodeName"]
+
+    async def node(status: str) -> bool:
+        live = await admin_client.get(resources.NODE, node_name)
+        return probes.condition(live, "Ready").get("status") == status
+
+    async def isvc_ready() -> dict[str, Any]:
+        return probes.condition(await admin_client.get(api.RESOURCE, "iris", ns), "Ready")
+
+    async def node_not_ready_said() -> bool:
+        return (await isvc_ready()).get("reason") == "NodeNotReady"
+
+    pid = daemons.pid("kubelet")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    try:
+        await wait.until(lambda: daemons.pid("kubelet") is None, timeout=30, what="kubelet stopped")
+        await wait.until(lambda: node("Unknown"), timeout=120, what=f"{node_name} NotReady (grace period)")
+        await wait.until(node_not_ready_said, timeout=60, what="Ready=False/NodeNotReady")
+        cond = await isvc_ready()
+        assert cond["status"] == "False" and "stopped reporting" in cond["message"], cond
+        with pytest.raises(infer.InferError, match="no endpoints available"):  # what the status says
+            await infer.infer(admin_client, "iris", ns, v2(QUICKSTART))
+    finally:
+        await asyncio.to_thread(cluster.up, local_cluster_name)
+    await wait.until(lambda: node("True"), timeout=120, what=f"{node_name} Ready again")
+    live = await ready(admin_client, ns, "iris")
+    assert probes.condition(live, "Ready").get("reason") == "Serving"
+    assert answer(await infer.infer(admin_client, "iris", ns, v2(QUICKSTART))) == [1, 1]
+    after = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
+    assert [p["metadata"]["uid"] for p in after["items"]] == [p["metadata"]["uid"] for p in before["items"]]
+    assert [cs["restartCount"] for cs in after["items"][0]["status"]["containerStatuses"]] == [0]
+
+
 #: a load generator pod: THREADS loops POSTing a big batch to URL until the pod is deleted
 LOADGEN = """
 import json, sys, threading, urllib.request

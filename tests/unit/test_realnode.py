@@ -109,6 +109,8 @@ def test_the_api_server_reaches_kubelets_by_ip_advertises_the_fabric_and_kwok_le
         "cidr": "10.202.64.1/18",  # fake pods' addresses inside the block: routed into the fabric
     }
     assert all(n["metadata"]["annotations"][nodes.FAKE_NODE_ANNOTATION] == "fake" for n in nodes.fake_nodes())
+    # a stopped kubelet's node goes NotReady after upstream's 40 s, not kwokctl's default 5 x that
+    assert conf["options"]["heartbeatFactor"] == 1
     plain = _config()
     assert "advertise-address" not in _patches(plain, "kube-apiserver") and not _patches(
         plain, "kwok-controller"

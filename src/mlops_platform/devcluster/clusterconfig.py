@@ -170,6 +170,10 @@ def _add_real_nodes(conf: dict[str, Any], block: addressing.Block, pki_dir: Path
         {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
     ]
     conf["options"]["kubeApiserverCertSANs"] = [block.api_address, block.kubernetes_service_ip]
+    # a real kubelet's outage is seen as upstream sees it: kwokctl multiplies the node controller's
+    # grace period (40 s) and monitor period (5 s), and kwok's node lease, by 5 by default (cheaper
+    # heartbeats for thousands of fake nodes): a stopped kubelet's node went NotReady after 200 s
+    conf["options"]["heartbeatFactor"] = 1
     conf["componentsPatches"].append(
         {
             "name": "kwok-controller",
