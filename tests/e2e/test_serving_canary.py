@@ -123,11 +123,14 @@ async def test_a_canary_that_cannot_serve_gets_no_request(admin_client: rclient.
         cond = probes.condition(await admin_client.get(api.RESOURCE, "iris", ns), "CanaryReady")
         return cond.get("status") == "False" and cond.get("reason") != "Staging"
 
-    await wait.until(canary_failing, timeout=serving.READY_TIMEOUT, what="CanaryReady=False (not Staging)")
-    async with serving.load(admin_client, ns, "iris") as traffic:
-        await traffic.more(100)
+    async with serving.timeline(admin_client, ns, "iris") as route:
+        failing = "CanaryReady=False (not Staging)"
+        await wait.until(canary_failing, timeout=serving.READY_TIMEOUT, what=failing)
+        async with serving.load(admin_client, ns, "iris") as traffic:
+            await traffic.more(100)
     states = await serving.pod_states(admin_client, ns, "iris")
-    assert traffic.errors == [], f"{traffic.summary()}; pods: {states}"
+    assert traffic.errors == [], f"{traffic.summary()}; pods: {states}; route: {route}"
+    print(f"route: {route}")
     assert all(a == STABLE for a in traffic.answers)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.devcluster.modelstore import manifests as store
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import resources
+from mlops_platform.runtime.transport import http, resources, rest
 from mlops_platform.testing import operator as operator_process
 from mlops_platform.testing import probes, wait, webhook
 
@@ -194,3 +195,56 @@ async def ready_endpoints(c: rclient.Client, ns: str, service: str) -> int:
         for e in s.get("endpoints") or ()
         if (e.get("conditions") or {}).get("ready") is True
     )
+
+
+@dataclasses.dataclass
+class Timeline:
+    """What the route did while a block ran, for a failure message: each change of the predictor
+    Service's selector, of its ready endpoints and of each pod's readiness, with its time."""
+
+    changes: list[str] = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "; ".join(self.changes) or "no change"
+
+
+async def _route_state(c: rclient.Client, ns: str, name: str) -> dict[str, str]:
+    svc = await c.get(resources.SERVICE, f"{name}-predictor", ns)
+    state = {"selector": ",".join(sorted(f"{k}={v}" for k, v in svc["spec"].get("selector", {}).items()))}
+    slices = await c.list(
+        resources.ENDPOINT_SLICE, ns, label_selector=f"kubernetes.io/service-name={name}-predictor"
+    )
+    for s in slices["items"]:
+        for e in s.get("endpoints") or ():
+            pod = (e.get("targetRef") or {}).get("name", "?")
+            state[f"endpoint {pod}"] = f"ready={(e.get('conditions') or {}).get('ready')}"
+    pods = await c.list(resources.POD, ns, label_selector=f"{labels.INFERENCESERVICE}={name}")
+    for pod in pods["items"]:
+        ready = probes.condition(pod, "Ready").get("status")
+        state[f"pod {pod['metadata']['name']}"] = f"Ready={ready}"
+    return state
+
+
+@contextlib.asynccontextmanager
+async def timeline(c: rclient.Client, ns: str, name: str, every: float = 0.25) -> AsyncIterator[Timeline]:
+    """Record :class:`Timeline` while the block runs (it only reads: a diagnostic, never a wait)."""
+    out, start, last = Timeline(), time.monotonic(), dict[str, str]()
+
+    async def poll() -> None:
+        nonlocal last
+        while True:
+            with contextlib.suppress(rest.ApiError, http.TransportError):
+                now = await _route_state(c, ns, name)
+                for key in sorted(now.keys() | last.keys()):
+                    if now.get(key) != last.get(key):
+                        out.changes.append(f"{time.monotonic() - start:.1f}s {key}: {now.get(key, 'gone')}")
+                last = now
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(poll())
+    try:
+        yield out
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
