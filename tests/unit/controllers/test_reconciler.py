@@ -1853,7 +1853,9 @@ def test_a_pod_the_node_controller_took_out_says_its_node_stopped_reporting() ->
     cut_off["spec"]["nodeName"] = "real-node-0"
     cut_off["status"]["containerStatuses"][0] |= {"started": True, "ready": True}
     cut_off["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    reason, message = pods_and_slices.pod_failure(cut_off) or ("", "")
+    slim = pods_and_slices.slim_pod(copy.deepcopy(cut_off))
+    assert pods_and_slices.pod_failure(slim) == pods_and_slices.pod_failure(cut_off)
+    reason, message = pods_and_slices.pod_failure(slim) or ("", "")
     assert reason == "NodeNotReady"
     assert message.startswith("pod p: its node real-node-0 stopped reporting (NodeNotReady)")
     assert reason in pod_problems.POD_PENDING_REASONS  # gates Ready only while nothing serves

@@ -86,7 +86,10 @@ def slim_pod(pod: Obj) -> Obj:
         slim_meta["annotations"] = {labels.MODEL_URI_ANNOTATION: model}
     if kept_conditions:
         slim_status["conditions"] = kept_conditions
-    slim = {"metadata": slim_meta, "status": slim_status}
+    slim: Obj = {"metadata": slim_meta, "status": slim_status}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:  # the node a NodeNotReady message names
+        slim["spec"] = {"nodeName": node}
     return transforms.intern_strings(slim)  # type: ignore[no-any-return]
 
 
