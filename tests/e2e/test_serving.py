@@ -337,7 +337,7 @@ async def test_status_says_the_node_stopped_reporting_while_it_is_notready_and_s
         await wait.until(lambda: node("Unknown"), timeout=120, what=f"{node_name} NotReady (grace period)")
         await wait.until(node_not_ready_said, timeout=60, what="Ready=False/NodeNotReady")
         cond = await isvc_ready()
-        assert cond["status"] == "False" and "stopped reporting" in cond["message"], cond
+        assert cond["status"] == "False" and f"node {node_name} stopped reporting" in cond["message"], cond
         with pytest.raises(infer.InferError, match="no endpoints available"):  # what the status says
             await infer.infer(admin_client, "iris", ns, v2(QUICKSTART))
     finally:
