@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
 
 from mlops_platform import api
 from mlops_platform.api import internal
@@ -181,45 +180,26 @@ class InferenceServiceReconciler:
         pods = self.cache.by_index(resources.POD, pods_and_slices.POD_INDEX, isvc.key)
         pod_failure, canary_failure = pods_and_slices.failures(pods)
         problems = self._permission_problems(isvc.namespace)
-        namespace = isvc.namespace
-
-        def cached(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
-            return self.cache.get(resource, namespace, slot.name)
-
         version = objects.meta(raw).get("resourceVersion")
-        inputs = self._inputs(version, slots, cached, (pod_failure, canary_failure, plan), problems)
+        inputs = self._inputs(version, slots, (pod_failure, canary_failure, plan), problems)
         return _Basis(key, raw, isvc, plan, slots, pod_failure, canary_failure, problems, inputs)
 
     def _inputs(
         self,
         cr_version: str | None,
         slots: list[base.Slot],
-        live: Callable[[base.Slot, rclient.Resource], Obj | None],
         observed: tuple[object, ...],
         problems: list[tuple[str, rclient.ApiError]],
-        decided: Mapping[str, str] | None = None,
+        run: slot_sync.Run | None = None,
     ) -> tuple[object, ...]:
         """Everything a reconcile decides from: the CR's resourceVersion (spec, labels, status), for
-        each slot the kind's served version and the live child's resourceVersion, what else was
+        each slot the kind's served version and the live child's resourceVersion (from the cache,
+        or as ``run``'s writes left them: :meth:`slot_sync.SlotSync.versions`), what else was
         observed (the pods' failures, the rollout decided from the canary's endpoints), and what
         cannot be read or recorded. The builders are pure and the settings fixed, so equal inputs
-        give equal decisions. ``decided``: per slot key, the kind's state the run decided from
-        ("served", "missing", "syncing"), for the inputs it settles: an informer that finished
-        listing during the run, or a CRD gone meanwhile, is a new input for the next one."""
-        parts: list[object] = [cr_version, observed]
-        for slot in slots:
-            resource = self.kinds.resolve(slot.child.kind)
-            state = (decided or {}).get(slot.key)
-            if state is None:
-                readable = resource is not None and slot_sync.readable(self.cache, slot.child, resource)
-                state = "served" if readable else "missing" if resource is None else "syncing"
-            if state != "served" or resource is None:
-                parts.append({"missing": None, "syncing": "syncing"}.get(state, "gone"))
-                continue
-            obj = live(slot, resource)
-            parts.append((resource.version, None if obj is None else obj["metadata"].get("resourceVersion")))
-        parts.append(tuple((what, str(err)) for what, err in problems))
-        return tuple(parts)
+        give equal decisions."""
+        versions = self.slot_sync.versions(slots, run)
+        return (cr_version, observed, *versions, tuple((what, str(err)) for what, err in problems))
 
     def _rollout(
         self,
@@ -373,18 +353,8 @@ class InferenceServiceReconciler:
         # writes answered with. Deciding from those gives nothing to write (every write made the
         # cluster carry what was decided), so that is settled too; the echo filter drops those
         # events, and anything else that changes (a controller's status) is a new input.
-        lives = {o.slot.key: o.live for o in run.observed}
-
-        def answered(slot: base.Slot, resource: rclient.Resource) -> Obj | None:
-            return lives.get(slot.key)
-
-        inputs = self._inputs(
-            objects.meta(answer).get("resourceVersion"),
-            basis.slots,
-            answered,
-            (basis.pod_failure, basis.canary_failure, after),
-            basis.problems,
-            {o.slot.key: o.kind_state for o in run.observed},
-        )
+        version = objects.meta(answer).get("resourceVersion")
+        observed = (basis.pod_failure, basis.canary_failure, after)
+        inputs = self._inputs(version, basis.slots, observed, basis.problems, run)
         self.settled.settle(key, inputs, basis.isvc)
         return Result()

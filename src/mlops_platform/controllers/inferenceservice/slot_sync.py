@@ -82,11 +82,6 @@ class _Outcome:
     changes: tuple[str, ...]
 
 
-def readable(cache: rcache.Cache, child: base.Child, resource: rclient.Resource) -> bool:
-    """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""
-    return not child.kind.optional or cache.synced(resource)
-
-
 class SlotSync:
     """Decides and writes the slots of one reconcile (see the module doc)."""
 
@@ -134,12 +129,42 @@ class SlotSync:
         self._event_for_changes(run)
         return run
 
+    def versions(self, slots: list[base.Slot], run: Run | None = None) -> list[object]:
+        """What each slot is decided from, for the reconcile's inputs: the kind's served version and
+        the live child's resourceVersion, or the kind's state when it is not served (CRD absent,
+        informer still listing). Live from the cache; with ``run``, as that run's writes left them:
+        the objects they answered with, and the kind's state each slot was decided from (an
+        informer that finished listing during the run, or a CRD gone meanwhile, is a new input for
+        the next reconcile)."""
+        lives = {} if run is None else {o.slot.key: o.live for o in run.observed}
+        decided = {} if run is None else {o.slot.key: o.kind_state for o in run.observed}
+        parts: list[object] = []
+        for slot in slots:
+            resource = self.kinds.resolve(slot.child.kind)
+            state = decided.get(slot.key)
+            if state is None:
+                readable = resource is not None and self._readable(slot.child, resource)
+                state = "served" if readable else "missing" if resource is None else "syncing"
+            if state != "served" or resource is None:
+                parts.append({"missing": None, "syncing": "syncing"}.get(state, "gone"))
+                continue
+            if run is None:
+                obj = self.cache.get(resource, slot.target.isvc.namespace, slot.name)
+            else:
+                obj = lives.get(slot.key)
+            parts.append((resource.version, None if obj is None else obj["metadata"].get("resourceVersion")))
+        return parts
+
+    def _readable(self, child: base.Child, resource: rclient.Resource) -> bool:
+        """Built-in kinds are synced with the cache; an optional kind once its informer has listed."""
+        return not child.kind.optional or self.cache.synced(resource)
+
     def _decide(self, run: Run, slot: base.Slot) -> _Decision:
         """A slot from the cache: what to delete or apply (built, prepared, settled and compared)."""
         child, target = slot.child, slot.target
         resource = self.kinds.resolve(child.kind)
         desired = child.build(target, self.ctx) if target.component.present else None
-        if resource is None or not readable(self.cache, child, resource):
+        if resource is None or not self._readable(child, resource):
             # an optional kind whose CRD is absent (or whose informer is still listing): nothing to
             # read or write; the status says so where the child is wanted
             state: Literal["missing", "syncing"] = "missing" if resource is None else "syncing"
