@@ -82,24 +82,17 @@ class _Outcome:
     changes: tuple[str, ...]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class SlotSync:
     """Decides and writes the slots of one reconcile (see the module doc)."""
 
-    def __init__(
-        self,
-        cache: rcache.Cache,
-        kinds: crdwatch.OptionalKinds,
-        ctx: base.BuildContext,
-        syncer: childsync.ChildSyncer,
-        recorder: Recorder | events.EventRecorder,
-        writes: own_writes.OwnWrites,
-    ) -> None:
-        self.cache = cache
-        self.kinds = kinds
-        self.ctx = ctx
-        self.syncer = syncer
-        self.recorder = recorder
-        self.own_writes = writes
+    cache: rcache.Cache
+    kinds: crdwatch.OptionalKinds
+    ctx: base.BuildContext
+    syncer: childsync.ChildSyncer
+    recorder: Recorder | events.EventRecorder
+    #: the owned kinds' watch filter, told of every child written (its echo is not enqueued)
+    echo_filter: own_writes.OwnWrites
 
     async def sync(self, raw: Obj, isvc: internal.InferenceService, slots: list[base.Slot]) -> Run:
         """Decide every slot from the cache first, without a request (:meth:`_decide`), then send the
@@ -199,7 +192,7 @@ class SlotSync:
         if outcome.action != "none":
             run.request_ms[what] = round((time.perf_counter() - sent) * 1000, 1)
         if outcome.action in ("created", "updated") and outcome.live is not None:
-            self.own_writes.wrote(outcome.live)
+            self.echo_filter.wrote(outcome.live)
         return status.Observed(d.slot, d.desired, outcome.live), _Outcome(
             what, outcome.action, outcome.changes
         )
