@@ -27,6 +27,7 @@ from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import cluster, demo
 from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.devcluster.realnode import fabric
+from mlops_platform.devcluster.realnode import node as realnode
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -111,16 +112,11 @@ async def test_a_model_update_rolls_out_under_load_with_zero_failed_requests(
             timeout=READY_TIMEOUT,
             what="20 answers in a row from version 2",
         )
-        await wait.until(
-            lambda: serving.rolled_out(admin_client, ns, "iris", "s3://models/iris/2"),
-            timeout=120,
-            what="the rollout over",
-        )
-        settled = len(traffic.answers)
-        await traffic.more(20)
+        await serving.until_rolled_out(admin_client, ns, "iris", "s3://models/iris/2")
+        after = await traffic.then(20)
     assert traffic.errors == [], traffic.summary()
     assert traffic.answers[0] == [1, 1]
-    assert all(a == [2, 2] for a in traffic.answers[settled:]), "version 1 answered after its pods were gone"
+    assert all(a == [2, 2] for a in after), "version 1 answered after its pods were gone"
 
 
 @pytest.mark.parametrize(
@@ -272,18 +268,25 @@ async def test_the_network_policy_lets_its_namespace_predict_and_monitoring_scra
             await admin_client.delete(resources.POD, scraper, monitoring_ns)
 
 
+async def _iris_on_the_real_node(
+    c: rclient.Client, ns: str, cluster_name: str
+) -> tuple[dict[str, Any], realnode.RealNode]:
+    """``iris`` serving: its pods, and the daemons of the real node they run on."""
+    await create(c, ns, iris("iris"))
+    await ready(c, ns, "iris")
+    pods = await c.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
+    block = fabric.block_of(cluster.workdir(), cluster_name)
+    assert block is not None
+    return pods, fabric.Fabric(cluster_name, cluster.cluster_dir(cluster_name), block).node(0)
+
+
 async def test_running_model_servers_keep_answering_while_containerd_then_kubelet_restart(
     admin_client: rclient.Client, ns: str, local_cluster_name: str
 ) -> None:
     """The real node's containerd, then its kubelet, stopped (SIGTERM) and started again (``dev up``)
     under continuous load: the containers run on (their shims are not containerd's children), no
     request fails, and the InferenceService is Ready again with the same pod once the node is back."""
-    await create(admin_client, ns, iris("iris"))
-    await ready(admin_client, ns, "iris")
-    before = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
-    block = fabric.block_of(cluster.workdir(), local_cluster_name)
-    assert block is not None
-    node = fabric.Fabric(local_cluster_name, cluster.cluster_dir(local_cluster_name), block).node(0)
+    before, node = await _iris_on_the_real_node(admin_client, ns, local_cluster_name)
     async with serving.load(admin_client, ns, "iris") as traffic:
         await traffic.more(10)
         for daemon in ("containerd", "kubelet"):
@@ -307,16 +310,11 @@ async def test_running_model_servers_keep_answering_while_containerd_then_kubele
 async def test_status_says_the_node_stopped_reporting_while_it_is_notready_and_serving_once_back(
     admin_client: rclient.Client, ns: str, local_cluster_name: str
 ) -> None:
-    """The real node's kubelet stopped for longer than the node controller's grace period (50 s):
+    """The real node's kubelet stopped for longer than the node controller's grace period (40 s):
     the node goes NotReady, the node controller takes the pod out of its Service (requests get the
     API server's "no endpoints"), and the status says so (``Ready=False``/``NodeNotReady``, not
     "serving"); with the kubelet back, the same pod (not restarted) serves and ``Ready=True``."""
-    await create(admin_client, ns, iris("iris"))
-    await ready(admin_client, ns, "iris")
-    before = await admin_client.list(resources.POD, ns, label_selector="mlops.platform/inferenceservice=iris")
-    block = fabric.block_of(cluster.workdir(), local_cluster_name)
-    assert block is not None
-    daemons = fabric.Fabric(local_cluster_name, cluster.cluster_dir(local_cluster_name), block).node(0)
+    before, daemons = await _iris_on_the_real_node(admin_client, ns, local_cluster_name)
     node_name = before["items"][0]["spec"]["nodeName"]
 
     async def node(status: str) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from mlops_platform.devcluster import demo
 from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import probes, serving, wait
 
 STABLE, CANARY = [1, 1], [2, 2]
@@ -40,12 +38,6 @@ async def replicas_operator(
 async def ns(namespace: str, admin_client: rclient.Client, replicas_operator: rmanager.Manager) -> str:
     await modelstore.grant(admin_client, namespace)
     return namespace
-
-
-def binomial_interval(n: int, p: float, z: float = 2.576) -> tuple[float, float]:
-    """The 99 % interval of a Binomial(n, p) count (normal approximation: n p (1 - p) = 160 here)."""
-    sd = math.sqrt(n * p * (1 - p))
-    return n * p - z * sd, n * p + z * sd
 
 
 async def canary_ready(c: rclient.Client, ns: str, name: str) -> None:
@@ -75,7 +67,7 @@ async def test_a_20_percent_canary_answers_its_share_and_rolls_back_under_load(
 
     answers = await asyncio.gather(*(one() for _ in range(REQUESTS)))
     canary = answers.count(CANARY)
-    low, high = binomial_interval(REQUESTS, 0.2)
+    low, high = serving.binomial_interval(REQUESTS, 0.2)
     assert answers.count(STABLE) + canary == REQUESTS, set(map(tuple, answers))
     assert low <= canary <= high, (
         f"{canary} of {REQUESTS} answered by the canary, not within [{low:.0f}, {high:.0f}]"
@@ -85,11 +77,12 @@ async def test_a_20_percent_canary_answers_its_share_and_rolls_back_under_load(
     async with serving.load(admin_client, ns, "iris") as traffic:
         await traffic.more(10)
         await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
-        await wait.until(lambda: _no_canary(admin_client, ns), timeout=120, what="the canary's objects gone")
-        settled = len(traffic.answers)
-        await traffic.more(30)
+        await wait.until(
+            lambda: serving.canary_gone(admin_client, ns, "iris"), timeout=120, what="canary gone"
+        )
+        after = await traffic.then(30)
     assert traffic.errors == [], traffic.summary()
-    assert all(a == STABLE for a in traffic.answers[settled:]), "the canary answered after the rollback"
+    assert all(a == STABLE for a in after), "the canary answered after the rollback"
 
 
 async def test_a_promotion_under_load_fails_no_request(admin_client: rclient.Client, ns: str) -> None:
@@ -98,18 +91,14 @@ async def test_a_promotion_under_load_fails_no_request(admin_client: rclient.Cli
     await canary_ready(admin_client, ns, "iris")
     async with serving.load(admin_client, ns, "iris") as traffic:
         await wait.until(lambda: CANARY in traffic.answers, timeout=60, what="an answer of the canary")
-        promote = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}, "canary": None}}
-        await admin_client.patch(api.RESOURCE, "iris", promote, namespace=ns)
+        await admin_client.patch(api.RESOURCE, "iris", serving.promotion("s3://models/iris/2"), namespace=ns)
+        await serving.until_rolled_out(admin_client, ns, "iris", "s3://models/iris/2", serving.READY_TIMEOUT)
         await wait.until(
-            lambda: serving.rolled_out(admin_client, ns, "iris", "s3://models/iris/2"),
-            timeout=serving.READY_TIMEOUT,
-            what="promoted",
+            lambda: serving.canary_gone(admin_client, ns, "iris"), timeout=120, what="canary gone"
         )
-        await wait.until(lambda: _no_canary(admin_client, ns), timeout=120, what="the canary's objects gone")
-        settled = len(traffic.answers)
-        await traffic.more(30)
+        after = await traffic.then(30)
     assert traffic.errors == [], traffic.summary()
-    assert all(a == CANARY for a in traffic.answers[settled:]), "version 1 answered after the promotion"
+    assert all(a == CANARY for a in after), "version 1 answered after the promotion"
 
 
 async def test_a_canary_that_cannot_serve_gets_no_request(admin_client: rclient.Client, ns: str) -> None:
@@ -132,7 +121,3 @@ async def test_a_canary_that_cannot_serve_gets_no_request(admin_client: rclient.
     assert traffic.errors == [], f"{traffic.summary()}; pods: {states}; route: {route}"
     print(f"route: {route}")
     assert all(a == STABLE for a in traffic.answers)
-
-
-async def _no_canary(c: rclient.Client, ns: str) -> bool:
-    return await probes.absent(c, resources.DEPLOYMENT, ns, "iris-canary")

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import math
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,13 +22,11 @@ from typing import Any
 import pytest
 
 from mlops_platform import api, infer
-from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base, httproute
 from mlops_platform.devcluster import demo, gateway
 from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import probes, serving, wait
 
 STABLE, CANARY = [1, 1], [2, 2]
@@ -57,12 +54,6 @@ async def gateway_operator(
 async def ns(namespace: str, admin_client: rclient.Client, gateway_operator: rmanager.Manager) -> str:
     await modelstore.grant(admin_client, namespace)
     return namespace
-
-
-def binomial_interval(n: int, p: float, z: float = 2.576) -> tuple[float, float]:
-    """The 99 % interval of a Binomial(n, p) count (normal approximation: n p (1 - p) = 160 here)."""
-    sd = math.sqrt(n * p * (1 - p))
-    return n * p - z * sd, n * p + z * sd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,28 +127,22 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
     route = await canary_routed(admin_client, ns, "iris")
     answers = [await send(admin_client, route) for _ in range(REQUESTS)]
     canary = answers.count(CANARY)
-    low, high = binomial_interval(REQUESTS, SHARE)
+    low, high = serving.binomial_interval(REQUESTS, SHARE)
     print(f"canary share through Traefik: {canary} of {REQUESTS}, 99 % interval [{low:.1f}, {high:.1f}]")
     assert answers.count(STABLE) + canary == REQUESTS, {tuple(a) for a in answers}
     assert low <= canary <= high, f"{canary} of {REQUESTS} from the canary, not in [{low:.0f}, {high:.0f}]"
 
     async with serving.load(admin_client, ns, "iris", lambda: send(admin_client, route)) as traffic:
         await traffic.more(10)
-        promote = {"spec": {"predictor": {"model": {"uri": "s3://models/iris/2"}}, "canary": None}}
-        await admin_client.patch(api.RESOURCE, "iris", promote, namespace=ns)
+        await admin_client.patch(api.RESOURCE, "iris", serving.promotion("s3://models/iris/2"), namespace=ns)
         # the canary goes once the stable component serves version 2 (then the old pods go)
         await wait.until(
-            lambda: _canary_gone(admin_client, ns), timeout=serving.READY_TIMEOUT, what="the canary gone"
+            lambda: _canary_gone(admin_client, ns), timeout=serving.READY_TIMEOUT, what="canary gone"
         )
-        await wait.until(
-            lambda: serving.rolled_out(admin_client, ns, "iris", "s3://models/iris/2"),
-            timeout=120,
-            what="promoted",
-        )
-        settled = len(traffic.answers)
-        await traffic.more(30)
+        await serving.until_rolled_out(admin_client, ns, "iris", "s3://models/iris/2")
+        after = await traffic.then(30)
     print(f"promotion under load: {traffic.summary()} ({len(traffic.answers)} answered)")
-    assert all(a == CANARY for a in traffic.answers[settled:]), "version 1 answered after the promotion"
+    assert all(a == CANARY for a in after), "version 1 answered after the promotion"
     assert traffic.errors == [], traffic.summary()
 
 
@@ -171,19 +156,15 @@ async def test_a_rollback_behind_traefik_under_load_fails_no_request(
         await traffic.more(10)
         await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
         await wait.until(lambda: _canary_gone(admin_client, ns), timeout=120, what="the canary gone")
-        settled = len(traffic.answers)
-        await traffic.more(30)
+        after = await traffic.then(30)
     print(f"rollback under load: {traffic.summary()} ({len(traffic.answers)} answered)")
     assert traffic.errors == [], traffic.summary()
-    assert all(a == STABLE for a in traffic.answers[settled:]), "the canary answered after the rollback"
+    assert all(a == STABLE for a in after), "the canary answered after the rollback"
 
 
 async def _canary_gone(c: rclient.Client, ns: str) -> bool:
     """The canary's Deployment and pods are gone and the HTTPRoute routes to the predictor alone."""
-    if not await probes.absent(c, resources.DEPLOYMENT, ns, "iris-canary"):
-        return False
-    selector = f"{labels.INFERENCESERVICE}=iris,{labels.COMPONENT}={labels.CANARY}"
-    if (await c.list(resources.POD, ns, label_selector=selector))["items"]:
+    if not await serving.canary_gone(c, ns, "iris"):
         return False
     live: dict[str, Any] = await c.get(httproute.KIND.resource(), "iris", ns)
     return httproute.live_weights(live) == {"predictor": 100}
