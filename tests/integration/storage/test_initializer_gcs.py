@@ -1,7 +1,9 @@
 """The storage initializer as a real process (``python -m mlops_platform.storage fetch gs://...``)
-against a real GCS emulator (fake-gcs-server, testing.objectstores): single files, directory
-prefixes, archives, checksums, missing objects, the emulator reached through ``--endpoint`` with
-no key or with a service-account key from a mounted-Secret directory.
+against a real GCS emulator (fake-gcs-server, testing.objectstores), what only GCS has: a
+service-account key from a mounted-Secret directory (the emulator reached through ``--endpoint`` or
+the key's own endpoint), a malformed key. What every store does alike (single files, directory
+prefixes, archives, checksums, missing objects; for GCS through ``--endpoint`` with no key) is in
+``test_initializer_stores.py``.
 
 fake-gcs-server checks no credentials, so a key the service refuses cannot be tested here (S3's
 is, against MinIO); keys the initializer cannot use can.
@@ -11,9 +13,7 @@ No cluster is needed: these tests use none of the cluster fixtures.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -25,32 +25,6 @@ from mlops_platform.testing.objectstores import GCSServer
 
 async def _fetch(uri: str, dest: Path, *args: str, tmp_path: Path) -> initializer.Run:
     return await initializer.fetch(uri, dest, *args, termination_log=tmp_path / "termination-log")
-
-
-async def test_single_file_with_checksum_through_the_endpoint(
-    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
-) -> None:
-    """``--endpoint`` and no key: object_store's emulator settings (no OAuth, no metadata server)."""
-    data = os.urandom(6 * 1024 * 1024 + 7)
-    src = tmp_path / "model.pt"
-    src.write_bytes(data)
-    await fake_gcs_server.upload(gcs_bucket, "bert/1/model.pt", src)
-    uri = f"gs://{gcs_bucket}/bert/1/model.pt"
-    dest = tmp_path / "models"
-    run = await _fetch(
-        uri,
-        dest,
-        "--endpoint",
-        fake_gcs_server.endpoint,
-        "--sha256",
-        hashlib.sha256(data).hexdigest(),
-        tmp_path=tmp_path,
-    )
-    assert (run.code, run.failure_line) == (0, ""), run.stderr
-    assert initializer.files(dest) == {"model.pt": data}
-    done = [d for d in run.logs() if d["msg"] == "downloaded"]
-    assert [(d["uri"], d["bytes"], d["percent"]) for d in done] == [(uri, len(data), 100.0)]
-    assert any(d["msg"] == "sha256 verified" for d in run.logs())
 
 
 def _service_account_key(private_key: str) -> str:
@@ -121,74 +95,6 @@ async def test_a_key_naming_a_plain_http_endpoint_needs_no_endpoint_flag(
     run = await _fetch(uri, tmp_path / "models", "--credentials", str(creds), tmp_path=tmp_path)
     assert run.code == 0, run.stderr
     assert initializer.files(tmp_path / "models") == {"model.joblib": b"iris weights"}
-
-
-async def test_directory_prefix_is_copied_recursively(
-    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
-) -> None:
-    tree = {
-        "model-settings.json": b"{}",
-        "model.joblib": b"weights",
-        "extra/labels.txt": b"setosa versicolor virginica",
-    }
-    for rel, body in tree.items():
-        await fake_gcs_server.upload(gcs_bucket, f"iris/{rel}", body)
-    await fake_gcs_server.upload(gcs_bucket, "iris-v2/ignored.bin", b"not under iris/")
-    for uri in (f"gs://{gcs_bucket}/iris/", f"gs://{gcs_bucket}/iris"):  # with and without its '/'
-        dest = tmp_path / f"models-{len(uri)}"
-        run = await _fetch(uri, dest, "--endpoint", fake_gcs_server.endpoint, tmp_path=tmp_path)
-        assert run.code == 0, run.stderr
-        assert initializer.files(dest) == tree, uri
-
-
-async def test_tar_gz_archive_is_unpacked(
-    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
-) -> None:
-    members = {"model.onnx": b"w", "labels/classes.txt": b"cat dog"}
-    archive = initializer.tar(members)
-    await fake_gcs_server.upload(gcs_bucket, "resnet/model.tar.gz", archive)
-    dest = tmp_path / "models"
-    run = await _fetch(
-        f"gs://{gcs_bucket}/resnet/model.tar.gz",
-        dest,
-        "--endpoint",
-        fake_gcs_server.endpoint,
-        "--sha256",
-        hashlib.sha256(archive).hexdigest(),
-        tmp_path=tmp_path,
-    )
-    assert run.code == 0, run.stderr
-    assert initializer.files(dest) == members
-
-
-async def test_checksum_mismatch_fails_and_leaves_nothing(
-    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
-) -> None:
-    await fake_gcs_server.upload(gcs_bucket, "m/model.bin", b"model bytes")
-    uri = f"gs://{gcs_bucket}/m/model.bin"
-    dest = tmp_path / "models"
-    run = await _fetch(
-        uri, dest, "--endpoint", fake_gcs_server.endpoint, "--sha256", "f" * 64, tmp_path=tmp_path
-    )
-    got = hashlib.sha256(b"model bytes").hexdigest()
-    line = f"model download failed: {uri}: sha256 mismatch: expected {'f' * 64}, got {got}"
-    assert (run.code, run.failure_line) == (1, line)
-    assert run.stderr.rstrip("\n").endswith(line)
-    assert list(dest.iterdir()) == []
-
-
-async def test_missing_object_names_the_uri(
-    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
-) -> None:
-    # (a missing bucket is not asked: fake-gcs-server's filesystem backend answers a listing of one
-    # with 500, where GCS says 404)
-    for uri in (f"gs://{gcs_bucket}/no/such/model.pt", f"gs://{gcs_bucket}/no/such/dir/"):
-        run = await _fetch(
-            uri, tmp_path / "models", "--endpoint", fake_gcs_server.endpoint, tmp_path=tmp_path
-        )
-        assert run.code == 1, uri
-        assert run.failure_line.startswith(f"model download failed: no object at {uri}"), run.failure_line
-        assert run.termination.count("\n") == 1
 
 
 async def test_malformed_service_account_key_fails_with_one_line(

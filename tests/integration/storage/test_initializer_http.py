@@ -243,14 +243,21 @@ async def test_404_names_the_url(server: ModelServer, tmp_path: Path) -> None:
     assert (run.code, run.termination) == (1, f"model download failed: no object at {url}\n")
 
 
-async def test_a_dropped_connection_resumes_with_a_range(server: ModelServer, tmp_path: Path) -> None:
+async def _whole_after_a_drop(server: ModelServer, tmp_path: Path, route: str) -> tuple[bytes, Run]:
+    """6 MiB fetched through ``route`` (one that drops the first connection), checksum given: the
+    file arrived whole and verified. The data and the run."""
     data = os.urandom(6 << 20)
     sha = put(server, "model.pt", data)
     run = await initializer(
-        tmp_path, f"{server.url}/drop/model.pt", str(tmp_path / "models"), "--sha256", sha
+        tmp_path, f"{server.url}/{route}/model.pt", str(tmp_path / "models"), "--sha256", sha
     )
     assert run.code == 0, run.stderr
     assert (tmp_path / "models/model.pt").read_bytes() == data
+    return data, run
+
+
+async def test_a_dropped_connection_resumes_with_a_range(server: ModelServer, tmp_path: Path) -> None:
+    data, _ = await _whole_after_a_drop(server, tmp_path, "drop")
     ranges = [r for _, r in server.requests]
     assert ranges[0] is None
     assert len(ranges) == 2 and ranges[1] is not None and ranges[1].startswith("bytes=")
@@ -261,13 +268,7 @@ async def test_a_dropped_connection_resumes_with_a_range(server: ModelServer, tm
 async def test_a_dropped_connection_without_range_support_restarts_cleanly(
     server: ModelServer, tmp_path: Path
 ) -> None:
-    data = os.urandom(6 << 20)
-    sha = put(server, "model.pt", data)
-    run = await initializer(
-        tmp_path, f"{server.url}/norange/model.pt", str(tmp_path / "models"), "--sha256", sha
-    )
-    assert run.code == 0, run.stderr
-    assert (tmp_path / "models/model.pt").read_bytes() == data
+    _, run = await _whole_after_a_drop(server, tmp_path, "norange")
     assert [r is None for _, r in server.requests] == [True, False, True]  # whole, ranged (refused), whole
     assert any(d["msg"] == "download interrupted, retrying" and d["from_start"] for d in run.logs())
     assert files(tmp_path / "models") == ["model.pt"]

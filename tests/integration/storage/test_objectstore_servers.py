@@ -8,6 +8,7 @@ import hashlib
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import obstore
 import pytest
@@ -16,6 +17,9 @@ from obstore.store import GCSStore, S3Store
 
 from mlops_platform.testing import objectstores, ports, serverprocess
 from mlops_platform.testing.objectstores import GCSServer, S3Server
+
+if TYPE_CHECKING:
+    from tests.integration.storage.conftest import Store
 
 BIG = 12 * 1024 * 1024 + 123  # > 2 multipart chunks, not a multiple of one
 # obstore (0.12) raises the builtin FileNotFoundError for a missing object; older ones NotFoundError
@@ -38,22 +42,23 @@ def _big_file(tmp_path: Path) -> tuple[Path, str]:
     return path, hashlib.sha256(data).hexdigest()
 
 
-# -- MinIO -----------------------------------------------------------------------------------------
+async def test_upload_then_read_back_list_and_range(store: Store) -> None:
+    """Either server (MinIO, fake-gcs-server) alike."""
+    await store.upload("models/bert/1/model.pt", b"weights-0123456789")
+    await store.upload("models/bert/1/config.json", b"{}")
+    await store.upload("models/other/model.pt", b"other")
+    objects = store.server.store(store.bucket)
 
-
-async def test_s3_upload_then_read_back_list_and_range(minio_server: S3Server, s3_bucket: str) -> None:
-    await minio_server.upload(s3_bucket, "models/bert/1/model.pt", b"weights-0123456789")
-    await minio_server.upload(s3_bucket, "models/bert/1/config.json", b"{}")
-    await minio_server.upload(s3_bucket, "models/other/model.pt", b"other")
-    store = minio_server.store(s3_bucket)
-
-    assert await _read(store, "models/bert/1/model.pt") == b"weights-0123456789"
-    assert await _listed(store, "models/bert/1") == {
+    assert await _read(objects, "models/bert/1/model.pt") == b"weights-0123456789"
+    assert await _listed(objects, "models/bert/1") == {
         "models/bert/1/model.pt": 18,
         "models/bert/1/config.json": 2,
     }
-    ranged = await obstore.get_range_async(store, "models/bert/1/model.pt", start=8, end=12)
+    ranged = await obstore.get_range_async(objects, "models/bert/1/model.pt", start=8, end=12)
     assert bytes(ranged) == b"0123"
+
+
+# -- MinIO -----------------------------------------------------------------------------------------
 
 
 async def test_s3_big_file_goes_in_parts_and_reads_back_whole(
@@ -93,21 +98,6 @@ async def test_s3_missing_object_is_not_found(minio_server: S3Server, s3_bucket:
 
 
 # -- fake-gcs-server -------------------------------------------------------------------------------
-
-
-async def test_gcs_upload_then_read_back_list_and_range(fake_gcs_server: GCSServer, gcs_bucket: str) -> None:
-    await fake_gcs_server.upload(gcs_bucket, "models/bert/1/model.pt", b"weights-0123456789")
-    await fake_gcs_server.upload(gcs_bucket, "models/bert/1/config.json", b"{}")
-    await fake_gcs_server.upload(gcs_bucket, "models/other/model.pt", b"other")
-    store = fake_gcs_server.store(gcs_bucket)
-
-    assert await _read(store, "models/bert/1/model.pt") == b"weights-0123456789"
-    assert await _listed(store, "models/bert/1") == {
-        "models/bert/1/model.pt": 18,
-        "models/bert/1/config.json": 2,
-    }
-    ranged = await obstore.get_range_async(store, "models/bert/1/model.pt", start=8, end=12)
-    assert bytes(ranged) == b"0123"
 
 
 async def test_gcs_big_file_reads_back_whole(
