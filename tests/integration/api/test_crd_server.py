@@ -30,11 +30,6 @@ async def create_strict(client: Client, namespace: str, obj: JSON) -> JSON:
     )
 
 
-@pytest.fixture(scope="module")
-async def installed(admin_client: Client) -> JSON:
-    return await webhook.install_crd(admin_client)
-
-
 async def test_install_is_idempotent_and_the_server_keeps_the_schema(
     installed: JSON, admin_client: Client
 ) -> None:

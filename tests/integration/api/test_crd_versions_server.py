@@ -11,7 +11,6 @@ import pytest
 from mlops_platform import api
 from mlops_platform.api import conversion, crd, v1
 from mlops_platform.runtime.transport.client import JSON, ApiError, Client, Resource
-from mlops_platform.testing import webhook
 
 V1 = crd.RESOURCE
 BETA = Resource(V1.group, "v1beta1", V1.plural, V1.kind)
@@ -37,11 +36,6 @@ async def create_strict(client: Client, resource: Resource, namespace: str, obj:
     return await client.request(
         "POST", resource.path(namespace), params={"fieldValidation": "Strict"}, body=obj, resource="isvc"
     )
-
-
-@pytest.fixture(scope="module")
-async def installed(admin_client: Client) -> JSON:
-    return await webhook.install_crd(admin_client)
 
 
 async def test_v1_is_defaulted_and_stored_as_written(

@@ -14,6 +14,8 @@ cluster they are installed idempotently when missing.
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -75,43 +77,48 @@ def test_every_version_the_kind_speaks_is_served_and_v1_is_preferred(
     assert kinds.served_version(kind, crd) == kind.versions[0] == "v1"
 
 
-CASES = [
-    pytest.param(virtualservice.KIND, build_virtualservice, virtualservice.live_weights, id="VirtualService"),
-    pytest.param(httproute.KIND, build_httproute, httproute.live_weights, id="HTTPRoute"),
-]
+@dataclasses.dataclass(frozen=True)
+class Router:
+    """One weighted router's child: its kind, what the operator builds (in a namespace), and how it
+    reads the weights back from a live object."""
+
+    kind: kinds.Kind
+    build: Callable[[str], JSON]
+    live_weights: Callable[[JSON | None], dict[str, int] | None]
 
 
-@pytest.mark.parametrize(("kind", "build", "live_weights"), CASES)
+@pytest.fixture(
+    params=[
+        Router(virtualservice.KIND, build_virtualservice, virtualservice.live_weights),
+        Router(httproute.KIND, build_httproute, httproute.live_weights),
+    ],
+    ids=lambda r: r.kind.kind,
+)
+def router(request: pytest.FixtureRequest, served: dict[str, JSON]) -> Router:
+    """Each router, its CRD served (``served``)."""
+    chosen: Router = request.param
+    return chosen
+
+
 async def test_the_built_split_is_accepted_at_every_version(
-    served: dict[str, JSON],
-    admin_client: Client,
-    namespace: str,
-    kind: kinds.Kind,
-    build: Any,
-    live_weights: Any,
+    router: Router, admin_client: Client, namespace: str
 ) -> None:
-    obj = build(namespace)
-    for version in kind.versions:
-        answer = await apply_strict(admin_client, kind, obj, version, dry_run=True)
+    obj = router.build(namespace)
+    for version in router.kind.versions:
+        answer = await apply_strict(admin_client, router.kind, obj, version, dry_run=True)
         assert answer["spec"] == obj["spec"], version
-        assert live_weights(answer) == WEIGHTS
+        assert router.live_weights(answer) == WEIGHTS
 
 
-@pytest.mark.parametrize(("kind", "build", "live_weights"), CASES)
 async def test_the_stored_split_is_what_was_built(
-    served: dict[str, JSON],
-    admin_client: Client,
-    namespace: str,
-    kind: kinds.Kind,
-    build: Any,
-    live_weights: Any,
+    router: Router, admin_client: Client, namespace: str
 ) -> None:
-    obj = build(namespace)
+    kind, obj = router.kind, router.build(namespace)
     await apply_strict(admin_client, kind, obj, kind.versions[0], dry_run=False)
     live = await admin_client.get(kind.resource(), obj["metadata"]["name"], namespace)
     assert live["spec"] == obj["spec"]  # nothing defaulted in: no perpetual drift
     assert live["metadata"]["labels"] == obj["metadata"]["labels"]
-    assert live_weights(live) == WEIGHTS
+    assert router.live_weights(live) == WEIGHTS
     for version in kind.versions[1:]:  # and read back the same at the older versions
         older = await admin_client.get(kind.resource(version), obj["metadata"]["name"], namespace)
         assert older["spec"] == obj["spec"], version
