@@ -237,12 +237,17 @@ def _lease_holder(c: rclient.Client, namespace: str) -> Callable[[], Awaitable[s
     return holder
 
 
+async def _roles(c: rclient.Client, namespace: str) -> tuple[Callable[[], Awaitable[str | None]], str, str]:
+    """The Lease's holder (a probe), and once one of the two managers leads: the leader, the other."""
+    holder = _lease_holder(c, namespace)
+    leader = await wait.until(holder, timeout=60, what="a leader")
+    return holder, leader, "beta" if leader == "alpha" else "alpha"
+
+
 async def test_two_managers_one_leader_and_failover_after_sigkill(
     admin_client: rclient.Client, namespace: str, two_managers: dict[str, tuple[subprocess.Popen[bytes], int]]
 ) -> None:
-    holder = _lease_holder(admin_client, namespace)
-    leader = await wait.until(holder, timeout=60, what="a leader")
-    other = "beta" if leader == "alpha" else "alpha"
+    holder, leader, other = await _roles(admin_client, namespace)
     await wait.until(lambda: _ready(two_managers[leader][1]), timeout=30, what="leader ready")
     # exactly one leads: the standby's /readyz stays 503 while the leader holds the Lease
     assert not await _ready(two_managers[other][1])
@@ -270,9 +275,7 @@ async def test_two_managers_one_leader_and_failover_after_sigkill(
 async def test_sigterm_releases_the_lease_and_exits_zero(
     admin_client: rclient.Client, namespace: str, two_managers: dict[str, tuple[subprocess.Popen[bytes], int]]
 ) -> None:
-    holder = _lease_holder(admin_client, namespace)
-    leader = await wait.until(holder, timeout=60, what="a leader")
-    other = "beta" if leader == "alpha" else "alpha"
+    holder, leader, other = await _roles(admin_client, namespace)
     proc = two_managers[leader][0]
     proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(proc.wait, 30)

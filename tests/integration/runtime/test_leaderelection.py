@@ -84,12 +84,20 @@ async def leader_of(*candidates: Candidate) -> Candidate:
     return leader
 
 
+async def two_candidates(
+    campaign: Callable[[str, bool], Candidate], release: bool
+) -> tuple[Candidate, Candidate, Candidate, Candidate]:
+    """Candidates a and b campaigning (``release``: release the Lease on a stop); once one leads:
+    a, b, the leader and the follower."""
+    a, b = campaign("candidate-a", release), campaign("candidate-b", release)
+    leader = await leader_of(a, b)
+    return a, b, leader, b if leader is a else a
+
+
 async def test_exactly_one_of_two_candidates_leads(
     campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
 ) -> None:
-    a, b = campaign("candidate-a", True), campaign("candidate-b", True)
-    leader = await leader_of(a, b)
-    follower = b if leader is a else a
+    _, _, leader, follower = await two_candidates(campaign, True)
     await asyncio.wait_for(leader.started.wait(), timeout=5)
     # the follower has seen the Lease held by the leader and stays a follower
 
@@ -123,9 +131,7 @@ async def test_exactly_one_of_two_candidates_leads(
 async def test_graceful_stop_releases_and_the_standby_takes_over_quickly(
     campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
 ) -> None:
-    a, b = campaign("candidate-a", True), campaign("candidate-b", True)
-    leader = await leader_of(a, b)
-    follower = b if leader is a else a
+    a, b, leader, follower = await two_candidates(campaign, True)
     loop = asyncio.get_running_loop()
     stopped_at = loop.time()
     leader.elector.stop()
@@ -150,9 +156,7 @@ async def test_graceful_stop_releases_and_the_standby_takes_over_quickly(
 async def test_a_dead_leader_is_replaced_after_its_lease_expires(
     campaign: Callable[[str, bool], Candidate], admin_client: Client, namespace: str
 ) -> None:
-    a, b = campaign("candidate-a", False), campaign("candidate-b", False)
-    leader = await leader_of(a, b)
-    follower = b if leader is a else a
+    a, b, leader, follower = await two_candidates(campaign, False)
     before = (await lease(admin_client, namespace))["spec"]
     loop = asyncio.get_running_loop()
     died_at = loop.time()
