@@ -67,8 +67,9 @@ def service_dns_names(namespace: str, name: str) -> tuple[str, ...]:
     return (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")
 
 
-#: how long a stopping webhook lets the reviews in flight finish (a review takes milliseconds; the
-#: API server's own timeout for one is 30 s at most)
+#: how long a stopping webhook waits for the API server to let go of its connections (each request
+#: on them answered with Connection: close) before it closes the ones left idle
+#: (:mod:`mlops_platform.runtime.webhook.drain`); under load they go within a second
 DRAIN_SECONDS = 10.0
 
 
@@ -145,7 +146,8 @@ class ConversionWebhook:
         try:
             await self.source.run()
         finally:
-            # reviews in flight are answered (a shutdown fails none); new connections go elsewhere
+            # new connections go elsewhere; every request on the open ones is answered (a shutdown,
+            # e.g. a rolling update, fails none)
             await self.server.stop(grace=DRAIN_SECONDS)
 
 

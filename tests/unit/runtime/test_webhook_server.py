@@ -1,6 +1,7 @@
 """The TLS webhook server on loopback: verified handshakes, TLS 1.1 refused, a certificate swap seen
 by new connections (open ones keep theirs), 503 before a certificate, the request checks, a
-handler's exception, and controller-runtime's webhook metrics."""
+handler's exception, controller-runtime's webhook metrics, and the drain on a fake clock (an idle
+keep-alive connection answered, not closed; a connection in its handshake served; the grace)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import socket
 import ssl
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import h11
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding
 from prometheus_client import CollectorRegistry
+from tests.unit.runtime.test_webhook_drain import FakeClock
 
-from mlops_platform.runtime.webhook import keypairs, server
+from mlops_platform.runtime.webhook import drain, keypairs, server
 
 PATH = "/convert"
 DER = Encoding.DER
@@ -45,6 +48,11 @@ class Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.h11 = h11.Connection(h11.CLIENT)
+        self.headers: dict[bytes, bytes] = {}  # the last answer's
+
+    async def closed_by_server(self) -> bool:
+        """Whether the server closes the connection (the read ends) rather than sending anything."""
+        return await asyncio.wait_for(self.reader.read(1), 10) == b""
 
     @property
     def peer(self) -> bytes:
@@ -61,11 +69,23 @@ class Conn:
         ctype: str = "application/json",
         path: str = PATH,
     ) -> tuple[int, str, bytes]:
-        headers = [("host", "127.0.0.1"), ("content-type", ctype), ("content-length", str(len(body)))]
+        await self.send_head(len(body), method=method, ctype=ctype, path=path)
+        await self.send_body(body)
+        return await self.answer()
+
+    async def send_head(
+        self, length: int, *, method: str = "POST", ctype: str = "application/json", path: str = PATH
+    ) -> None:
+        headers = [("host", "127.0.0.1"), ("content-type", ctype), ("content-length", str(length))]
         self.writer.write(self.h11.send(h11.Request(method=method, target=path, headers=headers)) or b"")
+        await self.writer.drain()
+
+    async def send_body(self, body: bytes) -> None:
         self.writer.write(self.h11.send(h11.Data(data=body)) or b"")
         self.writer.write(self.h11.send(h11.EndOfMessage()) or b"")
         await self.writer.drain()
+
+    async def answer(self) -> tuple[int, str, bytes]:
         status, content_type, payload = 0, "", bytearray()
         while True:
             event = self.h11.next_event()
@@ -73,7 +93,8 @@ class Conn:
                 self.h11.receive_data(await asyncio.wait_for(self.reader.read(65536), 10))
             elif isinstance(event, h11.Response):
                 status = event.status_code
-                content_type = dict(event.headers).get(b"content-type", b"").decode()
+                self.headers = dict(event.headers)
+                content_type = self.headers.get(b"content-type", b"").decode()
             elif isinstance(event, h11.Data):
                 payload += event.data
             elif isinstance(event, h11.EndOfMessage):
@@ -225,3 +246,92 @@ async def test_post_json_only_a_body_limit_and_a_failing_handler_is_a_logged_500
     total = "controller_runtime_webhook_requests_total"
     assert [sample(registry, total, webhook=PATH, code=c) for c in ("405", "200", "400")] == [1, 1, 1]
     assert sample(registry, total, webhook="/broken", code="500") == 1
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Let the loop run until ``condition`` holds (turns of the loop, no clock)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not met")
+
+
+@pytest.fixture
+async def serving() -> AsyncIterator[tuple[server.WebhookServer, ssl.SSLContext]]:
+    """A server with a certificate, and a client context trusting it."""
+    srv = server.WebhookServer({PATH: echo}, registry=CollectorRegistry())
+    ca, pem = pair("ca")
+    srv.set_certificate(pem.cert_pem, pem.key_pem)
+    await srv.start()
+    yield srv, trusting(ca)
+    await srv.stop()
+
+
+async def test_a_stopping_server_answers_the_next_request_on_an_idle_keep_alive_connection(
+    serving: tuple[server.WebhookServer, ssl.SSLContext],
+) -> None:
+    """The drain keeps an idle keep-alive connection (closing it would race with a request the API
+    server may be writing on it, and Go retries no POST it has written): new connections are
+    refused, the next request on it is answered with Connection: close, then the server closes it,
+    and stop returns without waiting out the grace (the clock never moves)."""
+    srv, ctx = serving
+    clock = FakeClock()
+    async with connect(srv.port, ctx) as conn:
+        assert (await conn.request())[0] == 200
+        assert b"connection" not in conn.headers  # kept alive
+        stopping = asyncio.create_task(srv.stop(grace=10, sleep=clock.sleep))
+        await clock.sleeping()  # draining: waiting for the connection, or the grace
+        with pytest.raises(ConnectionRefusedError):
+            async with connect(srv.port, ctx):
+                pass
+        assert await conn.request(b'{"late":1}') == (200, "application/json", b'{"echo":{"late":1}}')
+        assert conn.headers[b"connection"] == b"close"
+        assert await conn.closed_by_server()
+        report = await asyncio.wait_for(stopping, 10)
+    assert report == drain.Report(open=1, answered=1, idle_closed=0, cut=0)
+    assert clock.now == 0
+
+
+async def test_a_connection_in_its_tls_handshake_when_the_server_stops_is_served(
+    serving: tuple[server.WebhookServer, ssl.SSLContext],
+) -> None:
+    """A connection accepted but not through its TLS handshake is one the API server dialed for a
+    request (Go retries no request on a new connection): the drain waits for it and answers it."""
+    srv, ctx = serving
+    clock = FakeClock()
+    raw = socket.create_connection(("127.0.0.1", srv.port), timeout=5)  # loopback: connected at once
+    raw.setblocking(False)
+    await until(lambda: len(srv.connections) == 1)  # accepted; the handshake waits for the client
+    stopping = asyncio.create_task(srv.stop(grace=10, sleep=clock.sleep))
+    await clock.sleeping()
+    reader, writer = await asyncio.open_connection(sock=raw, ssl=ctx, server_hostname="127.0.0.1")
+    try:
+        conn = Conn(reader, writer)
+        assert (await conn.request())[0] == 200
+        assert conn.headers[b"connection"] == b"close"
+        report = await asyncio.wait_for(stopping, 10)
+    finally:
+        writer.close()
+    assert report == drain.Report(open=1, answered=1, idle_closed=0, cut=0)
+
+
+async def test_after_the_grace_an_idle_connection_is_closed_and_a_request_begun_is_answered(
+    serving: tuple[server.WebhookServer, ssl.SSLContext],
+) -> None:
+    srv, ctx = serving
+    clock = FakeClock()
+    async with connect(srv.port, ctx) as idle, connect(srv.port, ctx) as begun:
+        assert (await idle.request())[0] == (await begun.request())[0] == 200
+        await begun.send_head(2)  # its headers are out, its body not yet
+        await until(lambda: sum(c.idle for c in srv.connections) == 1)  # the server has them
+        stopping = asyncio.create_task(srv.stop(grace=10, sleep=clock.sleep))
+        await clock.sleeping()
+        clock.advance(10)  # the grace runs out with one connection left idle all along
+        assert await idle.closed_by_server()
+        await clock.sleeping()  # the request begun gets the finish
+        await begun.send_body(b"{}")
+        assert await begun.answer() == (200, "application/json", b'{"echo":{}}')
+        assert begun.headers[b"connection"] == b"close"
+        report = await asyncio.wait_for(stopping, 10)
+    assert report == drain.Report(open=2, answered=1, idle_closed=1, cut=0)

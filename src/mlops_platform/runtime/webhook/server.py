@@ -1,4 +1,5 @@
-"""A TLS webhook endpoint on :class:`~mlops_platform.runtime.transport.httpserver.HttpServer`.
+"""A TLS webhook endpoint: HTTP/1.1 on h11 (:mod:`.connection`), on listening sockets it accepts
+from itself (:mod:`.listener`), with a drain that fails no request when it stops (:mod:`.drain`).
 
 Handlers map a path to ``async (body) -> JSON bytes`` (a ConversionReview in, one out). The
 server adds what every webhook needs:
@@ -16,7 +17,11 @@ server adds what every webhook needs:
   ``controller_runtime_webhook_requests_total{webhook,code}``,
   ``controller_runtime_webhook_latency_seconds{webhook}`` (histogram) and
   ``controller_runtime_webhook_requests_in_flight{webhook}``. Answers given before a route's
-  handler (413, 415, 404) are not counted.
+  handler (413, 415, 404) are not counted;
+- :meth:`WebhookServer.stop` drains: it stops listening (taking the connections the kernel had
+  already accepted), keeps answering on every connection it has, each answer with
+  ``Connection: close``, and returns once the API server has let go of them all, closing the idle
+  ones only after ``grace`` (:mod:`.drain` says why). It logs ``webhook drained`` with its counts.
 
 The private key is loaded from an anonymous in-memory file where the OS has one (Linux), else
 from a private temporary directory removed at once: ``ssl`` loads keys from files only.
@@ -28,6 +33,7 @@ import asyncio
 import datetime
 import logging
 import os
+import socket
 import ssl
 import tempfile
 import weakref
@@ -38,13 +44,15 @@ from pathlib import Path
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from mlops_platform.runtime.transport import httpserver
-from mlops_platform.runtime.webhook import keypairs
+from mlops_platform.runtime.webhook import connection, drain, keypairs, listener
 
 log = logging.getLogger("mlops_platform.runtime.webhook.server")
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 JSON_CONTENT_TYPE = "application/json"
 MAX_BODY = 64 * 1024 * 1024  # a ConversionReview of a large LIST carries every object of it
+#: after the grace, how long a stopping server still lets a handshake or a request in progress finish
+FINISH_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -131,38 +139,53 @@ class WebhookServer:
         placeholder = keypairs.new_ca("webhook-placeholder", validity=datetime.timedelta(days=1))
         self._placeholder = server_context(placeholder.cert_pem, placeholder.key_pem)
         self._current: ssl.SSLContext | None = None
-        listening = server_context(placeholder.cert_pem, placeholder.key_pem)
-        listening.sni_callback = self._select
-        self._http = httpserver.HttpServer(
-            {path: self._route for path in self.handlers},
-            host=host,
-            port=port,
-            ssl_context=listening,
-            max_body=max_body,
-            content_types=(JSON_CONTENT_TYPE,),
-            reuse_port=reuse_port,
-        )
+        self._listening = server_context(placeholder.cert_pem, placeholder.key_pem)
+        self._listening.sni_callback = self._select
+        self.host, self.port = host, port
+        self.max_body = max_body
+        #: SO_REUSEPORT: other processes may listen on the same port (replicas on one host)
+        self.reuse_port = reuse_port
+        self._routes: dict[str, httpserver.Handler] = {path: self._route for path in self.handlers}
+        self._listener: listener.Listener | None = None
+        self.connections = drain.Connections()
         #: the serving pair set last (None: none yet, requests are answered 503)
         self.certificate: keypairs.KeyPair | None = None
-
-    @property
-    def port(self) -> int:
-        return self._http.port
-
-    @property
-    def host(self) -> str:
-        return self._http.host
 
     def url(self, path: str) -> str:
         return f"https://{self.host}:{self.port}{path}"
 
     async def start(self) -> None:
-        await self._http.start()
+        sockets = listener.bind(self.host, self.port, reuse_port=self.reuse_port)
+        self.port = sockets[0].getsockname()[1]
+        self._listener = listener.Listener(sockets, self._accepted)
+        self._listener.open()
 
-    async def stop(self, grace: float = 0.0) -> None:
-        """Stop listening; ``grace``: let the reviews being answered finish first (up to that many
-        seconds), so a replica that is shut down fails none (:meth:`.HttpServer.stop`)."""
-        await self._http.stop(grace)
+    def _accepted(self, sock: socket.socket) -> None:
+        connection.Connection(
+            sock, self._routes, self.connections, ssl_context=self._listening,
+            max_body=self.max_body, content_types=(JSON_CONTENT_TYPE,),
+        )  # fmt: skip
+
+    async def stop(self, grace: float = 0.0, *, sleep: drain.Sleep = asyncio.sleep) -> drain.Report:
+        """Stop listening and drain (:mod:`.drain`): answer every request that comes on the
+        connections already open, each with ``Connection: close``, until the API server has let go
+        of them all, for up to ``grace`` seconds; then close the idle ones, give the others
+        :data:`FINISH_SECONDS` (at most ``grace``) more, and close the rest. ``sleep``: the clock."""
+        if self._listener is None:
+            return drain.Report()
+        taken = self._listener.close()
+        self._listener = None
+        started = asyncio.get_running_loop().time()
+        report = await self.connections.drain(grace, min(grace, FINISH_SECONDS), sleep=sleep)
+        log.info(
+            "webhook drained",
+            extra={
+                "taken_from_backlog": taken, "connections": report.open, "answered": report.answered,
+                "idle_closed": report.idle_closed, "cut": report.cut,
+                "seconds": round(asyncio.get_running_loop().time() - started, 3),
+            },
+        )  # fmt: skip
+        return report
 
     def set_certificate(self, cert_pem: bytes, key_pem: bytes) -> None:
         """Serve this pair on new connections from now on (raises, changing nothing, if it is invalid)."""

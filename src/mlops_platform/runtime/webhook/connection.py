@@ -1,0 +1,198 @@
+"""One accepted webhook connection: its TLS handshake, then HTTP/1.1 requests on h11, each routed to
+an async handler ``(method, path, body) -> (status, content_type, body)``.
+
+It is in :class:`~.drain.Connections` from the TCP accept to its end (a connection in its TLS
+handshake is one the API server dialed to send a request on) and tells the drain whether it is
+``idle``: between two requests with not a byte of the next one received. It counts the bytes the
+loop hands its protocol, so a request that has arrived but not been read yet is not idle. Answers
+say ``Connection: close`` and end the connection once the server drains (:meth:`.Connections.answering`).
+
+A request body over ``max_body`` is answered 413, a POST, PUT or PATCH of a media type not in
+``content_types`` 415, an unknown path 404, all before any handler runs; a handler's exception is
+a 500 and a logged error. A request must arrive within :data:`REQUEST_TIMEOUT` once begun; between
+two requests a connection may stay idle for :data:`IDLE_TIMEOUT`, longer than the API server keeps an
+idle connection (Go's 90 s ``IdleConnTimeout``), so that the client, not the server, closes it: a
+server closing an idle keep-alive connection races with a request sent on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Collection, Mapping
+
+import h11
+
+from mlops_platform.runtime.transport import httpserver
+from mlops_platform.runtime.webhook import drain
+
+log = logging.getLogger("mlops_platform.runtime.webhook.connection")
+
+HANDSHAKE_TIMEOUT = 10.0  # Go's TLSHandshakeTimeout
+REQUEST_TIMEOUT = 60.0
+IDLE_TIMEOUT = 120.0
+CLOSE_TIMEOUT = 5.0  # for the TLS close (close_notify both ways) after the last answer
+READ_SIZE = 65536
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Counting(asyncio.StreamReaderProtocol):
+    """The stream protocol, counting the bytes the loop has received (decrypted) on the connection."""
+
+    received = 0
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        super().data_received(data)
+
+
+class Connection:
+    """Serves ``sock`` (just accepted) in a task of its own, a member of ``connections`` until it ends."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        routes: Mapping[str, httpserver.Handler],
+        connections: drain.Connections,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        max_body: int,
+        content_types: Collection[str] | None,
+    ) -> None:
+        self.routes = routes
+        self.connections = connections
+        self.ssl_context = ssl_context
+        self.max_body = max_body
+        self.content_types = frozenset(content_types) if content_types is not None else None
+        self._sock = sock
+        self._protocol: _Counting | None = None
+        self._read = 0  # bytes taken from the stream
+        self._waiting = False  # for a request, with nothing of it in h11's buffer
+        connections.add(self)
+        self.task = asyncio.create_task(self._run())
+        self.task.add_done_callback(self._ended)
+
+    @property
+    def idle(self) -> bool:
+        return self._waiting and self._protocol is not None and self._protocol.received == self._read
+
+    def close(self) -> None:
+        self.task.cancel()
+
+    def _ended(self, _: asyncio.Task[None]) -> None:
+        self._sock.close()  # closed already, unless the task was cancelled before it began
+        self.connections.discard(self)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=READ_SIZE)
+        protocol = _Counting(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, self._sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_context is not None else None,
+            )  # fmt: skip
+        except OSError:  # a failed handshake (ssl.SSLError, a timeout): the client hears of it
+            return
+        self._protocol = protocol
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        try:
+            with contextlib.suppress(h11.ProtocolError, ConnectionError, TimeoutError):
+                await self._exchange(reader, writer)
+            writer.close()  # after the last answer is sent (TLS: close_notify, then the peer's)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT)
+        finally:
+            transport.abort()  # whatever is left: closed by the drain (cancelled), a close unanswered
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER)
+        while True:
+            try:
+                request, body = await self._read_request(conn, reader)
+            except _TooLarge:
+                self.connections.answering()
+                await _respond(conn, writer, (413, "text/plain", b"request body too large\n"), close=True)
+                return
+            if request is None:
+                return
+            response = await self._answer(request, body)
+            last = self.connections.answering()  # a drain begun meanwhile makes it the last one too
+            await _respond(conn, writer, response, head=request.method == b"HEAD", close=last)
+            if last or conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                return
+            conn.start_next_cycle()
+
+    async def _answer(self, request: h11.Request, body: bytes) -> httpserver.Response:
+        path = request.target.decode("latin-1").split("?", 1)[0]
+        handler = self.routes.get(path)
+        if handler is None:
+            return 404, "text/plain", b"not found\n"
+        if not self._acceptable(request):
+            return 415, "text/plain", b"unsupported media type\n"
+        try:
+            return await handler(request.method.decode(), path, body)
+        except Exception:
+            log.exception("http handler failed", extra={"path": path})
+            return 500, "text/plain", b"internal error\n"
+
+    def _acceptable(self, request: h11.Request) -> bool:
+        if self.content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
+            return True
+        ctype = next((v for k, v in request.headers if k == b"content-type"), b"")
+        return ctype.split(b";", 1)[0].strip().decode("latin-1").lower() in self.content_types
+
+    async def _read_request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader
+    ) -> tuple[h11.Request | None, bytes]:
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                between = conn.their_state is h11.IDLE and not conn.trailing_data[0]
+                self._waiting = between
+                try:
+                    data = await asyncio.wait_for(
+                        reader.read(READ_SIZE), IDLE_TIMEOUT if between else REQUEST_TIMEOUT
+                    )
+                finally:
+                    self._waiting = False
+                self._read += len(data)
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self.max_body:
+                    raise _TooLarge
+            elif isinstance(event, h11.EndOfMessage):
+                return request, bytes(body)
+            elif isinstance(event, h11.ConnectionClosed):
+                return None, b""
+
+
+async def _respond(
+    conn: h11.Connection,
+    writer: asyncio.StreamWriter,
+    response: httpserver.Response,
+    *,
+    head: bool = False,
+    close: bool = False,
+) -> None:
+    status, ctype, payload = response
+    headers = [("content-type", ctype), ("content-length", str(len(payload)))]
+    if close:  # the client must not send another request on this connection
+        headers.append(("connection", "close"))
+    writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+    if not head:  # a HEAD answer has the headers of a GET and no body
+        writer.write(conn.send(h11.Data(data=payload)) or b"")
+    writer.write(conn.send(h11.EndOfMessage()) or b"")
+    await writer.drain()
