@@ -40,11 +40,13 @@ demo: venv ## the main job: local cluster, model store, CRD, operator, samples (
 	@hack/build-control-plane --demo  # only what the demo runs: no promtool, fake-gcs-server, Traefik
 	@$(CLI) demo --name $(DEMO_CLUSTER)
 
-lint: venv ## ruff, mypy --strict, import-linter, generated-files check
+lint: venv ## ruff, mypy --strict, import-linter, generated-files check (the CRD, config/ and the chart)
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m mlops_platform.api.crd --check
+	$(BIN)/python -m mlops_platform.deploy.manifests --check
 
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
@@ -107,7 +109,7 @@ test-conversion: venv ## the full conversion property run: 3 x 3,400 generated o
 bench-smoke: venv binaries ## scale benchmark at N=50 on its own cluster: fails on any steady-state write or GET/LIST
 	$(BIN)/python -m bench.scale --smoke --cluster-name mlops-bench-smoke
 
-bench: venv binaries ## the scale benchmark (N = 100, 1000, 5000; an hour or more): docs/benchmarks/
+bench: venv binaries ## the scale benchmark (N = 100, 1000, 5000; about 85 min on 2 cores): docs/benchmarks/
 	$(BIN)/python -m bench.scale $(BENCH_ARGS)
 
 bench-node: venv binaries ## the real worker node's numbers: start, pod create -> Ready p50/p99, idle CPU/RSS, capacity: docs/benchmarks/realnode.md
