@@ -1,4 +1,5 @@
-"""Wait on conditions with timeouts (never sleep as synchronisation)."""
+"""Wait on conditions with timeouts (never sleep as synchronisation): :func:`until` polls a
+probe; :class:`Waiters` are woken by whoever changes the state they wait on."""
 
 from __future__ import annotations
 
@@ -62,3 +63,28 @@ async def until(
         if loop.time() >= deadline:
             raise TimeoutError(f"{what} not met within {timeout:.0f}s (last: {last!r})")
         await asyncio.sleep(interval)
+
+
+class Waiters:
+    """Tasks waiting for the next :meth:`wake_all` (a broadcast a synchronous method can send, unlike
+    ``asyncio.Condition``, which needs its lock): each re-checks its own condition when woken."""
+
+    def __init__(self) -> None:
+        self._futures: list[asyncio.Future[None]] = []
+
+    async def wait(self) -> None:
+        """Wait until the next :meth:`wake_all` (a cancelled wait leaves nothing behind)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._futures.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._futures:
+                self._futures.remove(waiter)
+
+    def wake_all(self) -> None:
+        """Wake every task waiting now (later waits wait for the next call)."""
+        futures, self._futures = self._futures, []
+        for waiter in futures:
+            if not waiter.done():
+                waiter.set_result(None)

@@ -17,10 +17,11 @@ requests run concurrently up to ``max_concurrent_reconciles``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Protocol
+
+from mlops_platform.runtime import wait
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)
@@ -54,7 +55,7 @@ class InFlight:
 
     def __init__(self) -> None:
         self._requests: set[Request] = set()
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters = wait.Waiters()
 
     def __iter__(self) -> Iterator[Request]:
         return iter(self._requests)
@@ -64,18 +65,9 @@ class InFlight:
 
     def discard(self, req: Request) -> None:
         self._requests.discard(req)
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._waiters.wake_all()
 
     async def wait_none(self, where: Callable[[Request], bool]) -> None:
         """Wait until no request that ``where`` accepts is in flight."""
         while any(where(r) for r in self._requests):
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+            await self._waiters.wait()

@@ -31,6 +31,8 @@ import time
 from collections.abc import Hashable
 from typing import Generic, Protocol, TypeVar
 
+from mlops_platform.runtime import wait
+
 __all__ = ["HIGH", "LOW", "NORMAL", "NoopQueueMetrics", "Queue", "QueueMetrics", "ShutDown"]
 
 #: controller-runtime's ``handler.LowPriority`` (-100) and the default priority (0); HIGH has no
@@ -106,7 +108,7 @@ class Queue(Generic[T]):
         self._shutting_down = False
         self._drain = False
         self._getters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._drainers: list[asyncio.Future[None]] = []
+        self._drainers = wait.Waiters()  # shutdown_with_drain, until nothing is processed
         self._last_done = time.monotonic()  # when the last item being processed was done
 
     # -- producers -------------------------------------------------------------------
@@ -186,7 +188,7 @@ class Queue(Generic[T]):
             self._wake_one_getter()
         if not self._processing:
             self._last_done = time.monotonic()
-            self._wake_drainers()
+            self._drainers.wake_all()
 
     # -- introspection ---------------------------------------------------------------
 
@@ -226,7 +228,7 @@ class Queue(Generic[T]):
         """
         self._drain = False
         self._begin_shutdown()
-        self._wake_drainers()
+        self._drainers.wake_all()
 
     async def shutdown_with_drain(self) -> None:
         """Shut down, then wait until every item handed out by ``get`` has been ``done``.
@@ -237,13 +239,7 @@ class Queue(Generic[T]):
         self._drain = True
         self._begin_shutdown()
         while self._processing and self._drain:
-            waiter = asyncio.get_running_loop().create_future()
-            self._drainers.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._drainers:
-                    self._drainers.remove(waiter)
+            await self._drainers.wait()
 
     def _begin_shutdown(self) -> None:
         self._shutting_down = True
@@ -264,9 +260,3 @@ class Queue(Generic[T]):
             if not waiter.done():
                 waiter.set_result(None)
                 return
-
-    def _wake_drainers(self) -> None:
-        drainers, self._drainers = self._drainers, []
-        for waiter in drainers:
-            if not waiter.done():
-                waiter.set_result(None)
