@@ -124,18 +124,11 @@ async def test_the_stored_split_is_what_was_built(
         assert older["spec"] == obj["spec"], version
 
 
-def _httproute(mutate: Any) -> Any:
+def _mutated(build: Callable[[str], JSON], mutate: Callable[[JSON], None]) -> Callable[[str], JSON]:
+    """A factory of what ``build`` makes in a namespace, its spec changed by ``mutate``."""
+
     def make(namespace: str) -> JSON:
-        obj = copy.deepcopy(build_httproute(namespace))
-        mutate(obj["spec"])
-        return obj
-
-    return make
-
-
-def _virtualservice(mutate: Any) -> Any:
-    def make(namespace: str) -> JSON:
-        obj = copy.deepcopy(build_virtualservice(namespace))
+        obj = copy.deepcopy(build(namespace))
         mutate(obj["spec"])
         return obj
 
@@ -177,42 +170,42 @@ INVALID: list[tuple[str, kinds.Kind, Any, int, tuple[str, ...]]] = [
     (
         "httproute-negative-weight",
         httproute.KIND,
-        _httproute(_negative_weight),
+        _mutated(build_httproute, _negative_weight),
         422,
         ("spec.rules[0].backendRefs[1].weight", "greater than or equal to 0"),
     ),
     (
         "httproute-17-backends",
         httproute.KIND,
-        _httproute(_too_many_backends),
+        _mutated(build_httproute, _too_many_backends),
         422,
         ("spec.rules[0].backendRefs", "must have at most 16 items"),
     ),
     (
         "httproute-service-without-port",
         httproute.KIND,
-        _httproute(_service_without_port),
+        _mutated(build_httproute, _service_without_port),
         422,
         ("Must have port for Service reference",),
     ),
     (
         "httproute-misspelt-field",
         httproute.KIND,
-        _httproute(_misspelt_weight),
+        _mutated(build_httproute, _misspelt_weight),
         500,  # server-side apply fails to make its typed patch: a 500, not a 400
         (".spec.rules[0].backendRefs[1].weigth: field not declared in schema",),
     ),
     (
         "virtualservice-destination-without-host",
         virtualservice.KIND,
-        _virtualservice(_destination_without_host),
+        _mutated(build_virtualservice, _destination_without_host),
         422,
         ("spec.http[0].route[1].destination.host", "Required value"),
     ),
     (
         "virtualservice-weight-as-text",
         virtualservice.KIND,
-        _virtualservice(_weight_as_text),
+        _mutated(build_virtualservice, _weight_as_text),
         500,
         (".spec.http[0].route[1].weight: expected numeric (int or float), got string",),
     ),

@@ -58,20 +58,18 @@ async def test_upload_then_read_back_list_and_range(store: Store) -> None:
     assert bytes(ranged) == b"0123"
 
 
-# -- MinIO -----------------------------------------------------------------------------------------
-
-
-async def test_s3_big_file_goes_in_parts_and_reads_back_whole(
-    minio_server: S3Server, s3_bucket: str, tmp_path: Path
-) -> None:
+async def test_a_big_file_goes_in_parts_and_reads_back_whole(store: Store, tmp_path: Path) -> None:
     path, digest = _big_file(tmp_path)
-    await minio_server.upload(s3_bucket, "big/model.bin", path)
-    store = minio_server.store(s3_bucket)
-    head = await obstore.head_async(store, "big/model.bin")
+    await store.upload("big/model.bin", path)
+    objects = store.server.store(store.bucket)
+    head = await obstore.head_async(objects, "big/model.bin")
     assert head["size"] == BIG
-    # a multipart upload's ETag is "<md5 of the parts' md5s>-<number of parts>"
-    assert (head["e_tag"] or "").strip('"').endswith("-3"), head["e_tag"]
-    assert hashlib.sha256(await _read(store, "big/model.bin")).hexdigest() == digest
+    if store.scheme == "s3":  # a multipart upload's ETag is "<md5 of the parts' md5s>-<number of parts>"
+        assert (head["e_tag"] or "").strip('"').endswith("-3"), head["e_tag"]
+    assert hashlib.sha256(await _read(objects, "big/model.bin")).hexdigest() == digest
+
+
+# -- MinIO -----------------------------------------------------------------------------------------
 
 
 async def test_s3_rejects_wrong_credentials(minio_server: S3Server, s3_bucket: str) -> None:
@@ -98,16 +96,6 @@ async def test_s3_missing_object_is_not_found(minio_server: S3Server, s3_bucket:
 
 
 # -- fake-gcs-server -------------------------------------------------------------------------------
-
-
-async def test_gcs_big_file_reads_back_whole(
-    fake_gcs_server: GCSServer, gcs_bucket: str, tmp_path: Path
-) -> None:
-    path, digest = _big_file(tmp_path)
-    await fake_gcs_server.upload(gcs_bucket, "big/model.bin", path)
-    store = fake_gcs_server.store(gcs_bucket)
-    assert (await obstore.head_async(store, "big/model.bin"))["size"] == BIG
-    assert hashlib.sha256(await _read(store, "big/model.bin")).hexdigest() == digest
 
 
 async def test_gcs_missing_object_is_not_found(fake_gcs_server: GCSServer, gcs_bucket: str) -> None:
