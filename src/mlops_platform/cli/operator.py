@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -217,6 +216,7 @@ async def _serve(
     """The manager with the InferenceService controller, and the conversion webhook beside it (unless
     ``--webhook-bind-address off``), until SIGTERM/SIGINT."""
     from mlops_platform.controllers.inferenceservice import controller
+    from mlops_platform.runtime import background
     from mlops_platform.runtime.control import manager as rmanager
     from mlops_platform.runtime.transport import client as rclient
 
@@ -228,10 +228,5 @@ async def _serve(
             await mgr.run_until_signal()
             return
         mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
-        serving = asyncio.create_task(hook.run())
-        try:
+        async with background.task(hook.run()):
             await mgr.run_until_signal()
-        finally:
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving

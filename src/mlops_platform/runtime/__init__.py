@@ -10,7 +10,7 @@ each importing only those below it (also enforced):
 - ``queue``: workqueue, delaying_queue, rate_limiting_queue, ratelimiter, workqueue_metrics
 - ``transport``: client, resources, apiextensions, httpserver
 - utilities at the top level, importing nothing else of the runtime (bar ``diff`` -> ``quantity``):
-  clock, diff, generated, objects, quantity, rbac, wait
+  background, clock, diff, generated, objects, quantity, rbac, wait
 
 Every module stays reachable as ``mlops_platform.runtime.<module>`` (``from mlops_platform.runtime
 import client, manager``), as before the split; code inside the package imports the full path.

@@ -1,25 +1,10 @@
 """A coroutine that runs beside a test's block (a watch, a sampler, a supervisor loop):
-``async with background.task(coro) as task:``. When the block ends, the task is cancelled and
-awaited, so nothing of it outlives the block; an exception it ended with before (other than its
-cancellation) is raised there, so a broken watch fails the test instead of going unseen."""
+``async with background.task(coro) as task:``, cancelled and awaited when the block ends, an
+exception it ended with raised there (so a broken watch fails the test instead of going unseen).
+It is the runtime's :func:`mlops_platform.runtime.background.task`, under the name tests know."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any, TypeVar
+from mlops_platform.runtime.background import task as task
 
-T = TypeVar("T")
-
-
-@contextlib.asynccontextmanager
-async def task(coro: Coroutine[Any, Any, T]) -> AsyncIterator[asyncio.Task[T]]:
-    """``coro`` as a task for the block; cancelled and awaited on exit."""
-    running = asyncio.create_task(coro)
-    try:
-        yield running
-    finally:
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
+__all__ = ["task"]

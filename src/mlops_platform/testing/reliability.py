@@ -31,7 +31,7 @@ from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import CHILDREN, deployment
 from mlops_platform.devcluster import cluster
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import isvc
+from mlops_platform.testing import background, isvc
 
 #: ``full``: the repetitions of ``make test-reliability``; anything else: the reduced ones
 MODE_ENV = "MLOPS_RELIABILITY"
@@ -292,13 +292,8 @@ async def status_history(
             except Exception:  # connection lost (the API server restarting): again from rv
                 await asyncio.sleep(0.5)
 
-    task = asyncio.create_task(run())
-    try:
+    async with background.task(run()):
         yield history
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @dataclasses.dataclass(frozen=True)

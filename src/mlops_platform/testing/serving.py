@@ -31,8 +31,8 @@ from mlops_platform.devcluster.modelstore import manifests as store
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import http, resources, rest
+from mlops_platform.testing import background, probes, wait, webhook
 from mlops_platform.testing import operator as operator_process
-from mlops_platform.testing import probes, wait, webhook
 
 #: KServe's first tutorial's input: version 1 of the demo iris model answers [1, 1], version 2 [2, 2]
 QUICKSTART = [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6]]
@@ -151,13 +151,8 @@ async def load(c: rclient.Client, ns: str, name: str, send: Send | None = None) 
         return answer(await infer.infer(c, name, ns, v2(QUICKSTART)))
 
     result = Load()
-    task = asyncio.create_task(result.run(send or through_the_api_server))
-    try:
+    async with background.task(result.run(send or through_the_api_server)):
         yield result
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def binomial_interval(n: int, p: float, z: float = 2.576) -> tuple[float, float]:
@@ -272,10 +267,5 @@ async def timeline(c: rclient.Client, ns: str, name: str, every: float = 0.25) -
                 last = now
             await asyncio.sleep(every)
 
-    task = asyncio.create_task(poll())
-    try:
+    async with background.task(poll()):
         yield out
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -37,6 +37,7 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from mlops_platform.runtime import background
 from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.caching import transforms
 from mlops_platform.runtime.caching.transforms import intern_strings as intern_strings  # for its callers
@@ -193,13 +194,8 @@ class Informer:
 
     async def run(self) -> None:
         """Run the reflector (and the resync timer) until cancelled."""
-        resync = asyncio.create_task(self._resync_loop())
-        try:
+        async with background.task(self._resync_loop()):
             await self._reflect()
-        finally:
-            resync.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await resync
 
     # -- reflector ----------------------------------------------------------------------------------
 
