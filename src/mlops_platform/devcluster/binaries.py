@@ -187,18 +187,25 @@ def promtool(build: bool = True) -> Path:
     if on_path and reported_version(Path(on_path)) == want:
         return Path(on_path).resolve()
     cached = promtool_cache_dir() / "promtool"
+    not_found = (
+        f"promtool {want} not found: not on PATH (at that version) nor in {cached.parent}; "
+        f"put promtool {want} on PATH or "
+    )
+    return _cached_or_built(cached, "--promtool-only", build, not_found)
+
+
+def _cached_or_built(cached: Path, flag: str, build: bool, not_found: str) -> Path:
+    """``cached`` if it is there, else built by ``hack/build-control-plane <flag>`` if ``build`` (in a
+    source checkout); else ``FileNotFoundError``: ``not_found``, then how to get it."""
     if cached.is_file():
         return cached
     root = repo_root()
     if not build or root is None:
-        how = "run `hack/build-control-plane --promtool-only`" if root else "use a source checkout"
-        raise FileNotFoundError(
-            f"promtool {want} not found: not on PATH (at that version) nor in {cached.parent}; "
-            f"put promtool {want} on PATH or {how}"
-        )
-    subprocess.run([str(root / "hack" / "build-control-plane"), "--promtool-only"], check=True)
+        how = f"run `hack/build-control-plane {flag}`" if root else "use a source checkout"
+        raise FileNotFoundError(f"{not_found}{how}")
+    subprocess.run([str(root / "hack" / "build-control-plane"), flag], check=True)
     if not cached.is_file():
-        raise FileNotFoundError(f"hack/build-control-plane --promtool-only did not produce {cached}")
+        raise FileNotFoundError(f"hack/build-control-plane {flag} did not produce {cached}")
     return cached
 
 
@@ -219,16 +226,7 @@ def object_store_server(name: str, build: bool = True) -> Path:
     Only the cache counts (neither reports the pinned version: MinIO's is a commit time,
     fake-gcs-server has no ``--version``). Raises ``FileNotFoundError`` saying how to get it."""
     cached = object_store_server_cache_dir(name) / name
-    if cached.is_file():
-        return cached
-    root = repo_root()
-    if not build or root is None:
-        how = "run `hack/build-control-plane --object-stores-only`" if root else "use a source checkout"
-        raise FileNotFoundError(f"{name} not found in {cached.parent}: {how}")
-    subprocess.run([str(root / "hack" / "build-control-plane"), "--object-stores-only"], check=True)
-    if not cached.is_file():
-        raise FileNotFoundError(f"hack/build-control-plane --object-stores-only did not produce {cached}")
-    return cached
+    return _cached_or_built(cached, "--object-stores-only", build, f"{name} not found in {cached.parent}: ")
 
 
 # The real worker node's tools (devcluster.realnode) -> their versions.env key; kubelet and kube-proxy
@@ -282,13 +280,4 @@ def traefik(build: bool = True) -> Path:
 
     Only the cache counts. Raises ``FileNotFoundError`` saying how to get it."""
     cached = node_tool_dir("traefik") / "traefik"
-    if cached.is_file():
-        return cached
-    root = repo_root()
-    if not build or root is None:
-        how = "run `hack/build-control-plane --traefik-only`" if root else "use a source checkout"
-        raise FileNotFoundError(f"traefik not found in {cached.parent}: {how}")
-    subprocess.run([str(root / "hack" / "build-control-plane"), "--traefik-only"], check=True)
-    if not cached.is_file():
-        raise FileNotFoundError(f"hack/build-control-plane --traefik-only did not produce {cached}")
-    return cached
+    return _cached_or_built(cached, "--traefik-only", build, f"traefik not found in {cached.parent}: ")
