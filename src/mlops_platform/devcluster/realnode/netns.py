@@ -79,6 +79,13 @@ def _netns_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
 
 
+def _link_up(ns: str, link: str, address: str) -> None:
+    """In namespace ``ns``: loopback up, ``address`` (CIDR) on its veth end ``link``, ``link`` up."""
+    run("ip", "-n", ns, "link", "set", "lo", "up")
+    run("ip", "-n", ns, "addr", "add", address, "dev", link)
+    run("ip", "-n", ns, "link", "set", link, "up")
+
+
 def fabric_up(block: Block) -> None:
     """Create the fabric and its link to the host (idempotent: an existing fabric is kept)."""
     ns, link = fabric_name(block), host_link(block)
@@ -91,18 +98,7 @@ def fabric_up(block: Block) -> None:
         Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6").write_text("1\n")
         run("ip", "addr", "add", f"{block.host_address}/{block.transit_prefix}", "dev", link)
         run("ip", "link", "set", link, "up")
-        run("ip", "-n", ns, "link", "set", "lo", "up")
-        run(
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            f"{block.fabric_uplink_address}/{block.transit_prefix}",
-            "dev",
-            "uplink",
-        )
-        run("ip", "-n", ns, "link", "set", "uplink", "up")
+        _link_up(ns, "uplink", f"{block.fabric_uplink_address}/{block.transit_prefix}")
         run("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
         run("ip", "-n", ns, "addr", "add", f"{block.api_address}/{block.node_link_prefix}", "dev", "br0")
         run("ip", "-n", ns, "link", "set", "br0", "up")
@@ -157,18 +153,7 @@ def node_net_up(block: Block, index: int) -> None:
         run("ip", "-n", fabric, "link", "set", f"n{index}", "master", "br0")
         run("ip", "-n", fabric, "link", "set", f"n{index}", "up")
         run("ip", "-n", fabric, "route", "add", block.pod_cidr(index), "via", block.node_address(index))
-        run("ip", "-n", ns, "link", "set", "lo", "up")
-        run(
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            f"{block.node_address(index)}/{block.node_link_prefix}",
-            "dev",
-            "eth0",
-        )
-        run("ip", "-n", ns, "link", "set", "eth0", "up")
+        _link_up(ns, "eth0", f"{block.node_address(index)}/{block.node_link_prefix}")
         run("ip", "-n", ns, "route", "add", "default", "via", block.api_address)
     except Exception:
         node_net_down(block, index)
