@@ -21,7 +21,14 @@ import datetime
 
 from mlops_platform import api
 from mlops_platform.api import internal
-from mlops_platform.controllers.inferenceservice import children, labels, reconciler, servers, traffic
+from mlops_platform.controllers.inferenceservice import (
+    children,
+    labels,
+    pods_and_slices,
+    reconciler,
+    servers,
+    traffic,
+)
 from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import clock, diff, objects
 from mlops_platform.runtime.caching import kinds
@@ -166,7 +173,7 @@ def _rollout(
         ctx,
         lambda kind: reading.resolve(kind, snap.crds) is not None,
         lambda kind, name: _live(snap, kind, name),
-        lambda: sum(reconciler.ready_endpoints(s) for s in snap.canary_slices),
+        lambda: sum(pods_and_slices.ready_endpoints(s) for s in snap.canary_slices),
         lambda: snap.pods,
     )
 

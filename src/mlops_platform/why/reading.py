@@ -24,7 +24,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from mlops_platform import api
-from mlops_platform.controllers.inferenceservice import children, labels, pod_problems, reconciler, traffic
+from mlops_platform.controllers.inferenceservice import (
+    children,
+    labels,
+    pod_problems,
+    pods_and_slices,
+    traffic,
+)
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
@@ -128,7 +134,9 @@ async def read(client: rclient.Client, namespace: str, name: str) -> Snapshot:
         attempt(
             resources.ENDPOINT_SLICE.group_resource,
             client.list(
-                resources.ENDPOINT_SLICE, namespace, label_selector=f"{reconciler.CANARY_SLICES},{of_isvc}"
+                resources.ENDPOINT_SLICE,
+                namespace,
+                label_selector=f"{pods_and_slices.CANARY_SLICES},{of_isvc}",
             ),
         ),
         attempt(resources.EVENT.group_resource, _list_events(client, namespace)),

@@ -65,9 +65,6 @@ from mlops_platform.runtime.transport import resources
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 ISVC = api.RESOURCE
 HASH_ANNOTATION = "mlops.platform/desired-hash"
-# read by `why` from here until it reads them where they live (pods_and_slices)
-CANARY_SLICES = pods_and_slices.CANARY_SLICES
-ready_endpoints = pods_and_slices.ready_endpoints
 
 
 class ReconcileError(Exception):

@@ -40,7 +40,6 @@ from typing import Protocol
 from mlops_platform.runtime import background
 from mlops_platform.runtime.caching import store as rstore
 from mlops_platform.runtime.caching import transforms
-from mlops_platform.runtime.caching.transforms import intern_strings as intern_strings  # for its callers
 from mlops_platform.runtime.clock import Clock, RealClock
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.queue import ratelimiter
