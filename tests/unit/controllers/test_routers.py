@@ -107,26 +107,31 @@ def test_no_virtualservice_without_istio_and_a_canary(t: base.Target) -> None:
     assert virtualservice.name(t) == "m"  # named also when not desired, so a stale one is found
 
 
-def test_virtualservice_child_and_rbac() -> None:
-    child = virtualservice.CHILD
+@pytest.mark.parametrize(
+    ("router", "group", "kind_name", "plural", "contributes"),
+    [
+        (virtualservice, "networking.istio.io", "VirtualService", "virtualservices", False),
+        (httproute, "gateway.networking.k8s.io", "HTTPRoute", "httproutes", True),
+    ],
+    ids=["virtualservice", "httproute"],
+)
+def test_a_router_child_and_its_rbac(
+    router: Any, group: str, kind_name: str, plural: str, contributes: bool
+) -> None:
+    """An optional child of the whole InferenceService that gates no Ready, preferring v1; the
+    HTTPRoute also contributes (its URL), the VirtualService does not."""
+    child = router.CHILD
     assert (child.key, child.condition_type, child.serving, child.per_component) == (
-        "virtualservice",
+        kind_name.lower(),
         "TrafficSplitReady",
         False,
         False,
     )
-    kind = virtualservice.KIND
-    assert (kind.group, kind.kind, kind.plural, kind.optional) == (
-        "networking.istio.io",
-        "VirtualService",
-        "virtualservices",
-        True,
-    )
+    assert (child.contribute is not None) == contributes
+    kind = router.KIND
+    assert (kind.group, kind.kind, kind.plural, kind.optional) == (group, kind_name, plural, True)
     assert kind.versions[0] == "v1"
-    assert (virtualservice.RBAC.group, virtualservice.RBAC.resource) == (
-        "networking.istio.io",
-        "virtualservices",
-    )
+    assert (router.RBAC.group, router.RBAC.resource) == (group, plural)
 
 
 def test_virtualservice_live_weights() -> None:
@@ -237,24 +242,9 @@ def test_no_httproute_without_the_gateway_api_router_and_a_gateway(
     assert httproute.name(t) == "m"
 
 
-def test_httproute_child_and_rbac() -> None:
-    child = httproute.CHILD
-    assert (child.key, child.condition_type, child.serving, child.per_component) == (
-        "httproute",
-        "TrafficSplitReady",
-        False,
-        False,
-    )
-    assert child.contribute is httproute.contribute
-    kind = httproute.KIND
-    assert (kind.group, kind.kind, kind.plural, kind.optional, kind.versions) == (
-        "gateway.networking.k8s.io",
-        "HTTPRoute",
-        "httproutes",
-        True,
-        ("v1", "v1beta1"),
-    )
-    assert (httproute.RBAC.group, httproute.RBAC.resource) == ("gateway.networking.k8s.io", "httproutes")
+def test_the_httproute_contributes_its_own_and_speaks_v1_and_v1beta1() -> None:
+    assert httproute.CHILD.contribute is httproute.contribute
+    assert httproute.KIND.versions == ("v1", "v1beta1")
 
 
 def test_httproute_live_weights() -> None:
