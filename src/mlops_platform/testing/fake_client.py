@@ -13,7 +13,7 @@ import collections
 import copy
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -139,27 +139,22 @@ class FakeClient(rclient.Client):
     async def request(self, method: str, path: str, **kw: Any) -> JSON:
         raise AssertionError(f"FakeClient: unexpected raw request {method} {path}")
 
+    # The verbs take the options they ignore as keywords (``**_``): selectors, paging, resource
+    # versions, timeouts, field managers, patch types, dry runs, delete options.
+
     async def get(self, res: rclient.Resource, name: str, namespace: str | None = None) -> JSON:
         self._call("get", res, name, namespace)
-        obj = self.stored(res, namespace, name)
-        if obj is None:
-            raise api_error(404, f'{res.group_resource} "{name}" not found')
-        return copy.deepcopy(obj)
+        return self._copy_of_stored(res, namespace, name)
 
     async def list(
         self,
         res: rclient.Resource,
         namespace: str | None = None,
         *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_: str | None = None,
-        resource_version: str | None = None,
-        resource_version_match: str | None = None,
-        timeout: float | None = None,
         shape: rshape.Shape | None = None,
+        **_: Any,
     ) -> JSON:
+        """Every stored object of the kind (in ``namespace``), whatever the selectors say."""
         self._call("list", res, None, namespace)
         items = [
             copy.deepcopy(o)
@@ -194,12 +189,11 @@ class FakeClient(rclient.Client):
         res: rclient.Resource,
         obj: JSON,
         *,
-        field_manager: str,
-        force: bool = True,
         subresource: str | None = None,
-        dry_run: bool = False,
         shape: rshape.Shape | None = None,
+        **_: Any,
     ) -> JSON:
+        """Stores ``obj`` as sent (a dry run too); no field ownership."""
         meta = obj["metadata"]
         self._call("apply", res, meta["name"], meta.get("namespace"), subresource, obj)
         stored = self._store(res, obj, subresource)
@@ -213,25 +207,14 @@ class FakeClient(rclient.Client):
         patch: Any,
         *,
         namespace: str | None = None,
-        patch_type: rclient.PatchType = "merge",
         subresource: str | None = None,
-        field_manager: str | None = None,
+        **_: Any,
     ) -> JSON:
+        """Records the patch and answers the stored object unchanged."""
         self._call("patch", res, name, namespace, subresource, patch)
-        obj = self.stored(res, namespace, name)
-        if obj is None:
-            raise api_error(404, f'{res.group_resource} "{name}" not found')
-        return copy.deepcopy(obj)
+        return self._copy_of_stored(res, namespace, name)
 
-    async def delete(
-        self,
-        res: rclient.Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
-        preconditions: JSON | None = None,
-    ) -> JSON:
+    async def delete(self, res: rclient.Resource, name: str, namespace: str | None = None, **_: Any) -> JSON:
         self._call("delete", res, name, namespace)
         gone = self.objects.pop((res.plural, namespace if res.namespaced else None, name), None)
         if gone is None:
@@ -239,17 +222,7 @@ class FakeClient(rclient.Client):
         return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
 
     async def watch(
-        self,
-        res: rclient.Resource,
-        namespace: str | None = None,
-        *,
-        resource_version: str | None = None,
-        timeout_seconds: int | None = None,
-        allow_bookmarks: bool = True,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        send_initial_events: bool = False,
-        shape: rshape.Shape | None = None,
+        self, res: rclient.Resource, namespace: str | None = None, **_: Any
     ) -> AsyncIterator[JSON]:
         self._call("watch", res, None, namespace)
         events: list[JSON] = []  # an empty stream: these tests never start informers
@@ -276,6 +249,13 @@ class FakeClient(rclient.Client):
                 if f.error.status == 403:
                     self.forbidden.append(f.error.message)
                 raise f.error
+
+    def _copy_of_stored(self, res: rclient.Resource, namespace: str | None, name: str) -> JSON:
+        """A copy of the stored object, else the API server's 404."""
+        obj = self.stored(res, namespace, name)
+        if obj is None:
+            raise api_error(404, f'{res.group_resource} "{name}" not found')
+        return copy.deepcopy(obj)
 
     def next_resource_version(self) -> str:
         """The resourceVersion of the next write: one counter, as etcd's revision (a test that
