@@ -1,8 +1,8 @@
 """Webhook failover: two operator replicas serve the conversion webhook behind one address and the one
-the API server is talking to is SIGKILLed (or SIGTERMed) during a loop of conversions; the API
-server's conversions keep succeeding through the other: no client request fails twice (after a
-SIGKILL the requests in flight on the victim fail once; after a SIGTERM the victim keeps answering on
-its open connections while it drains, and normally none fails).
+the API server is talking to is SIGKILLed or SIGTERMed during a loop of conversions; the API
+server's conversions keep succeeding through the other. SIGKILL (a crash): the requests in flight
+on the victim fail once and succeed when asked again, none fails twice. SIGTERM (a rolling update):
+the victim drains its webhook and not one client request fails or is retried.
 
 Both are ``mlops-platform run`` processes (one leads, one stands by: both serve the webhook), with
 self-managed certificates in one Secret (they agree on one CA), listening on one loopback port with
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -32,9 +33,9 @@ from mlops_platform.testing import conversionload, operator, plugin, ports, wait
 SECRET = ("mlops-system", "mlops-platform-webhook-tls-failover")
 ELECTION_ID = "webhook-failover-test"
 WORKERS = 4
-#: a request that fails because the replica answering its conversion died is asked again this often,
-#: after the load's backoff (documented bound: docs/webhook-tls.md); each worker has one request in
-#: flight, so at most WORKERS requests are retried
+#: after a SIGKILL, a request that fails because the replica answering its conversion died is asked
+#: again this often, after the load's backoff (documented bound: docs/webhook-tls.md); each worker has
+#: one request in flight, so at most WORKERS requests are retried. After a SIGTERM: none.
 RETRIES = 1
 #: conversions the survivor must answer after the kill, and cycles each worker runs after it
 AFTER_KILL = 20
@@ -101,17 +102,20 @@ async def _replicas(
         await asyncio.gather(*(r.stop(20) for r in replicas))
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
-async def test_the_serving_replica_going_away_fails_no_conversion(
-    admin_client: rclient.Client, namespace: str, kube_cluster: Path, tmp_path: Path, sig: signal.Signals
-) -> None:
-    """SIGKILL: the requests in flight on the victim fail once and succeed on one retry (the bound).
-    SIGTERM (a rolling update): the victim drains (answers the reviews it is processing) and usually
-    nothing fails, but a request the API server sends on a connection as the victim closes it, or
-    one queued on its closing listener, still fails once: the same bound."""
-    c = admin_client
-    retries = RETRIES
+@dataclasses.dataclass
+class _Outcome:
+    load: conversionload.ConversionLoad
+    victim: operator.Process
+    summary: str
+    cycles_after: int
+
+
+async def _take_away_the_serving_replica(
+    c: rclient.Client, namespace: str, kube_cluster: Path, tmp_path: Path, sig: signal.Signals, retries: int
+) -> _Outcome:
+    """Run the load on two replicas, send ``sig`` to the one that has answered more conversions, go
+    on until the survivor has answered AFTER_KILL more and every worker has run CYCLES_AFTER more
+    cycles; the load, the victim and a summary of the run."""
     async with webhook.paused(c):
         await webhook.delete_secret(c, SECRET)
         try:
@@ -155,21 +159,56 @@ async def test_the_serving_replica_going_away_fails_no_conversion(
                 after = await served(survivor) - before
                 summary = (
                     f"victim {victim.log.name} had answered {victim_served:.0f} conversions, the survivor "
-                    f"{before:.0f} before the kill and {after:.0f} in the "
+                    f"{before:.0f} before the {sig.name} and {after:.0f} in the "
                     f"{ran_after:.1f}s after it; {load.requests} client requests, {load.cycles} cycles "
-                    f"({load.cycles - cycles} after the kill); answers {dict(load.answers)}"
+                    f"({load.cycles - cycles} after the {sig.name}); answers {dict(load.answers)}; "
+                    f"retried {len(load.retried)}: {load.retried[:WORKERS]}"
                 )
                 print(f"\n{summary}")
-                assert victim_served > 0, summary  # the kill hit a replica that was serving
-                summary += f"; retried {len(load.retried)}: {load.retried[:WORKERS]}"
-                assert not load.failures, f"{len(load.failures)} failed: {load.failures[:10]}; {summary}"
-                # only the requests in flight at the kill failed once, each within the kill's second
-                assert len(load.retried) <= WORKERS, summary
-                # the API server's own words for a connection that died under a request: Go's
-                # net/http says "server closed idle connection" when the victim's socket closed
-                # as a request went out on it (a POST is not retried by Go itself)
-                lost = ("connection reset", "EOF", "refused", "broken pipe", "server closed idle connection")
-                assert all(any(w in r for w in lost) for r in load.retried), summary
-                assert load.cycles - cycles >= WORKERS * CYCLES_AFTER, summary
+                assert victim_served > 0, summary  # the signal hit a replica that was serving
+                return _Outcome(load, victim, summary, load.cycles - cycles)
         finally:
             await webhook.delete_secret(c, SECRET)
+
+
+@pytest.mark.timeout(300)
+async def test_a_killed_serving_replica_fails_its_conversions_in_flight_once(
+    admin_client: rclient.Client, namespace: str, kube_cluster: Path, tmp_path: Path
+) -> None:
+    """SIGKILL (a crash, a node lost): the conversions in flight on the victim fail once, the API
+    server's connections to it reset under them, and each succeeds on one retry after a backoff
+    (the documented bound, docs/webhook-tls.md); no request fails twice, every one after succeeds."""
+    run = await _take_away_the_serving_replica(
+        admin_client, namespace, kube_cluster, tmp_path, signal.SIGKILL, RETRIES
+    )
+    load, summary = run.load, run.summary
+    assert not load.failures, f"{len(load.failures)} failed: {load.failures[:10]}; {summary}"
+    # only the requests in flight at the kill failed once, each within the kill's second
+    assert len(load.retried) <= WORKERS, summary
+    # the API server's own words for a connection that died under a request: Go's net/http says
+    # "server closed idle connection" when the victim's socket closed as a request went out on it
+    # (a POST is not retried by Go itself)
+    lost = ("connection reset", "EOF", "refused", "broken pipe", "server closed idle connection")
+    assert all(any(w in r for w in lost) for r in load.retried), summary
+    assert run.cycles_after >= WORKERS * CYCLES_AFTER, summary
+
+
+@pytest.mark.timeout(300)
+async def test_a_terminated_serving_replica_drains_and_fails_no_conversion(
+    admin_client: rclient.Client, namespace: str, kube_cluster: Path, tmp_path: Path
+) -> None:
+    """SIGTERM (a rolling update of the operator): the victim drains its webhook (stops listening,
+    answers every request on the connections it has, each with Connection: close, closes the idle
+    ones only at the end of the grace) and exits cleanly; NO client request fails, none is retried."""
+    run = await _take_away_the_serving_replica(
+        admin_client, namespace, kube_cluster, tmp_path, signal.SIGTERM, retries=0
+    )
+    load, summary = run.load, run.summary
+    drained = [line for line in run.victim.lines() if line.get("msg") == "webhook drained"]
+    print(f"victim's drain: {drained}")
+    assert not load.failures, f"{len(load.failures)} failed: {load.failures[:10]}; {summary}"
+    assert not load.retried, summary
+    assert run.victim.proc.returncode == 0, f"{run.victim.tail()}; {summary}"
+    # it let go of every connection without cutting one in a handshake or a request
+    assert len(drained) == 1 and drained[0]["cut"] == 0, f"{drained}; {summary}"
+    assert run.cycles_after >= WORKERS * CYCLES_AFTER, summary
