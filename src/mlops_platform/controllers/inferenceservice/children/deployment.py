@@ -69,6 +69,16 @@ KIND = kinds.Kind.of(resources.DEPLOYMENT)
 name = base.component_name
 
 
+def scale_target_ref(target: base.Target) -> base.Obj:
+    """The component's Deployment as its autoscaler names it (the HPA's and the KEDA ScaledObject's
+    ``spec.scaleTargetRef``)."""
+    return {
+        "apiVersion": resources.DEPLOYMENT.api_version,
+        "kind": resources.DEPLOYMENT.kind,
+        "name": name(target),
+    }
+
+
 def replicas(component: base.Component) -> int | None:
     """The component's replica count to apply; ``None`` when an autoscaler owns it."""
     owner = base.replica_owner(component)

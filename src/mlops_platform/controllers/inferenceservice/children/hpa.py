@@ -34,11 +34,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
         "kind": resources.HPA.kind,
         "metadata": base.metadata(target, ctx, name(target)),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": resources.DEPLOYMENT.api_version,
-                "kind": resources.DEPLOYMENT.kind,
-                "name": deployment.name(target),
-            },
+            "scaleTargetRef": deployment.scale_target_ref(target),
             "minReplicas": component.min_replicas,
             "maxReplicas": component.max_replicas,
             "metrics": [_utilization(resource, percent) for resource, percent in targets(target, ctx)],

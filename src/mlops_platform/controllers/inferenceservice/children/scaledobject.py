@@ -23,7 +23,6 @@ from mlops_platform.controllers.inferenceservice import alert_queries, alerts
 from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
-from mlops_platform.runtime.transport import resources
 
 GROUP = "keda.sh"
 KIND = kinds.Kind(GROUP, "ScaledObject", "scaledobjects", ("v1alpha1",), optional=True)
@@ -95,11 +94,7 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
         "kind": KIND.kind,
         "metadata": base.metadata(target, ctx, name(target)),
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": resources.DEPLOYMENT.api_version,
-                "kind": resources.DEPLOYMENT.kind,
-                "name": deployment.name(target),
-            },
+            "scaleTargetRef": deployment.scale_target_ref(target),
             "minReplicaCount": 0,
             "maxReplicaCount": component.max_replicas,
             "cooldownPeriod": cooldown_seconds(target),
