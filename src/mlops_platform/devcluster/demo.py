@@ -269,6 +269,7 @@ def run(name: str = cluster.DEFAULT_NAME, *, timeout: float = 180.0) -> None:
     print(
         f"\nThe operator keeps running (PID file {operator_pid_file(name)}, log {operator_log(name)}).\n"
         f"Use the cluster:     export KUBECONFIG={cluster.kubeconfig_path(name)}\n"
+        f"Why (not) serving:   .venv/bin/mlops-platform dev why --name {name} iris -n {NAMESPACE}\n"
         f"Stop the operator:   .venv/bin/mlops-platform dev stop-operator --name {name}\n"
         f"Stop everything:     make cluster-down\n\n" + "\n".join(hints),
         flush=True,
