@@ -127,6 +127,14 @@ def _legacy_extensions(draw: st.DrawFn) -> JSON | None:
     return ext
 
 
+def _with_legacy_extensions(draw: st.DrawFn, spec: JSON) -> JSON:
+    """``spec`` (v1alpha1, v1beta1) with the ``extensions`` drawn, if any."""
+    ext = draw(_legacy_extensions())
+    if ext is not None:
+        spec["extensions"] = ext
+    return spec
+
+
 _SHA256 = ("0" * 64, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
 _REMOTE_URI = re.compile(r"^(s3|gs|https?)://")
 
@@ -194,10 +202,7 @@ def alpha_spec(draw: st.DrawFn) -> JSON:
         if draw(st.booleans()):
             traffic["canaryPercent"] = draw(st.integers(0, 100)) if "canaryVersion" in traffic else 0
         spec["traffic"] = traffic
-    ext = draw(_legacy_extensions())
-    if ext is not None:
-        spec["extensions"] = ext
-    return spec
+    return _with_legacy_extensions(draw, spec)
 
 
 @st.composite
@@ -286,10 +291,7 @@ def beta_spec(draw: st.DrawFn) -> JSON:
     spec: JSON = {"predictor": draw(_predictor("v1beta1"))}
     if draw(st.booleans()):
         spec["canary"] = draw(_canary())
-    ext = draw(_legacy_extensions())
-    if ext is not None:
-        spec["extensions"] = ext
-    return spec
+    return _with_legacy_extensions(draw, spec)
 
 
 @st.composite
