@@ -141,7 +141,6 @@ def args() -> list[str]:
 
 def deployment() -> Obj:
     pod = {
-        **configs.PLACEMENT,
         "serviceAccountName": NAME,
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": _UID, "runAsGroup": _UID},
@@ -166,16 +165,7 @@ def deployment() -> Obj:
             }
         ],
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _meta(NAME),
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": _LABELS},
-            "template": {"metadata": {"labels": _LABELS}, "spec": pod},
-        },
-    }
+    return configs.real_node_deployment(_meta(NAME), _LABELS, pod)
 
 
 def service() -> Obj:

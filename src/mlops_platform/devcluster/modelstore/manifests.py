@@ -80,7 +80,6 @@ def _root_env() -> list[Obj]:
 def deployment() -> Obj:
     make_bucket = f"import os; os.makedirs('/data/{BUCKET}', exist_ok=True); os.chown('/data/{BUCKET}', {_UID}, {_UID}); os.chown('/data', {_UID}, {_UID})"  # noqa: E501
     pod = {
-        **configs.PLACEMENT,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "initContainers": [
@@ -111,17 +110,8 @@ def deployment() -> Obj:
         ],
         "volumes": [{"name": "data", "hostPath": {"path": DATA_DIR, "type": "DirectoryOrCreate"}}],
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _meta(SERVICE),
-        "spec": {
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},  # one MinIO on the data directory at a time
-            "selector": {"matchLabels": _LABELS},
-            "template": {"metadata": {"labels": _LABELS}, "spec": pod},
-        },
-    }
+    # Recreate: one MinIO on the data directory at a time
+    return configs.real_node_deployment(_meta(SERVICE), _LABELS, pod, strategy="Recreate")
 
 
 def service() -> Obj:

@@ -44,6 +44,19 @@ PLACEMENT: dict[str, Any] = {
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"  # inside the node's mount namespace
 
 
+def real_node_deployment(
+    metadata: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], *, strategy: str | None = None
+) -> dict[str, Any]:
+    """One replica of ``pod`` on a real node (:data:`PLACEMENT`): a Deployment selecting its pod by
+    ``labels``, of ``strategy`` (None: Kubernetes' default, RollingUpdate)."""
+    spec: dict[str, Any] = {"replicas": 1}
+    if strategy is not None:
+        spec["strategy"] = {"type": strategy}
+    spec["selector"] = {"matchLabels": labels}
+    spec["template"] = {"metadata": {"labels": labels}, "spec": {**PLACEMENT, **pod}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec}
+
+
 def kubelet_config(
     *, block: Block, ca_file: Path, cgroup_root: str, max_pods: int, eviction_memory: str = "200Mi"
 ) -> dict[str, Any]:
