@@ -1098,15 +1098,10 @@ def render(r: Mapping[str, Any]) -> str:
         "carries "
         "the machine's noise, and this benchmark does not separate an effect of the operator on the "
         "pod's start (the control plane's work for its status writes and its other children, on the "
-        "same 2 cores) from the other load on the machine. The totals fall into groups 10 s apart "
-        "(the table above), whichever the path: the "
-        "template's startup probe (the runtime table's: `periodSeconds: 10`, no initial delay) ticks every "
-        "10 s, and whether the tick that finds MLServer live is the earlier or the later one depends on "
-        "how long the server's start and the model load (`server` + `load`) took on the loaded machine. "
-        f"With {args['runs']} runs a path, each path's p50 is one of those groups and the ratio of the "
-        "totals swings "
-        "with it. The probe's period, not the operator, is the largest lever on "
-        "the cold start: `Loaded model` -> Ready is up to 10 s of waiting for the next tick.\n"
+        "same 2 cores) from the other load on the machine. `Loaded model` -> Ready (p50 "
+        + " and ".join(f"{_s(cold[p]['phases']['ready']['p50'])} s" for p in PATHS)
+        + ") is the startup probe asking MLServer about the model every 2 s, then the readiness probe "
+        "at once: the totals are the server's start and the model load, whichever the path.\n"
     )
     lat_rows = [
         [
