@@ -222,7 +222,11 @@ class Cache:
     async def wait_for_sync(self, timeout: float) -> None:
         required = self._required()
         try:
-            await asyncio.wait_for(asyncio.gather(*(i.wait_for_sync() for i in required)), timeout)
+            # asyncio.timeout, not wait_for: cancelled (a stop before the sync), Python 3.11's wait_for
+            # leaves the gather's CancelledError unretrieved ("_GatheringFuture exception was never
+            # retrieved" logged at shutdown); awaited here, the gather's outcome is always taken
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(i.wait_for_sync() for i in required))
         except TimeoutError:
             pending = sorted(i.resource.group_resource for i in required if not i.has_synced())
             raise CacheSyncTimeout(
