@@ -1,7 +1,11 @@
-"""``run`` stops on SIGTERM without asyncio complaining of a result nobody took."""
+"""Bad input to the command line is a usage error naming the flag, never a traceback: a kubeconfig the
+command cannot use (``Error: --kubeconfig PATH: REASON``, exit code 2, for every command taking
+``--kubeconfig``); and ``run`` stops on SIGTERM without asyncio complaining of a result nobody took."""
 
 from __future__ import annotations
 
+import errno
+import os
 import queue
 import signal
 import socket
@@ -11,6 +15,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from lightkube.config import kubeconfig as lightkube_kubeconfig
+from lightkube.core.exceptions import ConfigError
+
+from mlops_platform import cli
+from mlops_platform.runtime.observability import logs
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -19,6 +32,125 @@ users: [{name: u, user: {token: t}}]
 contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 """
+
+#: every command that takes --kubeconfig, with the arguments it needs besides
+COMMANDS: dict[str, list[str]] = {
+    "run": ["run", "--webhook-bind-address", "off"],
+    "run+webhook": ["run", "--webhook-bind-address", "127.0.0.1:0"],
+    "webhook": ["webhook", "--webhook-bind-address", "127.0.0.1:0"],
+    "infer": ["infer", "iris", "--json", "{}"],
+    "infer -n": ["infer", "iris", "-n", "ml", "--json", "{}"],
+    "why": ["why", "iris"],
+    "why -n": ["why", "iris", "-n", "ml"],
+    "migrate-storage": ["migrate-storage"],
+}
+
+#: a broken kubeconfig (its file's text, or None: no file) and what the error says of it
+BROKEN: dict[str, tuple[str | bytes | None, list[str], str]] = {
+    "missing": (None, [], "cannot read it: No such file or directory"),
+    "not YAML": ("clusters: [c\n", [], "not YAML: "),
+    "not UTF-8": (b"\xff\xfe\x00clusters", [], "not YAML: not UTF-8 text"),
+    "empty": ("", [], "not a kubeconfig: empty"),
+    "a string": ("just words\n", [], "not a kubeconfig: a YAML str, not a mapping"),
+    "no clusters": ("contexts: []\n", [], "not a kubeconfig: no list of clusters"),
+    "no current context": (
+        KUBECONFIG.replace("current-context: c\n", ""),
+        [],
+        "no current-context, and no context asked for (its contexts: c)",
+    ),
+    "--context not in it": (KUBECONFIG, ["--context", "nope"], "no context 'nope' (its contexts: c)"),
+    "current context not in it": (
+        KUBECONFIG.replace("current-context: c", "current-context: gone"),
+        [],
+        "its current-context is 'gone' (its contexts: c)",
+    ),
+    "a context's cluster not in it": (
+        KUBECONFIG.replace("{cluster: c, user: u}", "{cluster: zz, user: u}"),
+        [],
+        "context 'c' names cluster 'zz', which it does not define",
+    ),
+    "a missing CA file": (
+        KUBECONFIG.replace('127.0.0.1:%(port)d"}', '127.0.0.1:%(port)d", certificate-authority: ca.crt}'),
+        [],
+        "context 'c': certificate-authority ca.crt: no such file",
+    ),
+    "a CA that is no certificate": (
+        KUBECONFIG.replace('127.0.0.1:%(port)d"}', '127.0.0.1:%(port)d", certificate-authority: bad.crt}'),
+        [],
+        "context 'c': its TLS files or credentials: ",
+    ),
+}
+
+
+@pytest.fixture
+def no_logging_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run`` and ``webhook`` set up the process's logging: not in this process's tests."""
+    monkeypatch.setattr(logs, "setup_logging", lambda **kwargs: None)
+
+
+def invoke(args: list[str], env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli.main, args, env=env)
+
+
+def assert_usage_error(result: Result, message: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # no other exception escaped
+    assert "Traceback" not in result.output
+    assert message in result.output, result.output
+
+
+@pytest.mark.usefixtures("no_logging_setup")
+@pytest.mark.parametrize("broken", list(BROKEN))
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_kubeconfig_the_command_cannot_use_is_a_usage_error_naming_the_flag(
+    tmp_path: Path, command: str, broken: str
+) -> None:
+    text, extra, reason = BROKEN[broken]
+    path = tmp_path / "kubeconfig"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
+        path.write_text(text % {"port": 1} if "%(port)" in text else text)
+    (tmp_path / "bad.crt").write_text("not a certificate\n")
+    result = invoke([*COMMANDS[command], "--kubeconfig", str(path), *extra])
+    assert_usage_error(result, reason)
+    assert f"Error: --kubeconfig {path}: " in result.output
+    assert "Usage: " in result.output  # click's usage error: the usage line, then the error
+
+
+@pytest.mark.usefixtures("no_logging_setup")
+@pytest.mark.parametrize("command", ["run", "webhook", "why", "infer", "migrate-storage"])
+def test_without_the_flag_the_error_says_where_the_kubeconfig_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    def not_in_a_cluster(*args: Any, **kwargs: Any) -> Any:
+        raise ConfigError("no service account token")
+
+    monkeypatch.setattr(lightkube_kubeconfig.KubeConfig, "from_service_account", not_in_a_cluster)
+    missing = tmp_path / "nope.yaml"
+    result = invoke(COMMANDS[command], env={"KUBECONFIG": str(missing)})
+    assert_usage_error(
+        result,
+        f"Error: kubeconfig $KUBECONFIG {missing} (no --kubeconfig given): "
+        "cannot read it: No such file or directory",
+    )
+
+
+@pytest.mark.usefixtures("no_logging_setup")
+def test_an_unreadable_kubeconfig_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG % {"port": 1})
+    read_text = Path.read_text
+
+    def unreadable(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self == path:  # as for a user without read permission (root reads any file)
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    result = invoke(["migrate-storage", "--kubeconfig", str(path)])
+    assert_usage_error(result, f"Error: --kubeconfig {path}: cannot read it: Permission denied")
+
 
 # -- SIGTERM ------------------------------------------------------------------------------------
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    from mlops_platform.runtime.transport.kubeconfig import KubeconfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 D = TypeVar("D", bound="DataclassInstance")
@@ -36,11 +39,34 @@ def stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
 
 
 def kubeconfig_options(help: str) -> Callable[[F], F]:
-    """``--kubeconfig`` (``help``: where it is looked for without it) and ``--context``."""
-    return stack(
+    """``--kubeconfig`` (``help``: where it is looked for without it) and ``--context``; a kubeconfig
+    the command cannot use (``KubeconfigError``, wherever the command loads it) is a usage error
+    naming ``--kubeconfig``: ``Error: --kubeconfig PATH: REASON``, exit code 2."""
+    options = stack(
         click.option("--kubeconfig", type=click.Path(dir_okay=False), help=help),
         click.option("--context", help="kubeconfig context (default: current)"),
     )
+
+    def apply(f: F) -> F:
+        @functools.wraps(f)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            from mlops_platform.runtime.transport import kubeconfig as rkubeconfig
+
+            try:
+                return f(*args, **kwargs)
+            except rkubeconfig.KubeconfigError as e:
+                raise click.UsageError(kubeconfig_message(kwargs.get("kubeconfig"), e)) from None
+
+        return options(cast("F", command))
+
+    return apply
+
+
+def kubeconfig_message(flag: str | None, error: KubeconfigError) -> str:
+    """What is wrong with the kubeconfig, naming ``--kubeconfig`` (``flag``: its value, if given)."""
+    if flag:
+        return f"--kubeconfig {flag}: {error.reason}"
+    return f"kubeconfig {error.source} (no --kubeconfig given): {error.reason}"
 
 
 def labels_option(flag: str, dest: str, help: str) -> Callable[[F], F]:

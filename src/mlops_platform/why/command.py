@@ -1,16 +1,17 @@
 """The command's I/O around ``why``: connect, read, analyze (:func:`collect`), and how the CLI
 prints (:func:`use_color`, :func:`terminal_width`).
 
-Contract: every failure to report (no kubeconfig, no such InferenceService, no access to it, no API
-server) is one :class:`WhyError` whose message says why; reads of anything else that fail are in the
-report (:attr:`~mlops_platform.why.report.Report.errors`), not raised.
+Contract: every failure to report (no such InferenceService, no access to it, no API server) is one
+:class:`WhyError` whose message says why, and a kubeconfig that cannot be used one
+:class:`~mlops_platform.runtime.transport.kubeconfig.KubeconfigError` (the command names its flag);
+reads of anything else that fail are in the report
+(:attr:`~mlops_platform.why.report.Report.errors`), not raised.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 from typing import Any
 
 from mlops_platform.controllers.inferenceservice.children import base
@@ -34,15 +35,11 @@ def terminal_width() -> int:
 
 
 def default_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig context (``default`` without one), as ``kubectl`` picks it."""
-    from lightkube.config import kubeconfig as lightkube_kubeconfig
+    """The namespace of the kubeconfig context (``default`` without one), as ``kubectl`` picks it;
+    :class:`~mlops_platform.runtime.transport.kubeconfig.KubeconfigError` when it cannot be used."""
+    from mlops_platform.runtime.transport import kubeconfig as rkubeconfig
 
-    if kubeconfig:
-        config = lightkube_kubeconfig.KubeConfig.from_file(Path(kubeconfig))
-    else:
-        config = lightkube_kubeconfig.KubeConfig.from_env()
-    single = config.get(context_name=context)
-    return str(single.namespace) if single is not None else "default"
+    return str(rkubeconfig.load(kubeconfig or None, context).namespace)
 
 
 async def collect(
@@ -55,11 +52,8 @@ async def collect(
     max_events: int = analysis.MAX_EVENTS,
 ) -> report.Report:
     """Connect (``kubeconfig``/``context``; default ``$KUBECONFIG``), read and analyze."""
-    try:
-        ns = namespace or default_namespace(kubeconfig, context)
-        client = rclient.Client.from_kubeconfig(kubeconfig, context=context)
-    except Exception as e:  # lightkube's config errors have no common base
-        raise WhyError(f"kubeconfig: {e}") from None
+    ns = namespace or default_namespace(kubeconfig, context)
+    client = rclient.Client.from_kubeconfig(kubeconfig, context=context)
     async with client:
         try:
             snap = await reading.read(client, ns, name)

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from mlops_platform.runtime.transport import codec
 from mlops_platform.runtime.transport import http as rhttp
 from mlops_platform.runtime.transport import shape as rshape
+from mlops_platform.runtime.transport.kubeconfig import KubeconfigError as KubeconfigError
 from mlops_platform.runtime.transport.rawclient import RawClient
 
 # the REST types live in ``rest``; they are part of this module's API (``client.Resource``)

@@ -21,14 +21,15 @@ import asyncio
 import collections
 import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Self
 
 import msgspec
-from lightkube.config import client_adapter, kubeconfig
+from lightkube.config import client_adapter
+from lightkube.core.exceptions import ConfigError
 
 from mlops_platform.runtime.transport import codec
 from mlops_platform.runtime.transport import http as rhttp
+from mlops_platform.runtime.transport import kubeconfig as rkubeconfig
 from mlops_platform.runtime.transport.rest import ApiError, RequestRecord, verb_of
 
 RequestObserver = Callable[[RequestRecord], None]
@@ -54,31 +55,30 @@ class RawClient:
     def from_kubeconfig(
         cls, path: str | os.PathLike[str] | None = None, *, context: str | None = None, **kw: Any
     ) -> Self:
-        """From a kubeconfig file (default: ``$KUBECONFIG``, then ``~/.kube/config``, then in-cluster)."""
-        if path is not None:
-            config = kubeconfig.KubeConfig.from_file(Path(path))
-        else:
-            config = kubeconfig.KubeConfig.from_env()
-        return cls._from_config(config, context, str(path or "(from environment)"), **kw)
+        """From a kubeconfig file (default: in-cluster, then ``$KUBECONFIG``, then ``~/.kube/config``);
+        one that cannot be used raises :class:`~.kubeconfig.KubeconfigError`."""
+        single = rkubeconfig.load(path, context)
+        source = str(path if path is not None else single.fname or "in-cluster service account")
+        return cls._from_config(single, source, **kw)
 
     @classmethod
     def from_kubeconfig_dict(cls, conf: dict[str, Any], *, context: str | None = None, **kw: Any) -> Self:
         """From a kubeconfig structure (e.g. a ServiceAccount token and the cluster's CA)."""
-        return cls._from_config(kubeconfig.KubeConfig.from_dict(conf), context, "(dict)", **kw)
+        config = rkubeconfig.from_dict(conf, "(dict)")
+        return cls._from_config(rkubeconfig.select(config, context, "(dict)"), "(dict)", **kw)
 
     @classmethod
-    def _from_config(cls, config: kubeconfig.KubeConfig, context: str | None, origin: str, **kw: Any) -> Self:
-        single = config.get(context_name=context)
-        if single is None:
-            raise ValueError(f"kubeconfig {origin}: no context {context or '(current)'}")
-        assert single.user is not None, "kubeconfig context without a user"
-        ssl_context = client_adapter.verify_cluster(
-            single.cluster, single.user, single.abs_file, trust_env=False
-        )
-        transport = rhttp.Transport(
-            single.cluster.server, ssl_context=ssl_context, auth=client_adapter.user_auth(single.user)
-        )
-        return cls(transport, **kw)
+    def _from_config(cls, single: rkubeconfig.SingleConfig, source: str, **kw: Any) -> Self:
+        assert single.user is not None  # rkubeconfig.select: a context names a user
+        try:
+            ssl_context = client_adapter.verify_cluster(
+                single.cluster, single.user, single.abs_file, trust_env=False
+            )
+            auth = client_adapter.user_auth(single.user)
+        except (OSError, ValueError, ConfigError) as e:  # ssl.SSLError is an OSError
+            reason = f"context {single.context_name!r}: its TLS files or credentials: {e}"
+            raise rkubeconfig.KubeconfigError(source, reason) from None
+        return cls(rhttp.Transport(single.cluster.server, ssl_context=ssl_context, auth=auth), **kw)
 
     async def close(self) -> None:
         await self._http.close()
