@@ -1,6 +1,7 @@
 """Bad input to the command line is a usage error naming the flag, never a traceback: a kubeconfig the
 command cannot use (``Error: --kubeconfig PATH: REASON``, exit code 2, for every command taking
-``--kubeconfig``); and ``run`` stops on SIGTERM without asyncio complaining of a result nobody took."""
+``--kubeconfig``), a malformed ``HOST:PORT`` of a bind-address flag; and ``run`` stops on SIGTERM
+without asyncio complaining of a result nobody took."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from lightkube.config import kubeconfig as lightkube_kubeconfig
 from lightkube.core.exceptions import ConfigError
 
 from mlops_platform import cli
+from mlops_platform.cli import operator, webhook
 from mlops_platform.runtime.observability import logs
 
 KUBECONFIG = """apiVersion: v1
@@ -150,6 +152,119 @@ def test_an_unreadable_kubeconfig_is_named(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(Path, "read_text", unreadable)
     result = invoke(["migrate-storage", "--kubeconfig", str(path)])
     assert_usage_error(result, f"Error: --kubeconfig {path}: cannot read it: Permission denied")
+
+
+#: the address flags of run and webhook
+ADDRESS_FLAGS = [
+    ("run", "--health-probe-bind-address"),
+    ("run", "--metrics-bind-address"),
+    ("run", "--webhook-bind-address"),
+    ("webhook", "--metrics-bind-address"),
+    ("webhook", "--webhook-bind-address"),
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("nowhere", "'nowhere': not HOST:PORT"),
+        ("1.2.3.4:99999", "'1.2.3.4:99999': port 99999 is not in 0-65535"),
+        (":abc", "':abc': port 'abc' is not a number"),
+        ("127.0.0.1:", "'127.0.0.1:': no port"),
+        ("127.0.0.1:-1", "'127.0.0.1:-1': port '-1' is not a number"),
+        ("a b:80", "'a b:80': host 'a b' is neither an IP address nor a host name"),
+        ("[1.2.3.4]:80", "'[1.2.3.4]:80': [1.2.3.4] is not an IPv6 address"),
+    ],
+)
+@pytest.mark.parametrize(("command", "flag"), ADDRESS_FLAGS)
+def test_a_malformed_address_is_a_usage_error_naming_the_flag(
+    command: str, flag: str, value: str, reason: str
+) -> None:
+    result = invoke([command, flag, value])
+    off = "0" if flag == "--metrics-bind-address" or "health" in flag else "off"
+    assert_usage_error(
+        result,
+        f"Error: Invalid value for '{flag}': {reason}; expected HOST:PORT, or {off!r} to serve nothing",
+    )
+
+
+@pytest.mark.parametrize(("command", "flag"), ADDRESS_FLAGS)
+def test_a_host_that_does_not_resolve_is_a_usage_error_naming_the_flag(
+    monkeypatch: pytest.MonkeyPatch, command: str, flag: str
+) -> None:
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    result = invoke([command, flag, "nowhere.invalid:80"])
+    assert_usage_error(
+        result,
+        f"Error: Invalid value for '{flag}': 'nowhere.invalid:80': host 'nowhere.invalid': "
+        "Name or service not known",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "value"),
+    [
+        ("run", "--webhook-bind-address", "0"),
+        ("webhook", "--webhook-bind-address", "0"),
+    ],
+)
+def test_the_webhook_is_off_with_off_only(command: str, flag: str, value: str) -> None:
+    result = invoke([command, flag, value])
+    assert_usage_error(
+        result, f"Error: Invalid value for '{flag}': '0': expected HOST:PORT, or 'off' to serve nothing"
+    )
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch, no_logging_setup: None) -> list[tuple[Any, ...]]:
+    """What ``run`` and ``webhook`` would serve, recorded instead of served."""
+    seen: list[tuple[Any, ...]] = []
+
+    async def record(*args: Any) -> None:
+        seen.append(args)
+
+    monkeypatch.setattr(operator, "_serve", record)
+    monkeypatch.setattr(webhook, "_serve", record)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        (":8081", ("127.0.0.1", 8081)),
+        ("[::1]:0", ("::1", 0)),
+        ("0.0.0.0:65535", ("0.0.0.0", 65535)),
+        ("localhost:0", ("localhost", 0)),
+        ("0", None),
+    ],
+)
+def test_well_formed_addresses_still_reach_the_manager(
+    served: list[tuple[Any, ...]], value: str, address: tuple[str, int] | None
+) -> None:
+    result = invoke(["run", "--health-probe-bind-address", value, "--metrics-bind-address", value])
+    assert result.exit_code == 0, result.output
+    [(process, leases, _, _)] = served
+    manager_options = operator._manager_options(process, leases)
+    assert manager_options.health_probe_address == manager_options.metrics_address == address
+
+
+def test_the_webhook_builds_with_a_bracketed_ipv6_address() -> None:
+    hook = webhook.WebhookFlags(
+        webhook_bind_address="[::1]:0",
+        webhook_secret="ns/name",
+        webhook_dns_names=(),
+        webhook_cert_dir=None,
+        webhook_reuse_port=False,
+        webhook_cert_validity=None,
+    )
+    from prometheus_client import CollectorRegistry
+
+    serving = webhook.build(None, hook, CollectorRegistry())
+    assert (serving.options.host, serving.options.port) == ("::1", 0)
 
 
 # -- SIGTERM ------------------------------------------------------------------------------------

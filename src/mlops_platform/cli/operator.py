@@ -36,14 +36,16 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     default=None,
     help="hold exactly this partition, in [0, --shards) (default: a fair share, rebalanced live)",
 )
-@click.option(
+@options.address_option(
     "--health-probe-bind-address",
     default="127.0.0.1:8081",
+    off="0",
     help="HOST:PORT of /healthz and /readyz; port 0: one the kernel picks (logged: 'serving'); 0: off",
 )
-@click.option(
+@options.address_option(
     "--metrics-bind-address",
     default="127.0.0.1:8080",
+    off="0",
     help="HOST:PORT of /metrics; port 0: one the kernel picks (logged: 'serving'); 0: off",
 )
 @settings.option("--runtime-config", "YAML overriding the runtime table")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -100,11 +101,75 @@ def parse_cidrs(param: click.Parameter, values: tuple[str, ...]) -> tuple[str, .
         raise click.BadParameter(str(e), param=param) from None
 
 
+#: a host name (RFC 1123: dot-separated labels of letters, digits and inner hyphens)
+_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+
+
 def parse_address(value: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` as (host, port): no host is 127.0.0.1, ``[ADDRESS]`` an IPv6 one, the port in
+    0-65535 (0: the kernel picks); ``0`` or nothing: None (not served). ValueError saying what is
+    wrong else."""
     if value in ("0", ""):
         return None
-    host, _, port = value.rpartition(":")
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ValueError("not HOST:PORT")
+    if not port:
+        raise ValueError("no port")
+    if not (port.isascii() and port.isdigit()):
+        raise ValueError(f"port {port!r} is not a number")
+    if int(port) > 65535:
+        raise ValueError(f"port {int(port)} is not in 0-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not _is_ip(host, version=6):
+            raise ValueError(f"[{host}] is not an IPv6 address")
+    elif host and not _is_ip(host) and not _HOST_NAME.match(host):
+        raise ValueError(f"host {host!r} is neither an IP address nor a host name")
     return (host or "127.0.0.1", int(port))
+
+
+def _is_ip(host: str, version: int | None = None) -> bool:
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return version is None or address.version == version
+
+
+def address_option(flag: str, *, default: str, off: str, help: str) -> Callable[[F], F]:
+    """A ``HOST:PORT`` option (``off``: the value that serves nothing), checked as it is parsed: a
+    malformed address, or a host name that does not resolve, is a usage error naming ``flag``."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        if value == off:
+            return value
+        hint = f"expected HOST:PORT, or {off!r} to serve nothing"
+        try:
+            address = parse_address(value)
+        except ValueError as e:
+            raise click.BadParameter(f"{value!r}: {e}; {hint}", ctx=ctx, param=param) from None
+        if address is None:  # "0" or nothing: off where "0" means off
+            if off == "0":
+                return value
+            raise click.BadParameter(f"{value!r}: {hint}", ctx=ctx, param=param)
+        host = address[0]
+        if not _is_ip(host):
+            import socket
+
+            try:
+                socket.getaddrinfo(host, address[1], type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            except (OSError, UnicodeError) as e:  # socket.gaierror is an OSError
+                reason = getattr(e, "strerror", None) or e
+                raise click.BadParameter(
+                    f"{value!r}: host {host!r}: {reason}", ctx=ctx, param=param
+                ) from None
+        return value
+
+    return click.option(flag, default=default, callback=check, help=help)
 
 
 def take(cls: type[D], flags: dict[str, Any]) -> D:

@@ -15,10 +15,11 @@ from mlops_platform.cli import options
 
 #: the conversion webhook's flags (``run`` and ``webhook``)
 webhook_options = options.stack(
-    click.option(
+    options.address_option(
         "--webhook-bind-address",
         default="127.0.0.1:9443",
-        help="where the conversion webhook listens (HTTPS); 'off': not served by this process",
+        off="off",
+        help="where the conversion webhook listens (HTTPS, HOST:PORT); 'off': not served by this process",
     ),
     click.option(
         "--webhook-secret",
@@ -72,7 +73,10 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
     bind, secret, validity = flags.webhook_bind_address, flags.webhook_secret, flags.webhook_cert_validity
     if bind == "off":
         return None
-    address = options.parse_address(bind)
+    try:
+        address = options.parse_address(bind)
+    except ValueError as e:
+        raise click.BadParameter(f"{bind!r}: {e}", param_hint="--webhook-bind-address") from None
     if address is None:
         raise click.BadParameter(f"{bind!r}: HOST:PORT or off", param_hint="--webhook-bind-address")
     namespace, _, name = secret.partition("/")
@@ -95,10 +99,11 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
 @click.command()
 @options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
 @click.option("--log-level", default="info")
-@click.option(
+@options.address_option(
     "--metrics-bind-address",
     default="0",
-    help="where /metrics listens (controller_runtime_webhook_*); '0': not served",
+    off="0",
+    help="where /metrics listens (HOST:PORT; controller_runtime_webhook_*); '0': not served",
 )
 @webhook_options
 def webhook(
