@@ -267,6 +267,28 @@ def test_the_webhook_builds_with_a_bracketed_ipv6_address() -> None:
     assert (serving.options.host, serving.options.port) == ("::1", 0)
 
 
+@pytest.mark.usefixtures("no_logging_setup")
+@pytest.mark.parametrize(("command", "flag"), ADDRESS_FLAGS)
+def test_an_address_taken_is_an_error_naming_the_flag(tmp_path: Path, command: str, flag: str) -> None:
+    """Well formed but taken (another process listens there): the command ends with an error naming
+    the flag (exit code 1: not a usage error), not a traceback; ``run`` does not go on without its
+    webhook."""
+    with socket.socket() as refusing, socket.socket() as taken:
+        refusing.bind(("127.0.0.1", 0))
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(KUBECONFIG % {"port": refusing.getsockname()[1]})
+        loopback = {f: "127.0.0.1:0" for c, f in ADDRESS_FLAGS if c == command}
+        loopback[flag] = address = f"127.0.0.1:{taken.getsockname()[1]}"
+        args = [command, "--kubeconfig", str(kubeconfig), *(x for item in loopback.items() for x in item)]
+        result = invoke(args)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert f"{flag} {address}" in result.output
+    assert result.output.rstrip("\n").lower().endswith("address already in use"), result.output
+
+
 # -- SIGTERM ------------------------------------------------------------------------------------
 
 

@@ -139,7 +139,16 @@ def run(**flags: Any) -> None:
     hook = options.take(webhook.WebhookFlags, flags)
     if flags:
         raise TypeError(f"run: flags of no group: {sorted(flags)}")
-    asyncio.run(_serve(process, leases, operator_settings, hook))
+    try:
+        asyncio.run(_serve(process, leases, operator_settings, hook))
+    except OSError as e:  # the probe or metrics server could not listen (the webhook: webhook.serve)
+        if e.errno not in options.CANNOT_LISTEN:
+            raise
+        raise options.cannot_listen(
+            e,
+            health_probe_bind_address=process.health_probe_bind_address,
+            metrics_bind_address=process.metrics_bind_address,
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,5 +239,8 @@ async def _serve(
             await mgr.run_until_signal()
             return
         mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
-        async with background.task(hook.run()):
+        async with background.task(webhook.serve(hook, hook_flags)) as serving:
+            # the webhook ending (it failed: it runs until cancelled) stops the manager, and its error
+            # is raised at the block's end: the operator does not run on without its webhook
+            serving.add_done_callback(lambda _: mgr.stop())
             await mgr.run_until_signal()

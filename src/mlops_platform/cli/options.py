@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import re
 from collections.abc import Callable
@@ -170,6 +171,17 @@ def address_option(flag: str, *, default: str, off: str, help: str) -> Callable[
         return value
 
     return click.option(flag, default=default, callback=check, help=help)
+
+
+#: what binding a server's address raises when the address is taken, or not one of this host's
+CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+
+
+def cannot_listen(error: OSError, **flags: str) -> click.ClickException:
+    """``error`` (a server could not listen) as the command's error, naming the address ``flags``
+    (``health_probe_bind_address="..."``) it may come from; exit code 1."""
+    named = ", ".join(f"--{flag.replace('_', '-')} {value}" for flag, value in flags.items())
+    return click.ClickException(f"{named}: cannot listen: {error.strerror or error}")
 
 
 def take(cls: type[D], flags: dict[str, Any]) -> D:

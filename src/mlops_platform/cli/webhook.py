@@ -52,6 +52,17 @@ webhook_options = options.stack(
 )
 
 
+async def serve(hook: Any, flags: WebhookFlags) -> None:
+    """``hook.run()``: the conversion webhook until cancelled; its address taken (or not this host's):
+    a ClickException naming ``--webhook-bind-address``."""
+    try:
+        await hook.run()
+    except OSError as e:
+        if e.errno not in options.CANNOT_LISTEN:
+            raise
+        raise options.cannot_listen(e, webhook_bind_address=flags.webhook_bind_address) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class WebhookFlags:
     """The ``--webhook-*`` flags (``run`` and ``webhook``)."""
@@ -115,7 +126,12 @@ def webhook(
 
     logs.setup_logging(level=log_level)
     metrics_address = options.parse_address(metrics_bind_address)
-    asyncio.run(_serve(kubeconfig, context, metrics_address, WebhookFlags(**flags)))
+    try:
+        asyncio.run(_serve(kubeconfig, context, metrics_address, WebhookFlags(**flags)))
+    except OSError as e:  # /metrics could not listen (the webhook's own address: serve())
+        if e.errno not in options.CANNOT_LISTEN:
+            raise
+        raise options.cannot_listen(e, metrics_bind_address=metrics_bind_address) from None
 
 
 async def _serve(
@@ -138,7 +154,7 @@ async def _serve(
             logging.getLogger("mlops_platform.cli").info(
                 "metrics listening", extra={"url": f"http://{metrics.host}:{metrics.port}/metrics"}
             )
-        task = asyncio.create_task(hook.run())
+        task = asyncio.create_task(serve(hook, flags))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
