@@ -275,31 +275,38 @@ def _to_hub(version: str, spec: JSON, stash: JSON) -> JSON:
     if version == HUB:
         return spec
     up, down = _SPOKES[version]
-    hub = up(spec)
-    kept = stash.pop(HUB, None)
-    if isinstance(kept, dict):
-        restored = _patched(hub, kept)
-        # unchanged in the spoke since: exactly the hub it came from; else keep what only v1 could say
-        hub = restored if _safe(down, restored) == spec else _keep_hub_only(version, hub, restored)
-    lost = _difference(spec, down(hub))
-    if lost:
-        stash[version] = lost
-    return hub
+    # edited in the spoke since: keep what only v1 could say
+    return _stashed(spec, stash, up, down, HUB, version, lambda hub, kept: _keep_hub_only(version, hub, kept))
 
 
 def _from_hub(version: str, hub: JSON, stash: JSON) -> JSON:
     if version == HUB:
         return hub
     up, down = _SPOKES[version]
-    out = down(hub)
-    kept = stash.pop(version, None)
+    return _stashed(hub, stash, down, up, version, HUB, lambda out, kept: out)
+
+
+def _stashed(
+    spec: JSON,
+    stash: JSON,
+    there: Callable[[JSON], JSON],
+    back: Callable[[JSON], JSON],
+    kept_at: str,
+    lost_at: str,
+    edited: Callable[[JSON, JSON], JSON],
+) -> JSON:
+    """``there(spec)``, losslessly: with the difference stashed under ``kept_at`` by the conversion
+    that made ``spec`` applied when ``back`` of the result is still ``spec`` (unchanged since:
+    exactly what it came from), else ``edited(converted, restored)``; what ``back`` of the result
+    does not reproduce of ``spec`` is stashed under ``lost_at``."""
+    out = there(spec)
+    kept = stash.pop(kept_at, None)
     if isinstance(kept, dict):
         restored = _patched(out, kept)
-        if _safe(up, restored) == hub:
-            out = restored
-    lost = _difference(hub, up(out))
+        out = restored if _safe(back, restored) == spec else edited(out, restored)
+    lost = _difference(spec, back(out))
     if lost:
-        stash[HUB] = lost
+        stash[lost_at] = lost
     return out
 
 
