@@ -1,4 +1,4 @@
-"""The probe/metrics HTTP server on loopback: routes, HEAD, 404, 413, keep-alive and stop."""
+"""The probe/metrics HTTP server on loopback: routes, HEAD, 404, 413, 415, 500, keep-alive and stop."""
 
 from __future__ import annotations
 
@@ -52,6 +52,25 @@ async def test_a_per_server_body_limit_and_accepted_content_types() -> None:
             assert (await http.post(f"{base}/x", content=b"[1, 2]", headers=json)).status_code == 413
     finally:
         await server.stop()
+
+
+async def test_a_handler_that_raises_is_a_500_and_the_connection_serves_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(method: str, path: str, body: bytes) -> httpserver.Response:
+        raise RuntimeError("boom")
+
+    server = httpserver.HttpServer({"/broken": broken, "/x": _ok})
+    await server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        async with httpx.AsyncClient() as http:
+            failed = await http.get(f"{base}/broken")
+            assert (failed.status_code, failed.text) == (500, "internal error\n")
+            assert (await http.get(f"{base}/x")).text == "GET 0\n"
+    finally:
+        await server.stop()
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["http handler failed"]
 
 
 async def test_stop_with_grace_answers_on_open_connections_until_their_clients_let_go() -> None:

@@ -4,6 +4,9 @@ h11 does the protocol work (parsing, framing, keep-alive); this module only rout
 async handler ``(method, path, body) -> (status, content_type, body)``. Binds 127.0.0.1 by default.
 Request bodies over ``max_body`` bytes are answered 413; with ``content_types``, a POST, PUT or PATCH
 of another media type is answered 415, both before any handler runs.
+
+:func:`answer` (route a request to its handler) and :func:`respond` (send the answer on an h11
+connection) serve any server on h11 that keeps its connections its own way (the webhook's).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 
 import h11
 
@@ -90,33 +93,13 @@ class HttpServer:
                 try:
                     request, body = await self._read_request(conn, reader)
                 except _TooLarge:
-                    await self._respond(
-                        conn, writer, 413, "text/plain", b"request body too large\n", head=False
-                    )
+                    await respond(conn, writer, (413, "text/plain", b"request body too large\n"))
                     return
                 if request is None:
                     return
-                path = request.target.decode("latin-1").split("?", 1)[0]
-                handler = self.routes.get(path)
-                if handler is None:
-                    status, ctype, payload = 404, "text/plain", b"not found\n"
-                elif not self._acceptable(request):
-                    status, ctype, payload = 415, "text/plain", b"unsupported media type\n"
-                else:
-                    try:
-                        status, ctype, payload = await handler(request.method.decode(), path, body)
-                    except Exception:
-                        log.exception("http handler failed", extra={"path": path})
-                        status, ctype, payload = 500, "text/plain", b"internal error\n"
-                await self._respond(
-                    conn,
-                    writer,
-                    status,
-                    ctype,
-                    payload,
-                    head=request.method == b"HEAD",
-                    close=self._draining,
-                )
+                response = await answer(self.routes, request, body, self.content_types)
+                # draining: the client must not send another request on this connection
+                await respond(conn, writer, response, head=request.method == b"HEAD", close=self._draining)
                 if self._draining or conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
@@ -129,32 +112,6 @@ class HttpServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
-
-    def _acceptable(self, request: h11.Request) -> bool:
-        if self.content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
-            return True
-        ctype = next((v for k, v in request.headers if k == b"content-type"), b"")
-        return ctype.split(b";", 1)[0].strip().decode("latin-1").lower() in self.content_types
-
-    @staticmethod
-    async def _respond(
-        conn: h11.Connection,
-        writer: asyncio.StreamWriter,
-        status: int,
-        ctype: str,
-        payload: bytes,
-        *,
-        head: bool,
-        close: bool = False,
-    ) -> None:
-        headers = [("content-type", ctype), ("content-length", str(len(payload)))]
-        if close:  # draining: the client must not send another request on this connection
-            headers.append(("connection", "close"))
-        writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-        if not head:  # a HEAD answer has the headers of a GET and no body
-            writer.write(conn.send(h11.Data(data=payload)) or b"")
-        writer.write(conn.send(h11.EndOfMessage()) or b"")
-        await writer.drain()
 
     async def _read_request(
         self, conn: h11.Connection, reader: asyncio.StreamReader
@@ -178,3 +135,53 @@ class HttpServer:
                 return request, bytes(body)
             elif isinstance(event, h11.ConnectionClosed):
                 return None, b""
+
+
+async def answer(
+    routes: Mapping[str, Handler],
+    request: h11.Request,
+    body: bytes,
+    content_types: Collection[str] | None = None,
+) -> Response:
+    """What ``request`` (whose ``body`` has been read) is answered: its path's handler's answer, a
+    500 when the handler raises (logged); 404 for an unknown path, 415 for a POST, PUT or PATCH of a
+    media type not in ``content_types`` (None: any), both before any handler runs."""
+    path = request.target.decode("latin-1").split("?", 1)[0]
+    handler = routes.get(path)
+    if handler is None:
+        return 404, "text/plain", b"not found\n"
+    if not _acceptable(request, content_types):
+        return 415, "text/plain", b"unsupported media type\n"
+    try:
+        return await handler(request.method.decode(), path, body)
+    except Exception:
+        log.exception("http handler failed", extra={"path": path})
+        return 500, "text/plain", b"internal error\n"
+
+
+def _acceptable(request: h11.Request, content_types: Collection[str] | None) -> bool:
+    if content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
+        return True
+    ctype = next((v for k, v in request.headers if k == b"content-type"), b"")
+    return ctype.split(b";", 1)[0].strip().decode("latin-1").lower() in content_types
+
+
+async def respond(
+    conn: h11.Connection,
+    writer: asyncio.StreamWriter,
+    response: Response,
+    *,
+    head: bool = False,
+    close: bool = False,
+) -> None:
+    """Send ``response`` on ``conn`` (no body for a ``head`` request); ``close``: with
+    ``Connection: close``, the client must not send another request on this connection."""
+    status, ctype, payload = response
+    headers = [("content-type", ctype), ("content-length", str(len(payload)))]
+    if close:
+        headers.append(("connection", "close"))
+    writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
+    if not head:  # a HEAD answer has the headers of a GET and no body
+        writer.write(conn.send(h11.Data(data=payload)) or b"")
+    writer.write(conn.send(h11.EndOfMessage()) or b"")
+    await writer.drain()
