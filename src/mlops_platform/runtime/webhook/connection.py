@@ -7,19 +7,18 @@ handshake is one the API server dialed to send a request on) and tells the drain
 loop hands its protocol, so a request that has arrived but not been read yet is not idle. Answers
 say ``Connection: close`` and end the connection once the server drains (:meth:`.Connections.answering`).
 
-A request body over ``max_body`` is answered 413, a POST, PUT or PATCH of a media type not in
-``content_types`` 415, an unknown path 404, all before any handler runs; a handler's exception is
-a 500 and a logged error. A request must arrive within :data:`REQUEST_TIMEOUT` once begun; between
-two requests a connection may stay idle for :data:`IDLE_TIMEOUT`, longer than the API server keeps an
-idle connection (Go's 90 s ``IdleConnTimeout``), so that the client, not the server, closes it: a
-server closing an idle keep-alive connection races with a request sent on it.
+A request body over ``max_body`` is answered 413; routing (404, 415, a handler's exception a logged
+500) and the answer's framing are :func:`.httpserver.answer` and :func:`.httpserver.respond`. A
+request must arrive within :data:`REQUEST_TIMEOUT` once begun; between two requests a connection
+may stay idle for :data:`IDLE_TIMEOUT`, longer than the API server keeps an idle connection (Go's
+90 s ``IdleConnTimeout``), so that the client, not the server, closes it: a server closing an idle
+keep-alive connection races with a request sent on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import ssl
 from collections.abc import Collection, Mapping
@@ -28,8 +27,6 @@ import h11
 
 from mlops_platform.runtime.transport import httpserver
 from mlops_platform.runtime.webhook import drain
-
-log = logging.getLogger("mlops_platform.runtime.webhook.connection")
 
 HANDSHAKE_TIMEOUT = 10.0  # Go's TLSHandshakeTimeout
 REQUEST_TIMEOUT = 60.0
@@ -118,35 +115,17 @@ class Connection:
                 request, body = await self._read_request(conn, reader)
             except _TooLarge:
                 self.connections.answering()
-                await _respond(conn, writer, (413, "text/plain", b"request body too large\n"), close=True)
+                too_large = (413, "text/plain", b"request body too large\n")
+                await httpserver.respond(conn, writer, too_large, close=True)
                 return
             if request is None:
                 return
-            response = await self._answer(request, body)
+            response = await httpserver.answer(self.routes, request, body, self.content_types)
             last = self.connections.answering()  # a drain begun meanwhile makes it the last one too
-            await _respond(conn, writer, response, head=request.method == b"HEAD", close=last)
+            await httpserver.respond(conn, writer, response, head=request.method == b"HEAD", close=last)
             if last or conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             conn.start_next_cycle()
-
-    async def _answer(self, request: h11.Request, body: bytes) -> httpserver.Response:
-        path = request.target.decode("latin-1").split("?", 1)[0]
-        handler = self.routes.get(path)
-        if handler is None:
-            return 404, "text/plain", b"not found\n"
-        if not self._acceptable(request):
-            return 415, "text/plain", b"unsupported media type\n"
-        try:
-            return await handler(request.method.decode(), path, body)
-        except Exception:
-            log.exception("http handler failed", extra={"path": path})
-            return 500, "text/plain", b"internal error\n"
-
-    def _acceptable(self, request: h11.Request) -> bool:
-        if self.content_types is None or request.method not in (b"POST", b"PUT", b"PATCH"):
-            return True
-        ctype = next((v for k, v in request.headers if k == b"content-type"), b"")
-        return ctype.split(b";", 1)[0].strip().decode("latin-1").lower() in self.content_types
 
     async def _read_request(
         self, conn: h11.Connection, reader: asyncio.StreamReader
@@ -177,22 +156,3 @@ class Connection:
                 return request, bytes(body)
             elif isinstance(event, h11.ConnectionClosed):
                 return None, b""
-
-
-async def _respond(
-    conn: h11.Connection,
-    writer: asyncio.StreamWriter,
-    response: httpserver.Response,
-    *,
-    head: bool = False,
-    close: bool = False,
-) -> None:
-    status, ctype, payload = response
-    headers = [("content-type", ctype), ("content-length", str(len(payload)))]
-    if close:  # the client must not send another request on this connection
-        headers.append(("connection", "close"))
-    writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-    if not head:  # a HEAD answer has the headers of a GET and no body
-        writer.write(conn.send(h11.Data(data=payload)) or b"")
-    writer.write(conn.send(h11.EndOfMessage()) or b"")
-    await writer.drain()
