@@ -5,8 +5,9 @@ async handler ``(method, path, body) -> (status, content_type, body)``. Binds 12
 Request bodies over ``max_body`` bytes are answered 413; with ``content_types``, a POST, PUT or PATCH
 of another media type is answered 415, both before any handler runs.
 
-:func:`answer` (route a request to its handler) and :func:`respond` (send the answer on an h11
-connection) serve any server on h11 that keeps its connections its own way (the webhook's).
+:func:`read_request` (read a request and its body off an h11 connection), :func:`answer` (route it
+to its handler) and :func:`respond` (send the answer) serve any server on h11 that keeps its
+connections its own way (the webhook's).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ Handler = Callable[[str, str, bytes], Awaitable[Response]]
 MAX_BODY = 8 * 1024 * 1024
 
 
-class _TooLarge(Exception):
-    pass
+class BodyTooLarge(Exception):
+    """A request body over the limit (:func:`read_request`): answered 413."""
 
 
 class HttpServer:
@@ -92,7 +93,7 @@ class HttpServer:
             while True:
                 try:
                     request, body = await self._read_request(conn, reader)
-                except _TooLarge:
+                except BodyTooLarge:
                     await respond(conn, writer, (413, "text/plain", b"request body too large\n"))
                     return
                 if request is None:
@@ -116,25 +117,33 @@ class HttpServer:
     async def _read_request(
         self, conn: h11.Connection, reader: asyncio.StreamReader
     ) -> tuple[h11.Request | None, bytes]:
-        request: h11.Request | None = None
-        body = bytearray()
         limit = self.max_body if self.max_body is not None else MAX_BODY
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = await asyncio.wait_for(reader.read(65536), 60)
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > limit:
-                    raise _TooLarge
-            elif isinstance(event, h11.EndOfMessage):
-                return request, bytes(body)
-            elif isinstance(event, h11.ConnectionClosed):
-                return None, b""
+        return await read_request(conn, lambda: asyncio.wait_for(reader.read(65536), 60), limit)
+
+
+async def read_request(
+    conn: h11.Connection, receive: Callable[[], Awaitable[bytes]], limit: int
+) -> tuple[h11.Request | None, bytes]:
+    """The next request on ``conn`` and its body, ``receive()`` giving h11 the connection's next
+    bytes whenever it needs them; ``(None, b"")`` once the client has closed the connection;
+    :class:`BodyTooLarge` as soon as the body passes ``limit`` bytes."""
+    request: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await receive())
+            continue
+        if isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > limit:
+                raise BodyTooLarge
+        elif isinstance(event, h11.EndOfMessage):
+            return request, bytes(body)
+        elif isinstance(event, h11.ConnectionClosed):
+            return None, b""
 
 
 async def answer(
