@@ -7,11 +7,13 @@ handshake is one the API server dialed to send a request on) and tells the drain
 loop hands its protocol, so a request that has arrived but not been read yet is not idle. Answers
 say ``Connection: close`` and end the connection once the server drains (:meth:`.Connections.answering`).
 
-A request body over ``max_body`` is answered 413; routing (404, 415, a handler's exception a logged
-500) and the answer's framing are :func:`.httpserver.answer` and :func:`.httpserver.respond`. A
-request must arrive within :data:`REQUEST_TIMEOUT` once begun; between two requests a connection
-may stay idle for :data:`IDLE_TIMEOUT`, longer than the API server keeps an idle connection (Go's
-90 s ``IdleConnTimeout``), so that the client, not the server, closes it: a server closing an idle
+Reading a request (a body over ``max_body`` is answered 413), routing it (404, 415, a handler's
+exception a logged 500) and framing the answer are
+:mod:`~mlops_platform.runtime.transport.httpserver`'s ``read_request``, ``answer`` and ``respond``;
+this module keeps the connection and its bookkeeping. A request must arrive within
+:data:`REQUEST_TIMEOUT` once begun; between two requests a connection may stay idle for
+:data:`IDLE_TIMEOUT`, longer than the API server keeps an idle connection (Go's 90 s
+``IdleConnTimeout``), so that the client, not the server, closes it: a server closing an idle
 keep-alive connection races with a request sent on it.
 """
 
@@ -33,10 +35,6 @@ REQUEST_TIMEOUT = 60.0
 IDLE_TIMEOUT = 120.0
 CLOSE_TIMEOUT = 5.0  # for the TLS close (close_notify both ways) after the last answer
 READ_SIZE = 65536
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class _Counting(asyncio.StreamReaderProtocol):
@@ -112,8 +110,10 @@ class Connection:
         conn = h11.Connection(h11.SERVER)
         while True:
             try:
-                request, body = await self._read_request(conn, reader)
-            except _TooLarge:
+                request, body = await httpserver.read_request(
+                    conn, lambda: self._receive(conn, reader), self.max_body
+                )
+            except httpserver.BodyTooLarge:
                 self.connections.answering()
                 too_large = (413, "text/plain", b"request body too large\n")
                 await httpserver.respond(conn, writer, too_large, close=True)
@@ -127,32 +127,15 @@ class Connection:
                 return
             conn.start_next_cycle()
 
-    async def _read_request(
-        self, conn: h11.Connection, reader: asyncio.StreamReader
-    ) -> tuple[h11.Request | None, bytes]:
-        request: h11.Request | None = None
-        body = bytearray()
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                between = conn.their_state is h11.IDLE and not conn.trailing_data[0]
-                self._waiting = between
-                try:
-                    data = await asyncio.wait_for(
-                        reader.read(READ_SIZE), IDLE_TIMEOUT if between else REQUEST_TIMEOUT
-                    )
-                finally:
-                    self._waiting = False
-                self._read += len(data)
-                conn.receive_data(data)
-                continue
-            if isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > self.max_body:
-                    raise _TooLarge
-            elif isinstance(event, h11.EndOfMessage):
-                return request, bytes(body)
-            elif isinstance(event, h11.ConnectionClosed):
-                return None, b""
+    async def _receive(self, conn: h11.Connection, reader: asyncio.StreamReader) -> bytes:
+        """The connection's next bytes, for h11; idle meanwhile if it waits for a new request with
+        nothing of it received (:attr:`idle`), with the timeout of that wait or of a request's."""
+        between = conn.their_state is h11.IDLE and not conn.trailing_data[0]
+        timeout = IDLE_TIMEOUT if between else REQUEST_TIMEOUT
+        self._waiting = between
+        try:
+            data = await asyncio.wait_for(reader.read(READ_SIZE), timeout)
+        finally:
+            self._waiting = False
+        self._read += len(data)
+        return data
