@@ -47,6 +47,7 @@ def groups_for(
     min_replicas: int = 2,
     settings: alert_settings.AlertSettings = DEFAULTS,
     canary: str | None = None,
+    dialect: str | None = None,
 ) -> list[Obj]:
     return alerts.rule_groups(
         name=NAME,
@@ -56,6 +57,7 @@ def groups_for(
         min_replicas=min_replicas,
         settings=settings,
         canary_model_uri=canary,
+        dialect=dialect,
     )
 
 
@@ -208,10 +210,14 @@ def at(time: str, groups: list[Obj], firing: Mapping[str, Obj] | None = None) ->
     ]
 
 
-def fires_between(groups: list[Obj], silent: str, firing: str, alert: str, expected: Obj) -> list[Obj]:
+def fires_between(
+    groups: list[Obj], silent: str, firing: str, alert: str, expected: Obj, still: str | None = None
+) -> list[Obj]:
     """Checks that every alert is silent at ``silent`` and only ``alert`` fires (as ``expected``) at
-    ``firing``, one evaluation later: it fires once held for its ``for``, not earlier."""
-    return [*at(silent, groups), *at(firing, groups, {alert: expected})]
+    ``firing``, one evaluation later: it fires once held for its ``for``, not earlier (and, with
+    ``still``, is still the only one firing at that time)."""
+    later = at(still, groups, {alert: expected}) if still else []
+    return [*at(silent, groups), *at(firing, groups, {alert: expected}), *later]
 
 
 def run(
@@ -259,14 +265,8 @@ def test_high_error_ratio_fires_once_held_for_its_for(promtool: Path, tmp_path: 
     # 10% of requests fail from minute 0; rate() has two samples at 1m, so it holds from 1m
     series_ = traffic(framework, ok=90, failed=10, seconds=0.1) + HEALTHY_REPLICAS
     error = fired(groups, alert_settings.HIGH_ERROR_RATIO, "10%")
-    checks = fires_between(groups, "5m", "6m", alert_settings.HIGH_ERROR_RATIO, error)
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        [*checks, *at("20m", groups, {alert_settings.HIGH_ERROR_RATIO: error})],
-    )
+    checks = fires_between(groups, "5m", "6m", alert_settings.HIGH_ERROR_RATIO, error, still="20m")
+    run(promtool, tmp_path, groups, series_, checks)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -300,13 +300,8 @@ def test_high_latency_fires_once_held_for_its_for(promtool: Path, tmp_path: Path
     # Triton and TorchServe: the mean (2s); MLServer: the REST p95 interpolated in (1, 2.5]
     value = "2.425s" if framework == "seldon" else "2s"
     slow = fired(groups, alert_settings.HIGH_LATENCY, value)
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        fires_between(groups, "5m", "6m", alert_settings.HIGH_LATENCY, slow),
-    )
+    checks = fires_between(groups, "5m", "6m", alert_settings.HIGH_LATENCY, slow)
+    run(promtool, tmp_path, groups, series_, checks)
 
 
 def test_mlserver_latency_fires_on_the_rest_p95_when_the_mean_is_fine(promtool: Path, tmp_path: Path) -> None:
@@ -328,13 +323,8 @@ def test_mlserver_latency_of_grpc_only_traffic_is_the_mean(promtool: Path, tmp_p
     groups = groups_for("seldon")
     series_ = traffic("seldon", ok=60, failed=0, seconds=2.0, rest=False) + HEALTHY_REPLICAS
     high = fired(groups, alert_settings.HIGH_LATENCY, "2s")
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        fires_between(groups, "5m", "6m", alert_settings.HIGH_LATENCY, high),
-    )
+    checks = fires_between(groups, "5m", "6m", alert_settings.HIGH_LATENCY, high)
+    run(promtool, tmp_path, groups, series_, checks)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -400,14 +390,8 @@ def test_canary_alert_fires_once_the_canary_errors_more_than_stable_for_its_for(
     series_ = canary_traffic(framework, stable=(99, 1), canary=(9, 1))
     worse = fired(groups, alert_settings.CANARY_ERROR_RATIO, "10%")
     assert CANARY_URI in worse["exp_annotations"]["summary"]
-    checks = fires_between(groups, "5m", "6m", alert_settings.CANARY_ERROR_RATIO, worse)
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        series_,
-        [*checks, *at("30m", groups, {alert_settings.CANARY_ERROR_RATIO: worse})],
-    )
+    checks = fires_between(groups, "5m", "6m", alert_settings.CANARY_ERROR_RATIO, worse, still="30m")
+    run(promtool, tmp_path, groups, series_, checks)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -484,13 +468,8 @@ def test_canary_margin_and_for_come_from_the_settings(promtool: Path, tmp_path: 
     worse = canary_traffic(framework, stable=(99, 1), canary=(70, 30))  # 30% > 21%
     expected = fired(groups, alert_settings.CANARY_ERROR_RATIO, "30%")
     assert "20 percentage points" in expected["exp_annotations"]["description"]
-    run(
-        promtool,
-        tmp_path,
-        groups,
-        worse,
-        fires_between(groups, "10m", "11m", alert_settings.CANARY_ERROR_RATIO, expected),
-    )
+    checks = fires_between(groups, "10m", "11m", alert_settings.CANARY_ERROR_RATIO, expected)
+    run(promtool, tmp_path, groups, worse, checks)
 
 
 def test_canary_model_uri_is_literal_text_in_the_annotations(promtool: Path, tmp_path: Path) -> None:
@@ -655,19 +634,8 @@ def test_the_metrics_dialects_are_the_runtime_tables() -> None:
 def test_a_runtime_named_otherwise_takes_its_dialects_expressions_and_none_gives_replica_alerts_only() -> (
     None
 ):
-    def rules(framework: str, dialect: str, canary: str | None = CANARY_URI) -> dict[str, Obj]:
-        return rules_of(
-            alerts.rule_groups(
-                name=NAME,
-                namespace=NS,
-                framework=framework,
-                dialect=dialect,
-                deployment=DEP,
-                min_replicas=2,
-                settings=DEFAULTS,
-                canary_model_uri=canary,
-            )
-        )
+    def rules(framework: str, dialect: str) -> dict[str, Obj]:
+        return rules_of(groups_for(framework, canary=CANARY_URI, dialect=dialect))
 
     mirror, triton = rules("triton-mirror", "triton"), rules_of(groups_for("triton", canary=CANARY_URI))
     assert {a: r["expr"] for a, r in mirror.items()} == {a: r["expr"] for a, r in triton.items()}
