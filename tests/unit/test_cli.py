@@ -20,8 +20,7 @@ from mlops_platform.runtime.control import storagemigration_report as sm_report
 from mlops_platform.runtime.observability import logs
 
 
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+def record_served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """What ``run`` and ``webhook`` would serve, recorded instead of served (no logging set up)."""
     seen: list[tuple[Any, ...]] = []
 
@@ -32,6 +31,22 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     monkeypatch.setattr(webhook, "_serve", record)
     monkeypatch.setattr(logs, "setup_logging", lambda **kwargs: None)
     return seen
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    return record_served(monkeypatch)
+
+
+#: ``--webhook-*`` flags that build a webhook; a test replaces the ones it is about
+WEBHOOK_FLAGS = webhook.WebhookFlags(
+    webhook_bind_address="127.0.0.1:9443",
+    webhook_secret="ns/name",
+    webhook_dns_names=(),
+    webhook_cert_dir=None,
+    webhook_reuse_port=False,
+    webhook_cert_validity=None,
+)
 
 
 def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None:
@@ -114,16 +129,8 @@ def test_webhook_hands_its_flags_over(served: list[tuple[Any, ...]]) -> None:
     ],
 )
 def test_the_webhook_flags_are_checked_naming_the_flag(flags: dict[str, Any], message: str) -> None:
-    hook = webhook.WebhookFlags(
-        webhook_bind_address="127.0.0.1:9443",
-        webhook_secret="ns/name",
-        webhook_dns_names=(),
-        webhook_cert_dir=None,
-        webhook_reuse_port=False,
-        webhook_cert_validity=None,
-    )
     with pytest.raises(click.BadParameter, match=message):
-        webhook.build(None, dataclasses.replace(hook, **flags), None)
+        webhook.build(None, dataclasses.replace(WEBHOOK_FLAGS, **flags), None)
 
 
 def test_python_dash_m_runs_the_command() -> None:
@@ -156,9 +163,10 @@ def test_every_option_with_a_default_shows_it(group: Any, args: list[str], shown
     assert "[default: None]" not in result.output and "[default: ]" not in result.output
 
 
+#: a kubeconfig of one cluster at 127.0.0.1 (``%(port)d``: its port) and a token user
 KUBECONFIG = """apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:%(port)d"}}]
 users: [{name: u, user: {token: t}}]
 contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
@@ -169,7 +177,7 @@ def test_migrate_storage_reports_progress_and_a_failed_migration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG)
+    kubeconfig.write_text(KUBECONFIG % {"port": 1})
 
     async def migrate(client: Any, crd: str, *, progress: Any, **kwargs: Any) -> sm_report.MigrationResult:
         progress(sm_report.Progress("rewriting", seen=3, total=5, rewritten=2, unchanged=1))

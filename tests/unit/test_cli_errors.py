@@ -5,6 +5,7 @@ without asyncio complaining of a result nobody took."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import queue
@@ -22,18 +23,13 @@ import pytest
 from click.testing import CliRunner, Result
 from lightkube.config import kubeconfig as lightkube_kubeconfig
 from lightkube.core.exceptions import ConfigError
+from tests.unit import test_cli
 
 from mlops_platform import cli
 from mlops_platform.cli import operator, webhook
 from mlops_platform.runtime.observability import logs
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:%(port)d"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-"""
+KUBECONFIG = test_cli.KUBECONFIG  # %(port)d: the API server's port
 
 #: every command that takes --kubeconfig, with the arguments it needs besides
 COMMANDS: dict[str, list[str]] = {
@@ -219,16 +215,8 @@ def test_the_webhook_is_off_with_off_only(command: str, flag: str, value: str) -
 
 
 @pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch, no_logging_setup: None) -> list[tuple[Any, ...]]:
-    """What ``run`` and ``webhook`` would serve, recorded instead of served."""
-    seen: list[tuple[Any, ...]] = []
-
-    async def record(*args: Any) -> None:
-        seen.append(args)
-
-    monkeypatch.setattr(operator, "_serve", record)
-    monkeypatch.setattr(webhook, "_serve", record)
-    return seen
+def served(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    return test_cli.record_served(monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -253,14 +241,7 @@ def test_well_formed_addresses_still_reach_the_manager(
 
 
 def test_the_webhook_builds_with_a_bracketed_ipv6_address() -> None:
-    hook = webhook.WebhookFlags(
-        webhook_bind_address="[::1]:0",
-        webhook_secret="ns/name",
-        webhook_dns_names=(),
-        webhook_cert_dir=None,
-        webhook_reuse_port=False,
-        webhook_cert_validity=None,
-    )
+    hook = dataclasses.replace(test_cli.WEBHOOK_FLAGS, webhook_bind_address="[::1]:0")
     from prometheus_client import CollectorRegistry
 
     serving = webhook.build(None, hook, CollectorRegistry())
