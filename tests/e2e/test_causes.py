@@ -74,37 +74,42 @@ async def test_a_taint_on_every_node_says_untolerated_taint(
             await admin_client.patch(resources.NODE, name, {"spec": {"taints": taints}})
 
 
+def _policy(resource: rclient.Resource, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def _failed_create_under(
+    c: rclient.Client, ns: str, resource: rclient.Resource, policy: dict[str, Any], name: str, **spec: Any
+) -> str:
+    """The ``policy`` object in the namespace, then the InferenceService ``name``: the message of its
+    ``Ready=False/FailedCreate`` (within the bound from the policy's creation)."""
+    started = time.monotonic()
+    await c.create(resource, policy, ns)
+    await c.create(ISVC, _model(name, **spec), ns)
+    ready = await _not_ready(c, ns, name, "FailedCreate", started)
+    return str(ready["message"])
+
+
 async def test_a_resource_quota_that_forbids_pods_says_exceeded_quota(
     admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-pods"},
-        "spec": {"hard": {"pods": "0"}},
-    }
-    started = time.monotonic()
-    await admin_client.create(QUOTA, quota, namespace)
-    await admin_client.create(ISVC, _model("quota"), namespace)
-    ready = await _not_ready(admin_client, namespace, "quota", "FailedCreate", started)
-    assert "exceeded quota: no-pods" in ready["message"]
+    quota = _policy(QUOTA, "no-pods", {"hard": {"pods": "0"}})
+    message = await _failed_create_under(admin_client, namespace, QUOTA, quota, "quota")
+    assert "exceeded quota: no-pods" in message
 
 
 async def test_a_limit_range_below_the_request_says_which_limit(
     admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
-    limits = {
-        "apiVersion": "v1",
-        "kind": "LimitRange",
-        "metadata": {"name": "small"},
-        "spec": {"limits": [{"type": "Container", "max": {"cpu": "100m"}}]},
-    }
-    started = time.monotonic()
-    await admin_client.create(LIMIT_RANGE, limits, namespace)
+    limits = _policy(LIMIT_RANGE, "small", {"limits": [{"type": "Container", "max": {"cpu": "100m"}}]})
     spec = {"resources": {"cpuRequest": "500m", "cpuLimit": "1"}}
-    await admin_client.create(ISVC, _model("limited", **spec), namespace)
-    ready = await _not_ready(admin_client, namespace, "limited", "FailedCreate", started)
-    assert "maximum cpu usage per Container is 100m" in ready["message"]
+    message = await _failed_create_under(admin_client, namespace, LIMIT_RANGE, limits, "limited", **spec)
+    assert "maximum cpu usage per Container is 100m" in message
 
 
 async def test_an_image_that_cannot_be_pulled_says_so(
