@@ -239,6 +239,27 @@ async def test_metrics_server_reports_the_real_cpu_of_a_pod(
         raise TimeoutError(f"{e}; the samples it served: {seen}") from None
 
 
+async def _python_once(
+    c: rclient.Client,
+    kubectl: Kubectl,
+    namespace: str,
+    image: str,
+    name: str,
+    check: str,
+    memory: str,
+    pod_spec: dict[str, Any] | None = None,
+) -> str:
+    """``python -c check`` in a pod ``name`` of ``image`` on the node, run once (``memory`` its limit,
+    ``pod_spec`` added to its spec); it must succeed: its log."""
+    manifest = rn.pod(
+        name, ["python", "-c", check], image=image, restart_policy="Never", limits={"memory": memory}
+    )
+    manifest["spec"].update(pod_spec or {})
+    phase, out = await rn.run_once(c, kubectl, namespace, manifest)
+    assert phase == "Succeeded", out
+    return out
+
+
 async def test_the_model_server_image_is_built_here_and_runs_on_the_node(
     admin_client: rclient.Client, namespace: str, local_cluster_name: str, kubectl: Kubectl
 ) -> None:
@@ -250,15 +271,10 @@ async def test_the_model_server_image_is_built_here_and_runs_on_the_node(
         "import mlserver, mlserver_sklearn, mlserver_xgboost, sklearn, xgboost;"
         " print(mlserver.__version__, sklearn.__version__, xgboost.__version__)"
     )
-    manifest = rn.pod(
-        "mlserver",
-        ["python", "-c", check],
-        image=images.MLSERVER.ref,
-        restart_policy="Never",
-        limits={"memory": "512Mi"},  # numpy, scipy, scikit-learn and xgboost loaded at once
+    # 512Mi: numpy, scipy, scikit-learn and xgboost loaded at once
+    out = await _python_once(
+        admin_client, kubectl, namespace, images.MLSERVER.ref, "mlserver", check, "512Mi"
     )
-    phase, out = await rn.run_once(admin_client, kubectl, namespace, manifest)
-    assert phase == "Succeeded", out
     assert out.split() == ["1.7.1", "1.5.2", "2.1.2"]  # upstream's image's versions
 
 
@@ -273,16 +289,9 @@ async def test_the_operator_image_is_built_here_and_runs_as_non_root_without_pip
         "import os, importlib.util, mlops_platform.cli, mlops_platform.storage;"
         " print(os.getuid(), importlib.util.find_spec('pip') is None)"
     )
-    manifest = rn.pod(
-        "operator",
-        ["python", "-c", check],
-        image=images.OPERATOR.ref,
-        restart_policy="Never",
-        limits={"memory": "256Mi"},
-    )
-    manifest["spec"]["securityContext"] = {"runAsNonRoot": True}  # the kubelet checks the image's user
-    phase, out = await rn.run_once(admin_client, kubectl, namespace, manifest)
-    assert phase == "Succeeded", out
+    non_root = {"securityContext": {"runAsNonRoot": True}}  # the kubelet checks the image's user
+    ref = images.OPERATOR.ref
+    out = await _python_once(admin_client, kubectl, namespace, ref, "operator", check, "256Mi", non_root)
     assert out.split() == ["65532", "True"]
 
 
