@@ -74,6 +74,13 @@ class Widgets:
             }
             await self.client.create(res, obj, self.namespace)
 
+    async def stored_at_v1(self, names: list[str]) -> list[str]:
+        """``names`` created while the storage version is v1 (stored so), then the storage version
+        switched to v2 (:meth:`switch_storage_to_v2`); ``names``."""
+        await self.create(self.v1, names)
+        await self.switch_storage_to_v2()
+        return names
+
     async def switch_storage_to_v2(self) -> None:
         await apiextensions.install(self.client, [_crd(self.group, "v2")], field_manager=FIELD_MANAGER)
         assert await self.stored_versions() == ["v1", "v2"]
@@ -141,9 +148,7 @@ async def _builtin_served(c: rclient.Client) -> bool:
 async def test_rewrite_reencodes_every_object_at_the_storage_version_then_trims_stored_versions(
     admin_client: rclient.Client, widgets: Widgets, local_cluster_name: str
 ) -> None:
-    old = [f"old-{i:02d}" for i in range(23)]
-    await widgets.create(widgets.v1, old)
-    await widgets.switch_storage_to_v2()
+    old = await widgets.stored_at_v1([f"old-{i:02d}" for i in range(23)])
     await widgets.create(widgets.v2, ["new-0", "new-1"])  # written after the switch: stored at v2
     stored = _etcd_versions(local_cluster_name, widgets)
     assert {n: v for n, v in stored.items() if n.startswith("old-")} == dict.fromkeys(
@@ -193,9 +198,7 @@ async def test_rewrite_reencodes_every_object_at_the_storage_version_then_trims_
 async def test_an_interrupted_rewrite_leaves_stored_versions_and_a_rerun_completes(
     admin_client: rclient.Client, widgets: Widgets, local_cluster_name: str
 ) -> None:
-    names = [f"w-{i:02d}" for i in range(20)]
-    await widgets.create(widgets.v1, names)
-    await widgets.switch_storage_to_v2()
+    names = await widgets.stored_at_v1([f"w-{i:02d}" for i in range(20)])
 
     def stop_after_five(p: sm_report.Progress) -> None:
         if p.rewritten >= 5:
@@ -222,8 +225,7 @@ async def test_an_interrupted_rewrite_leaves_stored_versions_and_a_rerun_complet
 
 
 async def test_a_timeout_leaves_stored_versions(admin_client: rclient.Client, widgets: Widgets) -> None:
-    await widgets.create(widgets.v1, ["a", "b"])
-    await widgets.switch_storage_to_v2()
+    await widgets.stored_at_v1(["a", "b"])
     with pytest.raises(TimeoutError):
         await sm.migrate(admin_client, widgets.crd_name, method="rewrite", timeout=0)
     assert await widgets.stored_versions() == ["v1", "v2"]
@@ -252,9 +254,7 @@ class Meddling(rclient.Client):
 async def test_objects_deleted_or_written_during_the_run_are_fine(
     kube_cluster: Path, widgets: Widgets, local_cluster_name: str
 ) -> None:
-    names = [f"w-{i:02d}" for i in range(10)]
-    await widgets.create(widgets.v1, names)
-    await widgets.switch_storage_to_v2()
+    names = await widgets.stored_at_v1([f"w-{i:02d}" for i in range(10)])
     c = Meddling.from_kubeconfig(kube_cluster)
     assert isinstance(c, Meddling)
     c.meddle = {"w-01": "delete", "w-04": "write", "w-07": "delete", "w-08": "write"}
@@ -289,9 +289,7 @@ class ExpiringContinue(rclient.Client):
 async def test_an_expired_continue_token_restarts_the_list_and_each_object_is_done_once(
     kube_cluster: Path, widgets: Widgets, local_cluster_name: str
 ) -> None:
-    names = [f"w-{i:02d}" for i in range(9)]
-    await widgets.create(widgets.v1, names)
-    await widgets.switch_storage_to_v2()
+    await widgets.stored_at_v1([f"w-{i:02d}" for i in range(9)])
     chaos.compact_etcd(local_cluster_name)
     c = ExpiringContinue.from_kubeconfig(kube_cluster)
     assert isinstance(c, ExpiringContinue)
@@ -315,8 +313,7 @@ async def test_the_cli_needs_only_the_documented_rights(
 ) -> None:
     """`migrate-storage` as a ServiceAccount bound to exactly the rewrite rules of
     docs/storage-migration.md (no StorageVersionMigration rights: auto falls back, saying why)."""
-    await widgets.create(widgets.v1, ["a", "b", "c"])
-    await widgets.switch_storage_to_v2()
+    await widgets.stored_at_v1(["a", "b", "c"])
     sa = f"migrator-{uuid.uuid4().hex[:6]}"
     crd_rule = {"apiGroups": ["apiextensions.k8s.io"], "resourceNames": [widgets.crd_name]}
     rules = [
@@ -390,9 +387,7 @@ async def test_auto_uses_the_builtin_storage_version_migration_where_served(
             f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION} is not served "
             "(a cluster created before it was enabled?)"
         )
-    names = [f"w-{i:02d}" for i in range(6)]
-    await widgets.create(widgets.v1, names)
-    await widgets.switch_storage_to_v2()
+    names = await widgets.stored_at_v1([f"w-{i:02d}" for i in range(6)])
     before = await widgets.live()
     seen: list[sm_report.Progress] = []
 
@@ -429,8 +424,7 @@ async def test_served_but_no_controller_builtin_fails_and_auto_falls_back_to_rew
     """kube-controller-manager stopped: the StorageVersionMigration gets no condition."""
     if not await _builtin_served(admin_client):
         pytest.skip(f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION} is not served")
-    await widgets.create(widgets.v1, ["a", "b"])
-    await widgets.switch_storage_to_v2()
+    await widgets.stored_at_v1(["a", "b"])
     svm_res = await admin_client.resource_for(
         f"{sm_builtin.SVM_GROUP}/{sm_builtin.SVM_VERSION}", sm_builtin.SVM_KIND
     )
