@@ -79,23 +79,30 @@ def test_every_pair_of_versions_round_trips_to_the_identical_object(version: str
     run()
 
 
+def service(version: str, name: str, spec: JSON) -> JSON:
+    """An InferenceService of ``version`` (``v1alpha1``...) named ``name`` in ``ml``, its schema's
+    defaults applied (as the API server stores it)."""
+    metadata = {"name": name, "namespace": "ml"}
+    obj = {
+        "apiVersion": f"mlops.platform/{version}",
+        "kind": "InferenceService",
+        "metadata": metadata,
+        "spec": spec,
+    }
+    return gen.defaulted(obj)
+
+
 def test_a_v1alpha1_object_as_v1_and_back() -> None:
-    alpha = gen.defaulted(
-        {
-            "apiVersion": "mlops.platform/v1alpha1",
-            "kind": "InferenceService",
-            "metadata": {"name": "bert", "namespace": "ml"},
-            "spec": {
-                "modelUri": "gs://models/bert/7",
-                "framework": "triton",
-                "maxReplicas": 4,
-                "gpuPerReplica": 1,
-                "resources": {"cpuRequest": "500m", "memoryLimit": "4Gi"},
-                "traffic": {"canaryVersion": "8", "canaryPercent": 20},
-                "extensions": {"monitoring": {"enabled": False}, "team": "search"},
-            },
-        }
-    )
+    spec = {
+        "modelUri": "gs://models/bert/7",
+        "framework": "triton",
+        "maxReplicas": 4,
+        "gpuPerReplica": 1,
+        "resources": {"cpuRequest": "500m", "memoryLimit": "4Gi"},
+        "traffic": {"canaryVersion": "8", "canaryPercent": 20},
+        "extensions": {"monitoring": {"enabled": False}, "team": "search"},
+    }
+    alpha = service("v1alpha1", "bert", spec)
     hub = conversion.convert(alpha, "mlops.platform/v1")
     assert hub["spec"] == {
         "predictor": {
@@ -117,26 +124,19 @@ def test_a_v1alpha1_object_as_v1_and_back() -> None:
 
 
 def test_what_an_older_version_cannot_say_survives_in_the_annotation() -> None:
-    hub = gen.defaulted(
-        {
-            "apiVersion": "mlops.platform/v1",
-            "kind": "InferenceService",
-            "metadata": {"name": "m", "namespace": "ml"},
-            "spec": {
-                "predictor": {
-                    "model": {"uri": "s3://b/m/1", "format": "onnx"},
-                    "runtime": "vllm",
-                    "resources": {"limits": {"example.com/fpga": 1}},
-                    "autoscaling": {
-                        "minReplicas": 0,
-                        "maxReplicas": 3,
-                        "targetUtilization": {"memory": 70},
-                        "scaleToZero": {"cooldownSeconds": 60},
-                    },
-                }
-            },
-        }
-    )
+    autoscaling = {
+        "minReplicas": 0,
+        "maxReplicas": 3,
+        "targetUtilization": {"memory": 70},
+        "scaleToZero": {"cooldownSeconds": 60},
+    }
+    predictor = {
+        "model": {"uri": "s3://b/m/1", "format": "onnx"},
+        "runtime": "vllm",
+        "resources": {"limits": {"example.com/fpga": 1}},
+        "autoscaling": autoscaling,
+    }
+    hub = service("v1", "m", {"predictor": predictor})
     beta = conversion.convert(hub, "mlops.platform/v1beta1")
     assert conversion.ANNOTATION in beta["metadata"]["annotations"]
     assert "targetUtilization" not in beta["spec"]["predictor"]["autoscaling"]
@@ -259,22 +259,14 @@ def test_random_bodies_never_crash(body: bytes) -> None:
 
 def test_model_delivery_settings_map_between_v1alpha1_extensions_and_v1_fields() -> None:
     storage = {"secretName": "s3-creds", "endpoint": "http://minio.storage:9000", "region": "eu-central-1"}
-    alpha = gen.defaulted(
-        {
-            "apiVersion": "mlops.platform/v1alpha1",
-            "kind": "InferenceService",
-            "metadata": {"name": "iris", "namespace": "ml"},
-            "spec": {
-                "modelUri": "s3://models/iris/1",
-                "framework": "seldon",
-                "traffic": {"canaryVersion": "2", "canaryPercent": 10},
-                "extensions": {
-                    "storage": {**storage, "sha256": "0" * 64, "serviceAccountName": "model-reader"},
-                    "team": "fraud",
-                },
-            },
-        }
-    )
+    delivery = {**storage, "sha256": "0" * 64, "serviceAccountName": "model-reader"}
+    spec = {
+        "modelUri": "s3://models/iris/1",
+        "framework": "seldon",
+        "traffic": {"canaryVersion": "2", "canaryPercent": 10},
+        "extensions": {"storage": delivery, "team": "fraud"},
+    }
+    alpha = service("v1alpha1", "iris", spec)
     hub = conversion.convert(alpha, "mlops.platform/v1")
     predictor = hub["spec"]["predictor"]
     assert predictor["model"] == {"uri": "s3://models/iris/1", "sha256": "0" * 64, "storage": storage}
