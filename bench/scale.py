@@ -1644,19 +1644,20 @@ def render(runs: Sequence[Run]) -> str:
         out.append(common.markdown_table(header, cpu))
     watched = sorted({k for r in runs for k in r.watch_until_ready})
     watched = sorted(watched, key=lambda k: -max(r.watch_until_ready.get(k, [0, 0])[1] for r in runs))[:8]
-    if watched:
-        out.append("\nWatch events the API server sent from the first create until all Ready, to every "
-                   "watcher (control plane and implementation): thousands of events / MB, "
-                   "per resource:\n")  # fmt: skip
-        out.append(keyed_table(
-            runs, lambda r: r.watch_until_ready, watched, lambda r, v: f"{v[0] / 1000:.1f} / {v[1] / 1e6:.1f}"
-        ))  # fmt: skip
+    keyed_section(
+        out,
+        "\nWatch events the API server sent from the first create until all Ready, to every watcher "
+        "(control plane and implementation): thousands of events / MB, per resource:\n",
+        runs, lambda r: r.watch_until_ready, watched, lambda r, v: f"{v[0] / 1000:.1f} / {v[1] / 1e6:.1f}",
+    )  # fmt: skip
     pod_verbs = sorted({k for r in runs for k in r.pod_writes_until_ready})
-    if pod_verbs:
-        out.append("\nPod writes the API server took from the first create until all Ready "
-                   "(`apiserver_request_total`; the control plane's: kwok, the scheduler, the "
-                   "ReplicaSet controller), per verb and subresource:\n")  # fmt: skip
-        out.append(keyed_table(runs, lambda r: r.pod_writes_until_ready, pod_verbs, lambda r, v: str(v), "0"))
+    keyed_section(
+        out,
+        "\nPod writes the API server took from the first create until all Ready "
+        "(`apiserver_request_total`; the control plane's: kwok, the scheduler, the "
+        "ReplicaSet controller), per verb and subresource:\n",
+        runs, lambda r: r.pod_writes_until_ready, pod_verbs, lambda r, v: str(v), "0",
+    )  # fmt: skip
     allocating = [
         allocation_row(r) for r in runs if r.children_s and r.allocations_until_children.get("count")
     ]
@@ -1676,13 +1677,13 @@ def render(runs: Sequence[Run]) -> str:
         {k for r in served for k in r.server_requests_until_children if not k.startswith(("WATCH", "GET /"))},
         key=lambda k: -max(r.server_requests_until_children.get(k, [0, 0])[0] / r.count for r in served),
     )[:12]
-    if kinds:
-        out.append("\nWhat the API server served from the first create until all children existed, every "
-                   "client's (the implementation's and the control plane's; `apiserver_request_total`), "
-                   "per InferenceService, the most frequent kinds:\n")  # fmt: skip
-        out.append(keyed_table(
-            served, lambda r: r.server_requests_until_children, kinds, lambda r, v: f"{v[0] / r.count:.2f}"
-        ))  # fmt: skip
+    keyed_section(
+        out,
+        "\nWhat the API server served from the first create until all children existed, every "
+        "client's (the implementation's and the control plane's; `apiserver_request_total`), "
+        "per InferenceService, the most frequent kinds:\n",
+        served, lambda r: r.server_requests_until_children, kinds, lambda r, v: f"{v[0] / r.count:.2f}",
+    )  # fmt: skip
     closed = [
         [r.impl, str(r.count),
          ", ".join(f"{k} {v}" for k, v in r.watch_restarts_until_ready.items()) or "none"]
@@ -1768,24 +1769,26 @@ def render(runs: Sequence[Run]) -> str:
     return "\n".join(out)
 
 
-def keyed_table(
+def keyed_section(
+    out: list[str],
+    intro: str,
     runs: Sequence[Run],
     values: Callable[[Run], Mapping[str, Any]],
     keys: Sequence[str],
     cell: Callable[[Run, Any], str],
     missing: str = "-",
-) -> str:
-    """A table of one row per run with a per-key figure (``values(run)``: watch events per
-    resource, pod writes per verb, requests per kind, ...) in columns ``keys``, ``cell`` formatting
-    each; a run without any is left out."""
-    return common.markdown_table(
-        ["impl", "N", *keys],
-        [
-            [r.impl, str(r.count), *(cell(r, values(r)[k]) if k in values(r) else missing for k in keys)]
-            for r in runs
-            if values(r)
-        ],
-    )
+) -> None:
+    """When there are ``keys``: ``intro`` and a table of one row per run with a per-key figure
+    (``values(run)``: watch events per resource, pod writes per verb, requests per kind, ...) in
+    columns ``keys``, ``cell`` formatting each (a run without any is left out), appended to ``out``."""
+    if not keys:
+        return
+    rows = [
+        [r.impl, str(r.count), *(cell(r, values(r)[k]) if k in values(r) else missing for k in keys)]
+        for r in runs
+        if values(r)
+    ]
+    out += [intro, common.markdown_table(["impl", "N", *keys], rows)]
 
 
 def allocation_row(r: Run) -> list[str]:
