@@ -20,6 +20,7 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import identity, isvc, plugin, probes, requests, stages, wait, webhook
+from mlops_platform.testing import operator as testing_operator
 from mlops_platform.webhooks import serve
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
@@ -59,15 +60,9 @@ async def operator_env(
     await identity.apply_objects(admin_client, rbac_objs)
     token = await identity.token_for(admin_client, op_ns, deploy_rbac.NAME)
     c = identity.client_with_token(kube_cluster, token)
-    options = rmanager.Options(
-        namespace=watch,
-        health_probe_address=None,
-        metrics_address=None,
-        leader_election=True,
-        leader_election_id="mlops-platform-e2e",
-        leader_election_namespace=op_ns,
+    mgr = rmanager.Manager(
+        c, testing_operator.options(watch, lease="mlops-platform-e2e", lease_namespace=op_ns)
     )
-    mgr = rmanager.Manager(c, options)
     controller.setup(mgr, workers=4)
     task = asyncio.create_task(mgr.run())
     await wait.until(lambda: mgr.is_ready(), timeout=60, what="operator ready (synced and leading)")

@@ -27,7 +27,7 @@ from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, probes, wait, webhook
+from mlops_platform.testing import identity, isvc, operator, probes, wait, webhook
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 
@@ -100,21 +100,8 @@ async def _start_case(admin: rclient.Client, kubeconfig: Path, rule_name: str) -
     token = await identity.token_for(admin, ns, deploy_rbac.NAME)
     c = identity.client_with_token(kubeconfig, token)
     elect = rule_name.startswith("leases.")
-    mgr = rmanager.Manager(
-        c,
-        rmanager.Options(
-            namespace=ns,
-            health_probe_address=None,
-            metrics_address=None,
-            cache_sync_timeout=5,
-            leader_election=elect,
-            leader_election_id="mlops-platform",
-            leader_election_namespace=ns,
-            lease_duration=4,
-            renew_deadline=3,
-            retry_period=0.5,
-        ),
-    )
+    lease = "mlops-platform" if elect else ""
+    mgr = rmanager.Manager(c, operator.options(ns, lease=lease, cache_sync_timeout=5, **operator.FAST_LEASE))
     controller.setup(mgr, workers=2)
     task = asyncio.create_task(mgr.run())
     every_child = {"networkPolicy": {"enabled": True}}  # every child kind is exercised
@@ -223,12 +210,7 @@ async def test_namespaced_rbac_is_denied_outside_its_namespace_and_says_so(
                 await c.list(ISVC, outside)
             assert denied.value.status == 403
             assert 'cannot list resource "inferenceservices"' in denied.value.message
-            mgr = rmanager.Manager(
-                c,
-                rmanager.Options(
-                    namespace=None, health_probe_address=None, metrics_address=None, cache_sync_timeout=3
-                ),
-            )
+            mgr = rmanager.Manager(c, operator.options(cache_sync_timeout=3))
             controller.setup(mgr)
             with pytest.raises(rcache.CacheSyncTimeout, match=r"inferenceservices\.mlops\.platform"):
                 await asyncio.wait_for(mgr.run(), 30)

@@ -21,7 +21,7 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.control.reconcile import Request, Result
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import requests, wait
+from mlops_platform.testing import operator, requests, wait
 from mlops_platform.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -312,20 +312,8 @@ async def test_a_stopping_leader_keeps_its_lease_until_in_flight_reconciles_end(
     it is released; released first, a standby could take over and write while the last reconciles
     still do (regression: the elector cancelled the drain and released at once)."""
     async with rclient.Client.from_kubeconfig(kube_cluster) as c:
-        mgr = rmanager.Manager(
-            c,
-            rmanager.Options(
-                namespace=namespace,
-                health_probe_address=None,
-                metrics_address=None,
-                leader_election=True,
-                leader_election_id="drain-before-release",
-                leader_election_namespace=namespace,
-                lease_duration=4,
-                renew_deadline=3,
-                retry_period=0.5,
-            ),
-        )
+        options = operator.options(namespace, lease="drain-before-release", **operator.FAST_LEASE)
+        mgr = rmanager.Manager(c, options)
         reconciler = _Blocking(admin_client, namespace)
         mgr.add(mgr.builder("blocking").for_(resources.CONFIG_MAP).build(reconciler))
         task = asyncio.create_task(mgr.run())
