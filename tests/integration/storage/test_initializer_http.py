@@ -143,19 +143,19 @@ def put(server: ModelServer, name: str, data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+async def fetch_checked(
+    server: ModelServer, tmp_path: Path, name: str, data: bytes, *args: str
+) -> tuple[Run, Path]:
+    """``data`` served as ``files/<name>``, fetched into ``tmp_path/models`` with ``args`` and its
+    checksum (``--sha256``); the run and the directory."""
+    sha = put(server, name, data)
+    dest = tmp_path / "models"
+    return await initializer(tmp_path, f"{server.url}/files/{name}", str(dest), *args, "--sha256", sha), dest
+
+
 async def test_single_file_with_checksum_as_a_triton_model(server: ModelServer, tmp_path: Path) -> None:
     data = os.urandom(3 << 20)
-    sha = put(server, "resnet.onnx", data)
-    dest = tmp_path / "models"
-    run = await initializer(
-        tmp_path,
-        f"{server.url}/files/resnet.onnx",
-        str(dest),
-        "--layout=triton",
-        "--name=resnet",
-        "--sha256",
-        sha,
-    )
+    run, dest = await fetch_checked(server, tmp_path, "resnet.onnx", data, "--layout=triton", "--name=resnet")
     assert (run.code, run.termination) == (0, ""), run.stderr
     assert files(dest) == ["resnet/1/model.onnx", "resnet/config.pbtxt"]
     assert (dest / "resnet/1/model.onnx").read_bytes() == data
@@ -185,18 +185,8 @@ async def test_checksum_mismatch_fails_and_leaves_nothing(server: ModelServer, t
 
 async def test_archive_unpacks_into_the_layout(server: ModelServer, tmp_path: Path) -> None:
     archive = tar({"config.pbtxt": b'name: "upstream"\nbackend: "onnxruntime"\n', "1/model.onnx": b"w"})
-    sha = put(server, "model.tgz", archive)
-    dest = tmp_path / "models"
-    run = await initializer(
-        tmp_path,
-        f"{server.url}/files/model.tgz",
-        str(dest),
-        "--layout",
-        "triton",
-        "--name",
-        "iris",
-        "--sha256",
-        sha,
+    run, dest = await fetch_checked(
+        server, tmp_path, "model.tgz", archive, "--layout", "triton", "--name", "iris"
     )
     assert run.code == 0, run.stderr
     assert files(dest) == ["iris/1/model.onnx", "iris/config.pbtxt"]
