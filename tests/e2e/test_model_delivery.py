@@ -25,7 +25,7 @@ from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import isvc, probes, stages, wait
+from mlops_platform.testing import isvc, objectstores, probes, stages, wait
 
 ISVC = isvc.RESOURCE  # v1alpha1: every request goes through the conversion webhook
 ISVC_V1 = api.RESOURCE
@@ -331,12 +331,7 @@ async def test_the_storage_secret_checksum_and_service_account_reach_admitted_po
     admin_operator: rmanager.Manager, admin_client: rclient.Client, namespace: str
 ) -> None:
     await _restricted(admin_client, namespace)
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "s3-creds"},
-        "stringData": {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "not-a-real-secret"},
-    }
+    secret = objectstores.s3_secret("s3-creds", "AKIAEXAMPLE", "not-a-real-secret")
     await admin_client.create(resources.SECRET, secret, namespace)
     sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "model-reader"}}
     await admin_client.create(resources.SERVICE_ACCOUNT, sa, namespace)

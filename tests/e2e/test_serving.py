@@ -31,7 +31,7 @@ from mlops_platform.devcluster.realnode import node as realnode
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import probes, serving, wait
+from mlops_platform.testing import objectstores, probes, serving, wait
 from mlops_platform.testing import realnode as rn
 from mlops_platform.testing.plugin import Kubectl, temporary_namespace
 
@@ -151,12 +151,7 @@ async def test_a_failure_of_the_real_kubelet_or_initializer_is_in_status_and_why
     if case == "missing-model":
         obj = iris(case, "s3://models/iris/404")
     elif case == "wrong-credentials":
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "wrong"},
-            "stringData": {"AWS_ACCESS_KEY_ID": "nobody", "AWS_SECRET_ACCESS_KEY": "not-the-secret"},
-        }
+        secret = objectstores.s3_secret("wrong", "nobody", "not-the-secret")
         await admin_client.create(resources.SECRET, secret, ns)
         obj = iris(case, secret="wrong")
     elif case == "memory-limit":

@@ -41,6 +41,7 @@ import shutil
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import obstore
@@ -106,6 +107,13 @@ def _sigv4_headers(
         "x-amz-date": amz_date,
         "x-amz-content-sha256": payload_hash,
     }
+
+
+def s3_secret(name: str, access_key: str, secret_key: str) -> dict[str, Any]:
+    """A Secret ``name`` with S3 credentials, as an InferenceService's model ``storage.secretName``
+    names it (the initializer reads its keys as ``--credentials`` files)."""
+    keys = {"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": keys}
 
 
 @dataclasses.dataclass(frozen=True)
