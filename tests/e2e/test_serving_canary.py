@@ -77,9 +77,7 @@ async def test_a_20_percent_canary_answers_its_share_and_rolls_back_under_load(
     async with serving.load(admin_client, ns, "iris") as traffic:
         await traffic.more(10)
         await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
-        await wait.until(
-            lambda: serving.canary_gone(admin_client, ns, "iris"), timeout=120, what="canary gone"
-        )
+        await serving.until_canary_gone(admin_client, ns, "iris")
         after = await traffic.then(30)
     assert traffic.errors == [], traffic.summary()
     assert all(a == STABLE for a in after), "the canary answered after the rollback"
@@ -93,9 +91,7 @@ async def test_a_promotion_under_load_fails_no_request(admin_client: rclient.Cli
         await wait.until(lambda: CANARY in traffic.answers, timeout=60, what="an answer of the canary")
         await admin_client.patch(api.RESOURCE, "iris", serving.promotion("s3://models/iris/2"), namespace=ns)
         await serving.until_rolled_out(admin_client, ns, "iris", "s3://models/iris/2", serving.READY_TIMEOUT)
-        await wait.until(
-            lambda: serving.canary_gone(admin_client, ns, "iris"), timeout=120, what="canary gone"
-        )
+        await serving.until_canary_gone(admin_client, ns, "iris")
         after = await traffic.then(30)
     assert traffic.errors == [], traffic.summary()
     assert all(a == CANARY for a in after), "version 1 answered after the promotion"

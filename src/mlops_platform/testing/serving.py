@@ -171,6 +171,10 @@ async def until_rolled_out(c: rclient.Client, ns: str, name: str, uri: str, time
     await wait.until(lambda: rolled_out(c, ns, name, uri), timeout=timeout, what=f"{name} rolled out {uri}")
 
 
+async def until_canary_gone(c: rclient.Client, ns: str, name: str, timeout: float = 120.0) -> None:
+    await wait.until(lambda: canary_gone(c, ns, name), timeout=timeout, what="canary gone")
+
+
 async def canary_gone(c: rclient.Client, ns: str, name: str) -> bool:
     """``name``'s canary Deployment and its pods are gone."""
     if not await probes.absent(c, resources.DEPLOYMENT, ns, f"{name}-canary"):
