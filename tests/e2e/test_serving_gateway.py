@@ -89,10 +89,13 @@ async def send(c: rclient.Client, route: Route) -> list[int]:
 
 
 async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
-    """The canary is Ready, the HTTPRoute carries its weight and Traefik accepted it, and requests
-    through the Gateway reach both versions. Traefik applies a route some time after accepting it,
-    and a backend whose endpoints it has not seen ready yet is down for it (the other takes every
-    request): with both components' pods started together, the canary alone answered for ~10 s."""
+    """``name`` created with a canary of version 2 and Ready; then the canary is Ready, the HTTPRoute
+    carries its weight and Traefik accepted it, and requests through the Gateway reach both
+    versions. Traefik applies a route some time after accepting it, and a backend whose endpoints it
+    has not seen ready yet is down for it (the other takes every request): with both components'
+    pods started together, the canary alone answered for ~10 s."""
+    await c.create(api.RESOURCE, serving.iris(name, canary="s3://models/iris/2"), ns)
+    await serving.ready(c, ns, name)
 
     async def split() -> bool:
         live = await c.get(api.RESOURCE, name, ns)
@@ -122,8 +125,6 @@ async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
 async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes_under_load(
     admin_client: rclient.Client, ns: str
 ) -> None:
-    await admin_client.create(api.RESOURCE, serving.iris("iris", canary="s3://models/iris/2"), ns)
-    await serving.ready(admin_client, ns, "iris")
     route = await canary_routed(admin_client, ns, "iris")
     answers = [await send(admin_client, route) for _ in range(REQUESTS)]
     canary = answers.count(CANARY)
@@ -149,8 +150,6 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
 async def test_a_rollback_behind_traefik_under_load_fails_no_request(
     admin_client: rclient.Client, ns: str
 ) -> None:
-    await admin_client.create(api.RESOURCE, serving.iris("iris", canary="s3://models/iris/2"), ns)
-    await serving.ready(admin_client, ns, "iris")
     route = await canary_routed(admin_client, ns, "iris")
     async with serving.load(admin_client, ns, "iris", lambda: send(admin_client, route)) as traffic:
         await traffic.more(10)
