@@ -16,7 +16,6 @@ import os
 import random
 import re
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,31 +24,13 @@ import pytest
 from mlops_platform import api, infer, why
 from mlops_platform.controllers.inferenceservice.children import monitoring
 from mlops_platform.devcluster import cluster, demo
-from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.devcluster.realnode import fabric
 from mlops_platform.devcluster.realnode import node as realnode
-from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import objectstores, probes, serving, wait
 from mlops_platform.testing import realnode as rn
 from mlops_platform.testing.plugin import Kubectl, temporary_namespace
-
-
-@pytest.fixture(scope="module")
-async def serving_operator(
-    kube_cluster: Path, local_cluster_name: str, admin_client: rclient.Client
-) -> AsyncIterator[rmanager.Manager]:
-    async with serving.operator(kube_cluster, local_cluster_name, admin_client, demo.local_settings()) as mgr:
-        yield mgr
-
-
-@pytest.fixture
-async def ns(namespace: str, admin_client: rclient.Client, serving_operator: rmanager.Manager) -> str:
-    """A namespace holding the store's Secret (``storage.secretName``)."""
-    await modelstore.grant(admin_client, namespace)
-    return namespace
-
 
 iris, v2, answer, ready, QUICKSTART = (
     serving.iris,

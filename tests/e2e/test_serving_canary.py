@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from mlops_platform import api, infer
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.devcluster import demo
-from mlops_platform.devcluster.modelstore import install as modelstore
-from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import probes, serving, wait
 
@@ -26,18 +22,9 @@ REQUESTS = 1000
 
 
 @pytest.fixture(scope="module")
-async def replicas_operator(
-    kube_cluster: Path, local_cluster_name: str, admin_client: rclient.Client
-) -> AsyncIterator[rmanager.Manager]:
-    settings = dataclasses.replace(demo.local_settings(), router=base.Router("replicas"))
-    async with serving.operator(kube_cluster, local_cluster_name, admin_client, settings) as mgr:
-        yield mgr
-
-
-@pytest.fixture
-async def ns(namespace: str, admin_client: rclient.Client, replicas_operator: rmanager.Manager) -> str:
-    await modelstore.grant(admin_client, namespace)
-    return namespace
+def serving_settings() -> base.BuildContext:
+    """The local cluster's settings, routing by replicas (``ns`` and its operator: tests/e2e/conftest)."""
+    return dataclasses.replace(demo.local_settings(), router=base.Router("replicas"))
 
 
 async def canary_ready(c: rclient.Client, ns: str, name: str) -> None:

@@ -15,8 +15,6 @@ import contextlib
 import dataclasses
 import json
 import urllib.parse
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +22,6 @@ import pytest
 from mlops_platform import api, infer
 from mlops_platform.controllers.inferenceservice.children import base, httproute
 from mlops_platform.devcluster import demo, gateway
-from mlops_platform.devcluster.modelstore import install as modelstore
-from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import probes, serving, wait
 
@@ -39,21 +35,13 @@ PROXY = (
 
 
 @pytest.fixture(scope="module")
-async def gateway_operator(
-    kube_cluster: Path, local_cluster_name: str, admin_client: rclient.Client
-) -> AsyncIterator[rmanager.Manager]:
+async def serving_settings(local_cluster_name: str) -> base.BuildContext:
+    """The Gateway (Traefik) installed and the local cluster's settings routing through it (``ns``
+    and its operator: tests/e2e/conftest)."""
     await asyncio.to_thread(gateway.install, local_cluster_name)
-    settings = dataclasses.replace(
+    return dataclasses.replace(
         demo.local_settings(), router=base.Router("gateway-api"), gateway=gateway.GATEWAY
     )
-    async with serving.operator(kube_cluster, local_cluster_name, admin_client, settings) as mgr:
-        yield mgr
-
-
-@pytest.fixture
-async def ns(namespace: str, admin_client: rclient.Client, gateway_operator: rmanager.Manager) -> str:
-    await modelstore.grant(admin_client, namespace)
-    return namespace
 
 
 @dataclasses.dataclass(frozen=True)
