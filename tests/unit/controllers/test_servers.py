@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 from typing import Any
 
 import pytest
@@ -53,7 +54,11 @@ def test_templates_render_for_the_port() -> None:
     script = servers.render(ts.args[0], ts.placeholders(8085, "m"))
     assert "inference_address=http://0.0.0.0:8085" in script
     assert "management_address=http://127.0.0.1:8081" in script
-    assert "exec torchserve --start --foreground" in script
+    assert "grpc_inference_address=0.0.0.0" in script  # else gRPC listens inside the pod only
+    # the shell stays the first process and stops TorchServe on SIGTERM (its launcher ignores it)
+    assert "trap 'torchserve --stop' TERM" in script and "torchserve --start --foreground" in script
+    assert "exec " not in script
+    assert subprocess.run(["/bin/sh", "-n", "-c", script], check=False).returncode == 0  # it parses
     mls = table["seldon"]
     assert servers.render(mls.env["MLSERVER_HTTP_PORT"], mls.placeholders(9000, "m")) == "9000"
 

@@ -124,15 +124,22 @@ STARTUP_FAILURES = 300
 #: the startup probe looks every 2 s (300 x 2 s = 10 minutes for loading): a pod is Ready within ~2 s
 #: of its model loaded (every 10 s added up to 10 s to each cold start: bench/serving.py)
 STARTUP_PERIOD = 2
+#: TorchServe's launcher ignores SIGTERM as a container's first process (checked against 0.12.0:
+#: still serving 10 s after it), so the shell stays first and stops it (``torchserve --stop``: gone
+#: 2.6 s after SIGTERM); gRPC binds 127.0.0.1 unless told (this file replaces the image's, which
+#: said 0.0.0.0)
 _TS_CONFIG = (
     "mkdir -p /tmp/ts && printf '%s\\n'"
     " 'inference_address=http://0.0.0.0:{port}'"
     " 'management_address=http://127.0.0.1:{management_port}'"
     " 'metrics_address=http://0.0.0.0:{metrics_port}' 'metrics_mode=prometheus'"
-    " 'grpc_inference_port={grpc_port}' 'grpc_management_port={grpc_management_port}'"
+    " 'grpc_inference_address=0.0.0.0' 'grpc_inference_port={grpc_port}'"
+    " 'grpc_management_port={grpc_management_port}'"
     " > /tmp/ts/config.properties"
-    " && exec torchserve --start --foreground --ncs --disable-token-auth"
-    " --model-store={model_dir} --models=all --ts-config=/tmp/ts/config.properties"
+    " && trap 'torchserve --stop' TERM"
+    " && torchserve --start --foreground --ncs --disable-token-auth"
+    " --model-store={model_dir} --models=all --ts-config=/tmp/ts/config.properties & ts=$!;"
+    " wait $ts; wait $ts"
 )
 
 #: Triton 25.06's backends (TensorRT, ONNX Runtime, PyTorch: TorchScript and PyTorch 2, OpenVINO,
