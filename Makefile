@@ -37,7 +37,10 @@ cluster-down: venv ## stop the local control plane; no process is left behind
 
 demo: venv ## the main job: local cluster, model store, CRD, operator, samples (left running), real predictions
 	@hack/install-node-packages
-	@hack/build-control-plane --demo  # only what the demo runs: no promtool, fake-gcs-server, Traefik
+	@# only what the demo runs (no promtool, fake-gcs-server, Traefik); the images made of Debian and
+	@# PyPI packages build meanwhile (downloads and dpkg beside the Go compiler)
+	@$(CLI) dev build-images mlserver mlops-platform > /dev/null & images=$$!; \
+	  rc=0; hack/build-control-plane --demo || rc=$$?; wait $$images || rc=$$?; exit $$rc
 	@$(CLI) demo --name $(DEMO_CLUSTER)
 
 lint: venv ## ruff, mypy --strict, import-linter, generated-files check (the CRD, config/ and the chart)

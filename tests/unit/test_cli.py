@@ -211,3 +211,25 @@ def test_dev_why_is_why_with_the_local_operators_flags(monkeypatch: pytest.Monke
     assert ctx.storage_initializer_image == images.OPERATOR.ref
     assert ctx.servers == demo.local_settings().servers
     assert ctx.servers["seldon"].image == "mlops.local/mlserver:1.7.1"
+
+
+def test_dev_build_images_builds_without_a_cluster_and_names_unknown_images(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What `make demo` runs beside the Go builds: each named image's archive, no cluster needed."""
+    from mlops_platform.devcluster.realnode import images
+
+    built: list[str] = []
+
+    def archive(recipe: images.Recipe) -> Path:
+        built.append(recipe.name)
+        return tmp_path / f"{recipe.name}.tar"
+
+    monkeypatch.setattr(images, "archive", archive)
+    result = CliRunner().invoke(cli.main, ["dev", "build-images", "mlserver", "mlops-platform"])
+    assert result.exit_code == 0, result.output
+    assert built == ["mlserver", "mlops-platform"]
+    assert result.output.split() == [str(tmp_path / "mlserver.tar"), str(tmp_path / "mlops-platform.tar")]
+    result = CliRunner().invoke(cli.main, ["dev", "build-images", "mlserver", "torchserve"])
+    assert result.exit_code == 1 and "no local image torchserve: the images are pause" in result.output
+    assert built == ["mlserver", "mlops-platform"]  # nothing built when a name is unknown

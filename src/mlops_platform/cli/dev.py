@@ -133,6 +133,22 @@ def import_image(name: str, images: tuple[str, ...]) -> None:
         click.echo(ref)
 
 
+@dev.command(name="build-images")
+@click.argument("images", nargs=-1, required=True)
+def build_images(images: tuple[str, ...]) -> None:
+    """Build (or find cached) local images without a cluster, e.g. `dev build-images mlserver`
+    (`make demo` builds the Python ones while the Go builds run). Prints each archive's path."""
+    from mlops_platform.devcluster.realnode import images as local_images
+
+    try:
+        recipes = local_images.by_name(list(images))
+        paths = [local_images.archive(r) for r in recipes]
+    except (ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    for path in paths:
+        click.echo(path)
+
+
 @dev.command(name="model-store")
 @cluster_name
 @click.option(
