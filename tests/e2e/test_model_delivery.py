@@ -20,7 +20,7 @@ import pytest
 from mlops_platform import api, why
 from mlops_platform.api import v1
 from mlops_platform.controllers.inferenceservice import labels
-from mlops_platform.controllers.inferenceservice.children import deployment, httproute, virtualservice
+from mlops_platform.controllers.inferenceservice.children import httproute, model_mount, virtualservice
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
@@ -126,7 +126,7 @@ async def test_a_remote_model_is_fetched_by_an_admitted_storage_initializer(
     await admin_client.create(ISVC, _model("remote", uri, framework), namespace)
     spec = await _pod_spec(admin_client, namespace, "remote")
     [init] = spec["initContainers"]
-    assert init["name"] == deployment.STORAGE_INITIALIZER
+    assert init["name"] == model_mount.STORAGE_INITIALIZER
     assert init["command"] == ["python", "-m", "mlops_platform.storage"]
     assert init["args"] == ["fetch", uri, "/mnt/models", "--layout", layout, "--name", "remote"]
     assert init["terminationMessagePolicy"] == "File"
@@ -351,17 +351,17 @@ async def test_the_storage_secret_checksum_and_service_account_reach_admitted_po
     [init] = spec["initContainers"]
     args = init["args"]
     assert args[args.index("--sha256") + 1] == SHA
-    assert args[args.index("--credentials") + 1] == deployment.CREDENTIALS_DIR
+    assert args[args.index("--credentials") + 1] == model_mount.CREDENTIALS_DIR
     assert args[args.index("--endpoint") + 1] == "http://minio.storage.svc:9000"
     assert args[args.index("--region") + 1] == "eu-west-1"
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes[deployment.CREDENTIALS_VOLUME]["secret"] == {
+    assert volumes[model_mount.CREDENTIALS_VOLUME]["secret"] == {
         "secretName": "s3-creds",
         "defaultMode": 0o444,
     }
-    assert _mounts(init)[deployment.CREDENTIALS_VOLUME]["readOnly"] is True
+    assert _mounts(init)[model_mount.CREDENTIALS_VOLUME]["readOnly"] is True
     [server] = spec["containers"]
-    assert deployment.CREDENTIALS_VOLUME not in _mounts(server)
+    assert model_mount.CREDENTIALS_VOLUME not in _mounts(server)
     assert "secretKeyRef" not in str(spec) and "envFrom" not in str(spec)
     await _admitted(admin_client, namespace, "secured")
 

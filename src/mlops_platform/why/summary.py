@@ -11,12 +11,12 @@ children.
 from __future__ import annotations
 
 from mlops_platform.controllers.inferenceservice import labels, pod_problems
-from mlops_platform.controllers.inferenceservice.children import deployment
+from mlops_platform.controllers.inferenceservice.children import model_mount
 from mlops_platform.why import report
 
 
 def _container_cause(pod: report.PodReport, c: report.ContainerReport) -> str:
-    if c.init and c.name == deployment.STORAGE_INITIALIZER:
+    if c.init and c.name == model_mount.STORAGE_INITIALIZER:
         ran = c.state == "terminated"
         failed = c.exit_code if ran else c.last_exit_code
         if failed not in (None, 0):  # the status' words: ModelDownloadFailed, the initializer's line

@@ -24,7 +24,7 @@ from mlops_platform.controllers.inferenceservice import (
     runtime_overrides,
     traffic,
 )
-from mlops_platform.controllers.inferenceservice.children import base, deployment
+from mlops_platform.controllers.inferenceservice.children import base, deployment, model_mount
 from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
 from mlops_platform.deploy import rbac as deploy_rbac
@@ -54,7 +54,7 @@ def server(spec: Obj) -> Obj:
 
 def initializer(spec: Obj) -> Obj:
     [container] = spec["initContainers"]
-    assert container["name"] == deployment.STORAGE_INITIALIZER
+    assert container["name"] == model_mount.STORAGE_INITIALIZER
     return cast(Obj, container)
 
 
@@ -83,7 +83,7 @@ def test_a_remote_model_is_fetched_by_the_storage_initializer_into_an_empty_dir(
     assert init["command"] == ["python", "-m", "mlops_platform.storage"]
     assert init["args"] == ["fetch", uri, "/mnt/models", "--layout", layout, "--name", "bert"]
     assert init["terminationMessagePolicy"] == "File"
-    assert volumes(spec)[deployment.MODEL_VOLUME] == {"name": "model-store", "emptyDir": {}}
+    assert volumes(spec)[model_mount.MODEL_VOLUME] == {"name": "model-store", "emptyDir": {}}
     assert {"name": "model-store", "mountPath": "/mnt/models"} in init["volumeMounts"]
     # the server reads the model, never writes it
     assert server(spec)["volumeMounts"] == [
@@ -108,15 +108,15 @@ def test_the_initializer_meets_the_restricted_pod_security_profile_with_bounded_
         "limits": {"memory": "512Mi"},
     }
     # a read-only root filesystem: its scratch space is an emptyDir of its own
-    assert {"name": deployment.SCRATCH_VOLUME, "mountPath": "/tmp"} in init["volumeMounts"]
-    assert deployment.SCRATCH_VOLUME not in str(server(spec))
+    assert {"name": model_mount.SCRATCH_VOLUME, "mountPath": "/tmp"} in init["volumeMounts"]
+    assert model_mount.SCRATCH_VOLUME not in str(server(spec))
 
 
 def test_a_runtime_run_as_root_still_runs_the_initializer_as_non_root() -> None:
     table = runtime_overrides.load_overrides({"runtimes.yaml": "triton: {runAsUser: 0, runAsNonRoot: false}"})
     spec = pod_spec(isvc("s3://models/bert/7"), base.BuildContext(servers=table))
     assert spec["securityContext"]["runAsUser"] == 0
-    assert initializer(spec)["securityContext"]["runAsUser"] == deployment.STORAGE_INITIALIZER_UID == 65532
+    assert initializer(spec)["securityContext"]["runAsUser"] == model_mount.STORAGE_INITIALIZER_UID == 65532
 
 
 def test_the_initializer_takes_the_format_checksum_endpoint_and_region() -> None:
@@ -126,7 +126,7 @@ def test_the_initializer_takes_the_format_checksum_endpoint_and_region() -> None
         "--name", "bert",
         "--format", "onnx",
         "--sha256", SHA,
-        "--credentials", deployment.CREDENTIALS_DIR,
+        "--credentials", model_mount.CREDENTIALS_DIR,
         "--endpoint", "https://minio.example.com:9000",
         "--region", "eu-west-1",
     ]  # fmt: skip
@@ -137,11 +137,11 @@ def test_the_initializer_takes_the_format_checksum_endpoint_and_region() -> None
 
 def test_the_storage_secret_is_mounted_into_the_initializer_alone_and_never_read_into_env() -> None:
     spec = pod_spec(isvc("s3://models/bert/7", storage=STORAGE))
-    assert volumes(spec)[deployment.CREDENTIALS_VOLUME] == {
+    assert volumes(spec)[model_mount.CREDENTIALS_VOLUME] == {
         "name": "storage-credentials",
         "secret": {"secretName": "s3-creds", "defaultMode": 0o444},  # readable by the non-root uid
     }
-    mount = {"name": "storage-credentials", "mountPath": deployment.CREDENTIALS_DIR, "readOnly": True}
+    mount = {"name": "storage-credentials", "mountPath": model_mount.CREDENTIALS_DIR, "readOnly": True}
     assert mount in initializer(spec)["volumeMounts"]
     assert "storage-credentials" not in str(server(spec))  # the model server never sees it
     text = str(spec)
@@ -151,7 +151,7 @@ def test_the_storage_secret_is_mounted_into_the_initializer_alone_and_never_read
 
 def test_no_secret_means_no_secret_volume() -> None:
     spec = pod_spec(isvc("s3://models/bert/7"))
-    assert set(volumes(spec)) == {deployment.MODEL_VOLUME, deployment.SCRATCH_VOLUME}
+    assert set(volumes(spec)) == {model_mount.MODEL_VOLUME, model_mount.SCRATCH_VOLUME}
 
 
 def test_the_service_account_is_the_pods_and_still_no_api_token_is_mounted() -> None:
@@ -287,16 +287,16 @@ def test_a_leaving_canary_keeps_what_its_live_deployment_fetches() -> None:
         "metadata": {"annotations": {labels.MODEL_URI_ANNOTATION: V8}},
         "spec": {"replicas": 1, "template": {"spec": built}},
     }
-    assert deployment.fetch_options(live) == ("cd" * 32, "onnx", internal.ModelStorage())
+    assert model_mount.fetch_options(live) == ("cd" * 32, "onnx", internal.ModelStorage())
     with_storage = pod_spec(isvc(V7), component=candidate(V8, "cd" * 32, "onnx", STORAGE))
     live_with = {"spec": {"template": {"spec": with_storage}}}
-    assert deployment.fetch_options(live_with) == ("cd" * 32, "onnx", STORAGE)
+    assert model_mount.fetch_options(live_with) == ("cd" * 32, "onnx", STORAGE)
     weights = {canary_plan.STABLE_KEY: 80, canary_plan.CANARY_KEY: 20}
     i = isvc(V7, model_sha256=SHA)
     r = traffic.rollout(i, CTX, base.Router.ISTIO, None, live, None, weights, 1, [_ready_pod(V8)])
     assert (r.plan.phase, r.plan.canary) == (canary_plan.Phase.ROLLING_BACK, canary_plan.CanaryAction.KEEP)
     assert (r.canary.model_uri, r.canary.model_sha256, r.canary.model_format) == (V8, "cd" * 32, "onnx")
-    assert deployment.fetch_options({}) == (None, None, internal.ModelStorage())
+    assert model_mount.fetch_options({}) == (None, None, internal.ModelStorage())
 
 
 # -- the operator's settings and permissions -------------------------------------------------------
@@ -339,7 +339,7 @@ MESSAGE = "model download failed: 403 Forbidden: s3://models/bert/7/m.onnx"
 def init_pod(state: Obj, last: Obj | None = None, *, name: str = "bert-predictor-7d9f-abcde") -> Obj:
     """A pod whose storage initializer is in ``state`` (its last termination ``last``), the server
     waiting for it, as the kubelet reports it."""
-    init: Obj = {"name": deployment.STORAGE_INITIALIZER, "ready": False, "restartCount": 3, "state": state}
+    init: Obj = {"name": model_mount.STORAGE_INITIALIZER, "ready": False, "restartCount": 3, "state": state}
     if last is not None:
         init["lastState"] = {"terminated": last}
     return {
@@ -349,7 +349,7 @@ def init_pod(state: Obj, last: Obj | None = None, *, name: str = "bert-predictor
             "uid": "u",
             "labels": {labels.INFERENCESERVICE: "bert"},
         },
-        "spec": {"initContainers": [{"name": deployment.STORAGE_INITIALIZER, "image": "x" * 300}]},
+        "spec": {"initContainers": [{"name": model_mount.STORAGE_INITIALIZER, "image": "x" * 300}]},
         "status": {
             "phase": "Pending",
             "conditions": [

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mlops_platform.controllers.inferenceservice import labels, pods_and_slices
-from mlops_platform.controllers.inferenceservice.children import deployment
+from mlops_platform.controllers.inferenceservice.children import model_mount
 
 Obj = dict[str, Any]
 
@@ -18,7 +18,7 @@ Obj = dict[str, Any]
 def pod(status: Obj, *, node: str | None = "kwok-cpu-1", component: str = "predictor") -> Obj:
     spec: Obj = {
         "containers": [{"name": "predictor", "image": "x" * 300, "ports": [{"containerPort": 8080}]}],
-        "initContainers": [{"name": deployment.STORAGE_INITIALIZER, "image": "y" * 300}],
+        "initContainers": [{"name": model_mount.STORAGE_INITIALIZER, "image": "y" * 300}],
         "volumes": [{"name": "model", "emptyDir": {}}],
     }
     if node:
@@ -51,7 +51,7 @@ CASES = {
         {"name": "predictor", "ready": False, "restartCount": 4, "lastState": OOM,
          "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}}}]},
     "download failed": {"phase": "Pending", "initContainerStatuses": [
-        {"name": deployment.STORAGE_INITIALIZER, "state": {"terminated": {
+        {"name": model_mount.STORAGE_INITIALIZER, "state": {"terminated": {
             "exitCode": 1, "reason": "Error", "message": "403 Forbidden: s3://models/bert/2"}}}]},
     "unscheduled": {"phase": "Pending", "conditions": [UNSCHEDULED]},
 }  # fmt: skip

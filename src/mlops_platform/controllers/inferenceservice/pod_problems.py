@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mlops_platform.controllers.inferenceservice.children import deployment
+from mlops_platform.controllers.inferenceservice.children import model_mount
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.objects import Obj
 
@@ -133,7 +133,7 @@ def model_download_failure(pod: Obj) -> tuple[str, str] | None:
     line), else its exit code; the same in both states, so a restart changes nothing. The
     initializer waiting for another reason (its image cannot be pulled) is that reason."""
     for cs in (pod.get("status") or {}).get("initContainerStatuses") or ():
-        if cs.get("name") != deployment.STORAGE_INITIALIZER:
+        if cs.get("name") != model_mount.STORAGE_INITIALIZER:
             continue
         state = cs.get("state") or {}
         waiting = state.get("waiting") or {}

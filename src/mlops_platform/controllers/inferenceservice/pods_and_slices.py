@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlops_platform.controllers.inferenceservice import labels, pod_problems, traffic
-from mlops_platform.controllers.inferenceservice.children import deployment
+from mlops_platform.controllers.inferenceservice.children import model_mount
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import transforms
 from mlops_platform.runtime.objects import Obj
@@ -98,7 +98,7 @@ def _slim_initializer(st: Obj) -> Obj | None:
     reason, and of its current or last termination the exit code, reason and message (bounded:
     the kubelet allows 4 KiB, the status keeps less)."""
     for cs in st.get("initContainerStatuses") or ():
-        if cs.get("name") != deployment.STORAGE_INITIALIZER:
+        if cs.get("name") != model_mount.STORAGE_INITIALIZER:
             continue
         state = cs.get("state") or {}
         slim_state: Obj = {}

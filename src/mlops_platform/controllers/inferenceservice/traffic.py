@@ -24,6 +24,7 @@ from mlops_platform.controllers.inferenceservice.children import (
     virtualservice,
 )
 from mlops_platform.controllers.inferenceservice.children import deployment as children_deployment
+from mlops_platform.controllers.inferenceservice.children import model_mount as children_model_mount
 from mlops_platform.controllers.inferenceservice.children import service as children_service
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
@@ -214,7 +215,7 @@ def _candidate_artifact(
     if t is not None and uri == t.model_uri:
         return t.model_sha256, t.model_format, t.storage
     if canary_live is not None and uri == _live_model(canary_live):
-        return children_deployment.fetch_options(canary_live)
+        return children_model_mount.fetch_options(canary_live)
     if uri == isvc.model_uri:
         return isvc.model_sha256, isvc.model_format, isvc.storage
     return None, None, isvc.storage

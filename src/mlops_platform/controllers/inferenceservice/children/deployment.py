@@ -22,7 +22,8 @@ Contract of :func:`build` (pure):
   ``emptyDir`` filled by the init container ``storage-initializer`` (the operator's image, ``python
   -m mlops_platform.storage fetch``; the component's own URI, checksum and format; the storage
   Secret mounted into it alone), mounted read-only into the server; ``pvc``: the claim, read-only,
-  at ``subPath`` = the URI's path; ``file``: nothing, ``{model_dir}`` renders to the URI's path;
+  at ``subPath`` = the URI's path; ``file``: nothing, ``{model_dir}`` renders to the URI's path
+  (:mod:`~.model_mount`);
 - ``serviceAccountName`` when the InferenceService names one (workload identity for the bucket).
 
 What a live Deployment says of its rollout (the model it serves, a replacement that is no rollout):
@@ -31,38 +32,15 @@ What a live Deployment says of its rollout (the model it serves, a replacement t
 
 from __future__ import annotations
 
-import dataclasses
-
-from mlops_platform.api import internal, modeluri
+from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import labels, servers
-from mlops_platform.controllers.inferenceservice.children import base, deployment_rollout
+from mlops_platform.controllers.inferenceservice.children import base, deployment_rollout, model_mount
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.transport import resources
 
 CONDITION = "DeploymentAvailable"
 CONTAINER = "predictor"
-MODEL_VOLUME = "model-store"
-#: the init container that fetches a remote model into the model volume (``docs/model-delivery.md``)
-STORAGE_INITIALIZER = "storage-initializer"
-#: where the storage Secret is mounted in the initializer (``--credentials``), and its volume
-CREDENTIALS_DIR = "/var/run/secrets/mlops.platform/storage"
-CREDENTIALS_VOLUME = "storage-credentials"
-#: the initializer's scratch space (its root filesystem is read-only)
-SCRATCH_VOLUME = "storage-scratch"
-SCRATCH_DIR = "/tmp"
-#: the Secret's files: read-only, and readable by any uid, so the initializer reads them whichever
-#: non-root uid the pod runs as (no fsGroup, which would also chown the model volume)
-CREDENTIALS_MODE = 0o444
-#: the initializer's uid when the runtime would run it as root (the operator image's USER)
-STORAGE_INITIALIZER_UID = 65532
-#: The initializer streams the artifact in bounded chunks (obstore), so its memory does not grow with
-#: the model: a modest request, and a limit that bounds a misbehaving download at 512 MiB (Python,
-#: obstore's buffers, an archive's decompression window) instead of letting it press the node. No
-#: CPU limit: it would only slow the download, and nothing else of the pod runs meanwhile. Init
-#: containers' requests do not add to the pod's: its effective request is the larger of the two.
-STORAGE_INITIALIZER_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
-STORAGE_INITIALIZER_LIMITS = {"memory": "512Mi"}
 GPU_RESOURCE = internal.GPU_RESOURCE
 KIND = kinds.Kind.of(resources.DEPLOYMENT)
 
@@ -126,107 +104,13 @@ def _pod_annotations(target: base.Target, rt: servers.ServingRuntime) -> dict[st
     return out
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Delivery:
-    """How the component's model reaches the server: its pod's volumes and init containers, the
-    server's mount of the model, and the model directory the server is pointed at."""
-
-    model_dir: str
-    volumes: tuple[base.Obj, ...] = ()
-    mounts: tuple[base.Obj, ...] = ()
-    init_containers: tuple[base.Obj, ...] = ()
-
-
-def _delivery(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> _Delivery:
-    """The wiring of the component's model URI, per scheme (see the module doc). A URI the parser
-    refuses goes to the initializer, which refuses it with the parser's message: the pod then says
-    ``ModelDownloadFailed`` instead of serving nothing (the API versions reject it first)."""
-    uri = target.component.model_uri
-    try:
-        parsed: modeluri.ModelURI | None = modeluri.parse(uri)
-    except modeluri.ModelURIError:
-        parsed = None
-    if parsed is not None and parsed.scheme == "file":
-        return _Delivery(parsed.path)
-    if parsed is not None and parsed.scheme == "pvc":
-        volume = {
-            "name": MODEL_VOLUME,
-            "persistentVolumeClaim": {"claimName": parsed.location, "readOnly": True},
-        }
-        mount: base.Obj = {"name": MODEL_VOLUME, "mountPath": rt.model_dir, "readOnly": True}
-        if parsed.path:
-            mount["subPath"] = parsed.path
-        return _Delivery(rt.model_dir, (volume,), (mount,))
-    storage = target.component.storage
-    volumes: list[base.Obj] = [
-        {"name": MODEL_VOLUME, "emptyDir": {}},
-        {"name": SCRATCH_VOLUME, "emptyDir": {}},
-    ]
-    if storage.secret_name:
-        volumes.append(
-            {
-                "name": CREDENTIALS_VOLUME,
-                "secret": {"secretName": storage.secret_name, "defaultMode": CREDENTIALS_MODE},
-            }
-        )
-    mount = {"name": MODEL_VOLUME, "mountPath": rt.model_dir, "readOnly": True}
-    return _Delivery(rt.model_dir, tuple(volumes), (mount,), (_storage_initializer(target, rt, ctx),))
-
-
-def _storage_initializer(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> base.Obj:
-    """``python -m mlops_platform.storage fetch URI DIR ...`` (the contract: ``docs/model-delivery.md``)
-    under the restricted Pod Security profile; its one-line failure is its termination message."""
-    component, storage = target.component, target.component.storage
-    args = ["fetch", component.model_uri, rt.model_dir, "--layout", rt.model_layout]
-    args += ["--name", target.isvc.name]
-    for flag, value in (
-        ("--format", component.model_format),
-        ("--sha256", component.model_sha256),
-        ("--credentials", CREDENTIALS_DIR if storage.secret_name else None),
-        ("--endpoint", storage.endpoint),
-        ("--region", storage.region),
-    ):
-        if value:
-            args += [flag, value]
-    mounts: list[base.Obj] = [
-        {"name": MODEL_VOLUME, "mountPath": rt.model_dir},
-        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
-    ]
-    if storage.secret_name:
-        mounts.append({"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_DIR, "readOnly": True})
-    security: base.Obj = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    if rt.run_as_user == 0:  # a runtime run as root: the initializer still is not
-        security["runAsUser"] = STORAGE_INITIALIZER_UID
-    return {
-        "name": STORAGE_INITIALIZER,
-        "image": ctx.storage_initializer_image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "mlops_platform.storage"],
-        "args": args,
-        "resources": {
-            "requests": dict(STORAGE_INITIALIZER_REQUESTS),
-            "limits": dict(STORAGE_INITIALIZER_LIMITS),
-        },
-        "securityContext": security,
-        "volumeMounts": mounts,
-        # the initializer writes its one-line failure there; never its logs (they may be long)
-        "terminationMessagePolicy": "File",
-    }
-
-
 def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildContext) -> base.Obj:
     security: base.Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
     if rt.run_as_non_root:
         security["runAsNonRoot"] = True
     if rt.run_as_user is not None:
         security["runAsUser"] = rt.run_as_user
-    delivery = _delivery(target, rt, ctx)
+    wiring = model_mount.wiring(target, rt, ctx)
     pod: base.Obj = {}
     if target.isvc.service_account_name:
         pod["serviceAccountName"] = target.isvc.service_account_name
@@ -237,11 +121,11 @@ def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
         "terminationGracePeriodSeconds": rt.termination_grace_period_seconds,
         "securityContext": security,
     }
-    if delivery.init_containers:
-        pod["initContainers"] = [dict(c) for c in delivery.init_containers]
-    pod["containers"] = [_container(target, rt, delivery)]
-    if delivery.volumes:
-        pod["volumes"] = [dict(v) for v in delivery.volumes]
+    if wiring.init_containers:
+        pod["initContainers"] = [dict(c) for c in wiring.init_containers]
+    pod["containers"] = [_container(target, rt, wiring)]
+    if wiring.volumes:
+        pod["volumes"] = [dict(v) for v in wiring.volumes]
     if rt.node_selector:
         pod["nodeSelector"] = dict(rt.node_selector)
     tolerations = [dict(t) for t in rt.tolerations]
@@ -252,10 +136,10 @@ def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
     return pod
 
 
-def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Delivery) -> base.Obj:
+def _container(target: base.Target, rt: servers.ServingRuntime, wiring: model_mount.Wiring) -> base.Obj:
     isvc = target.isvc
     port = isvc.port
-    values = rt.placeholders(port, isvc.name) | {"model_dir": delivery.model_dir}
+    values = rt.placeholders(port, isvc.name) | {"model_dir": wiring.model_dir}
     env = [{"name": "MODEL_URI", "value": target.component.model_uri}]
     env += [{"name": k, "value": servers.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -277,8 +161,8 @@ def _container(target: base.Target, rt: servers.ServingRuntime, delivery: _Deliv
     if rt.drain_seconds:  # keep serving until every load balancer has seen the endpoint go
         container["lifecycle"] = {"preStop": {"sleep": {"seconds": rt.drain_seconds}}}
     container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    if delivery.mounts:
-        container["volumeMounts"] = [dict(m) for m in delivery.mounts]
+    if wiring.mounts:
+        container["volumeMounts"] = [dict(m) for m in wiring.mounts]
     container |= {"imagePullPolicy": "IfNotPresent", "terminationMessagePolicy": "FallbackToLogsOnError"}
     return container
 
@@ -370,30 +254,6 @@ def settle(target: base.Target, desired: base.Obj, live: base.Obj | None) -> Non
     if "replicas" not in spec:
         live_replicas = ((live or {}).get("spec") or {}).get("replicas")
         spec["replicas"] = live_replicas if live_replicas is not None else target.component.min_replicas
-
-
-def fetch_options(deployment: base.Obj) -> tuple[str | None, str | None, internal.ModelStorage]:
-    """The ``--sha256``, ``--format`` and storage (its Secret, ``--endpoint``, ``--region``) a live
-    Deployment's storage initializer fetches with (None, None, no storage without one): what a
-    canary that stays as it is keeps."""
-    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    for container in template.get("initContainers") or ():
-        if container.get("name") != STORAGE_INITIALIZER:
-            continue
-        args = [str(a) for a in container.get("args") or ()]
-        flags = ("--sha256", "--format", "--endpoint", "--region")
-        found = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag in flags}
-        secret = next(
-            (
-                str((v.get("secret") or {}).get("secretName"))
-                for v in template.get("volumes") or ()
-                if v.get("name") == CREDENTIALS_VOLUME and (v.get("secret") or {}).get("secretName")
-            ),
-            None,
-        )
-        storage = internal.ModelStorage(secret, found.get("--endpoint"), found.get("--region"))
-        return found.get("--sha256"), found.get("--format"), storage
-    return None, None, internal.ModelStorage()
 
 
 CHILD = base.Child(
