@@ -337,6 +337,33 @@ def test_a_gateway_verdict_on_an_older_generation_of_the_route_is_not_counted() 
     assert (current.status, current.reason) == ("False", "NotAllowedByListeners")
 
 
+def test_the_route_counts_as_applied_once_the_gateway_reports_on_its_generation() -> None:
+    desired = built(httproute, target(base.Router.GATEWAY_API), GW_CTX)
+    assert httproute.applied(None, GW_CTX)
+    assert httproute.applied(desired, GW_CTX)  # no controller reports on it: nothing routes by it
+    live = _with_parent_status(desired, "True")
+    live["metadata"]["generation"] = 4
+    ours = live["status"]["parents"][1]["conditions"][0]
+    ours["observedGeneration"] = 3  # the Gateway may still route by generation 3
+    assert not httproute.applied(live, GW_CTX)
+    assert httproute.applied(live, CTX)  # no Gateway configured: not ours to wait for
+    live["status"]["parents"][0]["conditions"][0]["observedGeneration"] = 4  # another Gateway's
+    assert not httproute.applied(live, GW_CTX)
+    ours["observedGeneration"] = 4
+    assert httproute.applied(live, GW_CTX)
+
+
+def test_the_virtualservice_counts_as_applied_once_istio_reports_its_generation() -> None:
+    live = built(virtualservice, target(base.Router.ISTIO), CTX)
+    live["metadata"]["generation"] = 2
+    assert virtualservice.applied(None, CTX)
+    assert virtualservice.applied(live, CTX)  # Istio's status reporting off: nothing to wait for
+    live["status"] = {"observedGeneration": "1"}  # int64 in protobuf JSON: a string
+    assert not virtualservice.applied(live, CTX)
+    live["status"] = {"observedGeneration": 2}
+    assert virtualservice.applied(live, CTX)
+
+
 # -- both: the weights round trip ----------------------------------------------------------------
 
 

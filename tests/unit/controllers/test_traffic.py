@@ -101,11 +101,24 @@ def specs(draw: st.DrawFn) -> internal.InferenceService:
     return isvc(model, candidate, draw(st.integers(0, 100)) if candidate else 0)
 
 
-@given(specs(), backends, backends, st.one_of(st.none(), st.integers(0, 100)))
-def test_the_guards_hold_for_every_input(
-    spec: internal.InferenceService, stable: Backend, canary: Backend, live: int | None
+@pytest.mark.parametrize(("stable", "phase"), [(B(True, V8, 2), P.PROMOTED), (READY_V7, P.ROLLING_BACK)])
+def test_a_leaving_candidate_stays_until_the_router_has_applied_the_route(
+    stable: Backend, phase: Phase
 ) -> None:
-    p = canary_plan.plan(spec, stable, canary, live)
+    """The route gives the candidate 0, but the Gateway has not taken in that generation yet: it
+    may still send the candidate its share, which would meet a deleted Service (a 500)."""
+    spec = spec_(V8) if phase is P.PROMOTED else spec_()
+    p = canary_plan.plan(spec, stable, B(True, V8, 1), 0, route_applied=False)
+    assert (p.phase, p.canary, p.weights) == (phase, A.KEEP, {S: 100}), p.message
+    assert "once the router has applied the updated route" in p.message
+    assert canary_plan.plan(spec, stable, B(True, V8, 1), 0, route_applied=True).canary is A.DELETE
+
+
+@given(specs(), backends, backends, st.one_of(st.none(), st.integers(0, 100)), st.booleans())
+def test_the_guards_hold_for_every_input(
+    spec: internal.InferenceService, stable: Backend, canary: Backend, live: int | None, applied: bool
+) -> None:
+    p = canary_plan.plan(spec, stable, canary, live, applied)
     assert sum(p.weights.values()) == 100 and all(w >= 0 for w in p.weights.values())
     by = {STABLE_KEY: stable, CANARY_KEY: canary}
     for key, weight in p.weights.items():
@@ -118,7 +131,7 @@ def test_the_guards_hold_for_every_input(
         # the candidate it serves: asked for now (a canary), or promoted (modelUri is it)
         assert canary.model_uri in {candidate, spec.model_uri}, p
     if p.canary is CanaryAction.DELETE and canary.exists:
-        assert not live, p  # dropped only while the route gives it nothing
+        assert not live and applied, p  # dropped only while the applied route gives it nothing
     if (
         (candidate is None or candidate == spec.model_uri)
         and canary.exists

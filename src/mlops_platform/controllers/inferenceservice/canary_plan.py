@@ -20,16 +20,19 @@ Phases (:class:`Phase`), each with its guard and what it decides:
   now until the stable component has rolled out that model with a ready replica; then
   ``PROMOTED``.
 - ``PROMOTED``: the stable component serves the promoted model: 100 % stable; the canary
-  component is deleted once the live route gives it 0 (never before: no traffic gap).
+  component is deleted once the live route gives it 0 and the router has applied that route
+  (never before: no traffic gap, and no request routed to a Service that is gone).
 - ``ROLLING_BACK``: no candidate is asked for and the canary serves something else: 100 % stable at
-  once; the canary component is deleted once the live route gives it 0.
+  once; the canary component is deleted once the live route gives it 0 and the router applied it.
 
 Guards that hold in every phase (a property test checks them over all inputs):
 
 - the weights are integers summing to 100; a weight > 0 goes only to a backend with a ready
   replica, unless no backend has one (then the stable backend keeps 100: nothing can serve);
 - the candidate gets traffic only once it has rolled out the candidate's model;
-- the canary component is dropped only while the live route gives it no traffic;
+- the canary component is dropped only while the live route gives it no traffic and the router
+  has applied that route (``route_applied``: a Gateway controller reported on the route's
+  generation; a Gateway API implementation answers 500 for a backend whose Service is gone);
 - when the stable backend has no ready replica but the candidate has and may take traffic (a
   canary above 0 %, or the promoted model), the candidate takes the whole route (the split cannot
   be honoured; the message says so).
@@ -106,9 +109,12 @@ def plan(
     stable: Backend,
     canary: Backend,
     live_canary_weight: int | None,
+    route_applied: bool = True,
 ) -> Plan:
     """The decision now. ``live_canary_weight``: what the live route gives the canary (None: no
-    route, or a router without weights; then it counts as 0 once the route is rewritten)."""
+    route, or a router without weights; then it counts as 0 once the route is rewritten);
+    ``route_applied``: whether the router has applied the live route's current generation (False:
+    it may still route by an older one, so a candidate that is leaving stays)."""
     t = isvc.traffic
     candidate = t.model_uri if t is not None else None
     live_weight = live_canary_weight or 0
@@ -132,8 +138,13 @@ def plan(
         return Plan(Phase.CANARY, build, candidate, weights, message)
     if not canary.exists:
         return Plan(Phase.STABLE, CanaryAction.DELETE, None, {STABLE_KEY: 100}, "no canary")
-    leave = CanaryAction.KEEP if live_weight > 0 else CanaryAction.DELETE
-    gone = "the candidate goes once the route is updated" if live_weight > 0 else "candidate removed"
+    leave = CanaryAction.KEEP if live_weight > 0 or not route_applied else CanaryAction.DELETE
+    if live_weight > 0:
+        gone = "the candidate goes once the route is updated"
+    elif not route_applied:
+        gone = "the candidate goes once the router has applied the updated route"
+    else:
+        gone = "candidate removed"
     if canary.model_uri is not None and canary.model_uri == isvc.model_uri:
         if stable.model_uri != isvc.model_uri or stable.ready == 0:
             # it serves the promoted model: when the stable backend cannot serve, it takes all

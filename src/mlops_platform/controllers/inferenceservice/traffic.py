@@ -159,6 +159,7 @@ def rollout(
     canary_endpoints: int,
     canary_pods: Iterable[Obj] = (),
     keda: bool = False,
+    route_applied: bool = True,
 ) -> Rollout:
     """The decision of one reconcile. ``route_live`` is the live route object (the predictor Service
     for the replicas router) and ``live_weights`` what it gives each component (None: no route);
@@ -180,7 +181,7 @@ def rollout(
             live = {stable_key: 0, canary_key: max(1, _share(canary.ready, whole)) if whole else 1}
     else:
         live = dict(live_weights or {})
-    p = canary_plan.plan(isvc, stable, canary, live.get(canary_key))
+    p = canary_plan.plan(isvc, stable, canary, live.get(canary_key), route_applied)
     pred = base.predictor(isvc, keda=keda)
     if p.canary is canary_plan.CanaryAction.DELETE:
         cand = base.Component(canary_key, "", "Canary", 0, 0, present=False)
@@ -306,10 +307,12 @@ def decide(
         [p for p in pods() if objects.labels(p).get(labels.COMPONENT) == labels.CANARY] if canary else []
     )
     weights: dict[str, int] | None = None
+    applied = True
     if router is base.Router.REPLICAS:
         route = live(children_service.KIND, base.component_name_of(isvc, labels.PREDICTOR))
     else:
         module = ROUTES[router]
         route = live(module.KIND, isvc.name) if served(module.KIND) else None
         weights = module.live_weights(route)
-    return rollout(isvc, ctx, router, stable, canary, route, weights, endpoints, canary_pods, keda)
+        applied = module.applied(route, ctx)
+    return rollout(isvc, ctx, router, stable, canary, route, weights, endpoints, canary_pods, keda, applied)

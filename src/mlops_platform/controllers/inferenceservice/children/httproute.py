@@ -16,7 +16,8 @@ parent Gateway did not accept it (a verdict on an older generation of the route 
 True ``WeightsApplied`` once the live weights are the desired ones, also before any Gateway
 controller reports on the route (none may run; the message says so).
 :func:`contribute` gives the InferenceService its ingress :func:`url`; :func:`live_weights` reads
-a live HTTPRoute's weights back per component key.
+a live HTTPRoute's weights back per component key, :func:`applied` whether the Gateway has taken in
+the route's current generation (a leaving canary's Service goes only then).
 """
 
 from __future__ import annotations
@@ -117,6 +118,22 @@ def live_weights(live: base.Obj | None) -> dict[str, int] | None:
         weight = b.get("weight")
         out[key] = out.get(key, 0) + (1 if weight is None else int(weight))
     return out
+
+
+def applied(live: base.Obj | None, ctx: base.BuildContext) -> bool:
+    """Whether the Gateway's controller has taken in the live route as it is now: one of its parent
+    statuses for our Gateway says ``Accepted`` of the route's current generation. Until then the
+    Gateway may still route by an older generation, and a backend it still weights whose Service is
+    gone answers 500 (the Gateway API's rule for an invalid backend; Traefik does): a candidate that
+    is leaving stays until then. True without a route, without a Gateway, or while no controller
+    has ever reported on the route for our Gateway (none runs: nothing routes by it)."""
+    if live is None or not ctx.gateway:
+        return True
+    ns, _, gw = ctx.gateway.rpartition("/")
+    parents = _parent_statuses(live, (ns or objects.namespace(live) or "", gw))
+    reported = [c for p in parents for c in p.get("conditions") or () if c.get("type") == ACCEPTED]
+    generation = objects.generation(live)
+    return not reported or any(int(c.get("observedGeneration") or 0) >= generation for c in reported)
 
 
 def _parent_statuses(live: base.Obj, gateway: tuple[str, str]) -> list[base.Obj]:

@@ -11,7 +11,7 @@ that component's Service FQDN on the InferenceService port, weighted by its perc
 ``TrafficSplitReady`` (not gating ``Ready``): no condition when not desired; Unknown ``Pending``
 until the live route carries the desired weights, then True ``WeightsApplied``.
 :func:`live_weights` reads a live VirtualService's weights back per component key (what the live
-route gives the canary).
+route gives the canary), :func:`applied` whether the mesh reported taking in its current generation.
 """
 
 from __future__ import annotations
@@ -88,6 +88,16 @@ def live_weights(live: base.Obj | None) -> dict[str, int] | None:
             weight = 100 if len(destinations) == 1 else 0
         out[key] = out.get(key, 0) + int(weight)
     return out
+
+
+def applied(live: base.Obj | None, ctx: base.BuildContext) -> bool:
+    """Whether the mesh has taken in the live route's current generation: Istio says so in
+    ``status.observedGeneration`` when its status reporting is on; without it (or without a route)
+    there is nothing to wait for, and the route counts as applied."""
+    if live is None:
+        return True
+    observed = (live.get("status") or {}).get("observedGeneration")
+    return observed is None or int(observed) >= objects.generation(live)
 
 
 def condition(
