@@ -270,6 +270,37 @@ def test_an_address_taken_is_an_error_naming_the_flag(tmp_path: Path, command: s
     assert result.output.rstrip("\n").lower().endswith("address already in use"), result.output
 
 
+@pytest.mark.usefixtures("no_logging_setup")
+@pytest.mark.parametrize(("command", "flag"), ADDRESS_FLAGS)
+def test_an_address_the_process_may_not_bind_is_an_error_naming_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, flag: str
+) -> None:
+    """A port the process has no right to (below 1024 without CAP_NET_BIND_SERVICE; the kernel
+    answers EACCES, emulated here as the tests run as root): an error naming the flag, exit code 1,
+    not a traceback."""
+    forbidden = 80
+    bind = socket.socket.bind
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        if isinstance(address, tuple) and address[1] == forbidden:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        bind(self, address)
+
+    with socket.socket() as refusing:
+        refusing.bind(("127.0.0.1", 0))
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(KUBECONFIG % {"port": refusing.getsockname()[1]})
+        loopback = {f: "127.0.0.1:0" for c, f in ADDRESS_FLAGS if c == command}
+        loopback[flag] = address = f"127.0.0.1:{forbidden}"
+        args = [command, "--kubeconfig", str(kubeconfig), *(x for item in loopback.items() for x in item)]
+        monkeypatch.setattr(socket.socket, "bind", refuse)
+        result = invoke(args)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert f"{flag} {address}" in result.output
+    assert result.output.rstrip("\n").lower().endswith("permission denied"), result.output
+
+
 # -- SIGTERM ------------------------------------------------------------------------------------
 
 

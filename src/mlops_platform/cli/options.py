@@ -173,8 +173,9 @@ def address_option(flag: str, *, default: str, off: str, help: str) -> Callable[
     return click.option(flag, default=default, callback=check, help=help)
 
 
-#: what binding a server's address raises when the address is taken, or not one of this host's
-CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+#: what binding a server's address raises when the address is taken, not one of this host's, or
+#: not the process's to bind (a port below 1024 without CAP_NET_BIND_SERVICE)
+CANNOT_LISTEN = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
 
 
 def cannot_listen(error: OSError, **flags: str) -> click.ClickException:
