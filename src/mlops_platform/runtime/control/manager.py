@@ -244,7 +244,8 @@ class Manager:
             )
             try:
                 await self._until_stopped(self.cache.wait_for_sync(self.options.cache_sync_timeout))
-                log.info("caches synced")
+                if not self._stop.is_set():  # a stop ends the wait too: the caches may not be synced
+                    log.info("caches synced")
             except rcache.CacheSyncTimeout as e:
                 # A secondary kind that cannot be listed (RBAC, missing CRD) must not hide the failure
                 # in a log: controllers whose primary kind is synced start, and report it on their
