@@ -22,7 +22,7 @@ from mlops_platform.cli import options
 @click.option(
     "--path", help="the server's inference path (default: the runtime's; {model} is the model's name)"
 )
-@options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
+@options.kubeconfig_options(options.KUBECONFIG_DEFAULT)
 def infer_command(
     name: str,
     namespace: str | None,

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 
 
 @click.command()
-@options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
+@options.kubeconfig_options(options.KUBECONFIG_DEFAULT)
 @click.option("--namespace", help="watch only this namespace (default: all)")
 @click.option("--leader-elect/--no-leader-elect", default=False)
 @click.option("--leader-election-namespace", default="mlops-system")

@@ -20,8 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 D = TypeVar("D", bound="DataclassInstance")
 
 #: where ``--kubeconfig`` is looked for by default, as the help of the commands says it
-KUBECONFIG_OR_IN_CLUSTER = "default: $KUBECONFIG, then in-cluster"
-KUBECONFIG_HOME_OR_IN_CLUSTER = "default: $KUBECONFIG, ~/.kube/config, in-cluster"
+KUBECONFIG_DEFAULT = "default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config"
 
 #: ``-n``: the namespace of the object a command acts on (``why``, ``infer``)
 namespace_option = click.option(

@@ -17,7 +17,7 @@ from mlops_platform.cli import options
     default="inferenceservices.mlops.platform",
     help="the CustomResourceDefinition whose objects are rewritten at its storage version",
 )
-@options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
+@options.kubeconfig_options(options.KUBECONFIG_DEFAULT)
 @click.option(
     "--method",
     type=click.Choice(["auto", "builtin", "rewrite"]),

@@ -108,7 +108,7 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
 
 
 @click.command()
-@options.kubeconfig_options(options.KUBECONFIG_OR_IN_CLUSTER)
+@options.kubeconfig_options(options.KUBECONFIG_DEFAULT)
 @click.option("--log-level", default="info")
 @options.address_option(
     "--metrics-bind-address",

@@ -15,7 +15,7 @@ from mlops_platform.cli import options, settings
 @click.argument("name")
 @options.namespace_option
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", help="format")
-@options.kubeconfig_options(options.KUBECONFIG_HOME_OR_IN_CLUSTER)
+@options.kubeconfig_options(options.KUBECONFIG_DEFAULT)
 @settings.option("--traffic-router", "the operator's --traffic-router (must match it)")
 @settings.option("--gateway", "the operator's --gateway (must match it)")
 @settings.option("--ingress-domain", "the operator's --ingress-domain")

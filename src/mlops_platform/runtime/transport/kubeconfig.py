@@ -4,8 +4,9 @@ Contract: every way a kubeconfig cannot be used (no such file, not readable, not
 kubeconfig, no current context, no such context, a context naming a cluster or user the file does not
 define, missing TLS files) raises one :class:`KubeconfigError` saying where (:attr:`~KubeconfigError.source`)
 and why (:attr:`~KubeconfigError.reason`), never lightkube's errors or a ``KeyError``: the command
-line turns it into a usage error naming ``--kubeconfig``. Without a path: the in-cluster service
-account, else ``$KUBECONFIG``, else ``~/.kube/config`` (lightkube's order).
+line turns it into a usage error naming ``--kubeconfig``. Without a path: ``$KUBECONFIG``, else the
+in-cluster service account, else ``~/.kube/config`` (controller-runtime's order: a ``$KUBECONFIG``
+set in a pod wins over its service account).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from lightkube.core.exceptions import ConfigError
 #: one context of a kubeconfig, its cluster and user (``fname``: the file it was read from, if any)
 SingleConfig = kubeconfig.SingleConfig
 
-#: where the kubeconfig is read without a path and outside a cluster (and without ``$KUBECONFIG``)
+#: where the kubeconfig is read without a path, without ``$KUBECONFIG`` and outside a cluster
 DEFAULT_PATH = kubeconfig.DEFAULT_KUBECONFIG
 
 
@@ -37,16 +38,18 @@ class KubeconfigError(Exception):
 
 
 def load(path: str | os.PathLike[str] | None, context: str | None = None) -> SingleConfig:
-    """The context ``context`` (default: the current one) of the kubeconfig at ``path`` (default: the
-    in-cluster service account, ``$KUBECONFIG``, ``~/.kube/config``); :class:`KubeconfigError` else."""
+    """The context ``context`` (default: the current one) of the kubeconfig at ``path`` (default:
+    ``$KUBECONFIG``, the in-cluster service account, ``~/.kube/config``); :class:`KubeconfigError`
+    else."""
     if path is not None:
         return select(read(Path(path), str(path)), context, str(path))
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return select(read(Path(env), f"$KUBECONFIG {env}"), context, f"$KUBECONFIG {env}")
     try:
         config = kubeconfig.KubeConfig.from_service_account()
     except ConfigError:  # no service account token: not in a cluster
-        env = os.environ.get("KUBECONFIG")
-        source = f"$KUBECONFIG {env}" if env else DEFAULT_PATH
-        return select(read(Path(env or DEFAULT_PATH), source), context, source)
+        return select(read(Path(DEFAULT_PATH), DEFAULT_PATH), context, DEFAULT_PATH)
     except KeyError as e:  # a token but not the service's environment variables
         raise KubeconfigError("in-cluster service account", f"${e.args[0]} is not set") from None
     except OSError as e:
