@@ -133,7 +133,8 @@ def applied(live: base.Obj | None, ctx: base.BuildContext) -> bool:
     parents = _parent_statuses(live, (ns or objects.namespace(live) or "", gw))
     reported = [c for p in parents for c in p.get("conditions") or () if c.get("type") == ACCEPTED]
     generation = objects.generation(live)
-    return not reported or any(int(c.get("observedGeneration") or 0) >= generation for c in reported)
+    # a condition without observedGeneration (it is optional) speaks of the route as it is
+    return not reported or any(int(c.get("observedGeneration") or generation) >= generation for c in reported)
 
 
 def _parent_statuses(live: base.Obj, gateway: tuple[str, str]) -> list[base.Obj]:
