@@ -9,32 +9,26 @@ from typing import Any
 import pytest
 from lightkube.config import kubeconfig as lightkube_kubeconfig
 from lightkube.core.exceptions import ConfigError
+from tests.unit import test_cli
 
 from mlops_platform.runtime.transport import kubeconfig
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://%(server)s:6443"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-"""
 
-
-def write(path: Path, server: str) -> Path:
-    path.write_text(KUBECONFIG % {"server": server})
+def write(path: Path, port: int) -> Path:
+    """A kubeconfig naming its place by its server's port."""
+    path.write_text(test_cli.KUBECONFIG % {"port": port})
     return path
 
 
 @pytest.fixture
 def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """A $KUBECONFIG file, a service account and a home kubeconfig, each naming its own server."""
-    env = write(tmp_path / "env.yaml", "env.example")
-    home = write(tmp_path / "home.yaml", "home.example")
+    env = write(tmp_path / "env.yaml", 1001)
+    home = write(tmp_path / "home.yaml", 1003)
     monkeypatch.setattr(kubeconfig, "DEFAULT_PATH", str(home))
     in_cluster = lightkube_kubeconfig.KubeConfig.from_dict(
         {
-            "clusters": [{"name": "sa", "cluster": {"server": "https://in-cluster.example:443"}}],
+            "clusters": [{"name": "sa", "cluster": {"server": "https://127.0.0.1:1002"}}],
             "users": [{"name": "sa", "user": {"token": "t"}}],
             "contexts": [{"name": "sa", "context": {"cluster": "sa", "user": "sa"}}],
             "current-context": "sa",
@@ -62,14 +56,14 @@ def server(monkeypatch: pytest.MonkeyPatch, env: Path | None) -> str:
 def test_kubeconfig_env_then_in_cluster_then_home(
     places: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert server(monkeypatch, places["env"]) == "https://env.example:6443"  # wins over the pod's account
-    assert server(monkeypatch, None) == "https://in-cluster.example:443"
+    assert server(monkeypatch, places["env"]) == "https://127.0.0.1:1001"  # wins over the pod's account
+    assert server(monkeypatch, None) == "https://127.0.0.1:1002"
     places["in_cluster"] = False
-    assert server(monkeypatch, None) == "https://home.example:6443"
-    assert server(monkeypatch, places["env"]) == "https://env.example:6443"
+    assert server(monkeypatch, None) == "https://127.0.0.1:1003"
+    assert server(monkeypatch, places["env"]) == "https://127.0.0.1:1001"
 
 
 def test_a_path_given_wins_over_everything(places: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(places["env"]))
-    given = write(places["env"].with_name("given.yaml"), "given.example")
-    assert str(kubeconfig.load(given).cluster.server) == "https://given.example:6443"
+    given = write(places["env"].with_name("given.yaml"), 1004)
+    assert str(kubeconfig.load(given).cluster.server) == "https://127.0.0.1:1004"
