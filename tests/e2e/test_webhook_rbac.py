@@ -53,6 +53,9 @@ async def test_the_webhook_runs_under_its_generated_rbac(
                     )
 
                 await wait.until(ours, timeout=60, what="the webhook's own bundle in the CRD")
+                # and the API server's conversion client has taken it (a moment later: it failed a
+                # create with the bundle before, 'x509: ECDSA verification failure', once)
+                await webhook.until_converting(admin_client)
                 # the API server converts through it: v1alpha1 written, stored and read as v1
                 obj = isvc.manifest("m", modelUri="s3://models/m/1", framework="triton")
                 await admin_client.create(isvc.RESOURCE, obj, namespace)

@@ -50,11 +50,13 @@ async def install_crd(client: rclient.Client) -> dict[str, Any]:
     another port, and Established (already True) does not say the server took the new URL and its
     CA bundle (injected by the webhook process meanwhile)."""
     live = await crd.install(client, webhook_url=url())
-    await _until_converting(client)
+    await until_converting(client)
     return live
 
 
-async def _until_converting(client: rclient.Client, timeout: float = 60.0) -> None:
+async def until_converting(client: rclient.Client, timeout: float = 60.0) -> None:
+    """Until the API server converts through the CRD's webhook (:func:`crd.converts`): the CRD
+    showing a new caBundle does not say the server's conversion client has taken it."""
     await wait.until(
         lambda: crd.converts(client),
         timeout=timeout,
@@ -218,4 +220,4 @@ async def paused(client: rclient.Client, *, timeout: float = 60.0) -> AsyncItera
         await crd.install(client, webhook_url=url())
         process.start()
         await process.wait_injected(client, timeout)
-        await _until_converting(client, timeout)
+        await until_converting(client, timeout)
