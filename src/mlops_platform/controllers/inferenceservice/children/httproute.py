@@ -41,10 +41,15 @@ name = base.service_name
 def parent(target: base.Target, ctx: base.BuildContext) -> tuple[str, str] | None:
     """``(namespace, name)`` of the parent Gateway (a bare ``--gateway`` name is in the
     InferenceService's namespace); None without one."""
+    return _gateway_in(ctx, target.isvc.namespace)
+
+
+def _gateway_in(ctx: base.BuildContext, namespace: str) -> tuple[str, str] | None:
+    """``ctx.gateway`` as ``(namespace, name)``, a bare name in ``namespace``; None without one."""
     if not ctx.gateway:
         return None
     ns, _, gw = ctx.gateway.rpartition("/")
-    return (ns or target.isvc.namespace, gw)
+    return (ns or namespace, gw)
 
 
 def enabled(target: base.Target, ctx: base.BuildContext) -> bool:
@@ -127,10 +132,10 @@ def applied(live: base.Obj | None, ctx: base.BuildContext) -> bool:
     gone answers 500 (the Gateway API's rule for an invalid backend; Traefik does): a candidate that
     is leaving stays until then. True without a route, without a Gateway, or while no controller
     has ever reported on the route for our Gateway (none runs: nothing routes by it)."""
-    if live is None or not ctx.gateway:
+    gateway = _gateway_in(ctx, objects.namespace(live) or "") if live is not None else None
+    if live is None or gateway is None:
         return True
-    ns, _, gw = ctx.gateway.rpartition("/")
-    parents = _parent_statuses(live, (ns or objects.namespace(live) or "", gw))
+    parents = _parent_statuses(live, gateway)
     reported = [c for p in parents for c in p.get("conditions") or () if c.get("type") == ACCEPTED]
     generation = objects.generation(live)
     # a condition without observedGeneration (it is optional) speaks of the route as it is
