@@ -1,7 +1,8 @@
 //go:build tools
 
-// Package tools pins Helm, which installs the operator's chart in the local cluster's e2e (issue
-// #40; not built by make yet).
+// Package tools pins Helm, which lints and renders the operator's chart in `make test` and installs,
+// upgrades and uninstalls it in the local cluster's e2e; built by `make binaries` into the tool cache
+// (hack/build-control-plane --helm-only).
 package tools
 
 import _ "helm.sh/helm/v4/cmd/helm"

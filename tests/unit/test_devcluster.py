@@ -73,6 +73,16 @@ def test_traefik_go_module_pins_the_version_in_versions_env() -> None:
     assert binaries.node_tool_dir("traefik").name == f"traefik-{v['TRAEFIK_VERSION']}"
 
 
+def test_helm_go_module_pins_the_version_in_versions_env() -> None:
+    v = binaries.versions()
+    go_mod = (ROOT / "hack/helm/go.mod").read_text()
+    assert re.search(rf"^require helm\.sh/helm/v4 {re.escape(v['HELM_VERSION'])}$", go_mod, re.M)
+    assert '"helm.sh/helm/v4/cmd/helm"' in (ROOT / "hack/helm/tools.go").read_text()
+    assert (
+        'helm_dir="$cache_root/bin/helm-${HELM_VERSION}"' in (ROOT / "hack/build-control-plane").read_text()
+    )
+
+
 def test_object_store_servers_have_their_own_cache_directories() -> None:
     dirs = {name: binaries.object_store_server_cache_dir(name) for name in binaries.OBJECT_STORE_SERVERS}
     v = binaries.versions()

@@ -281,3 +281,11 @@ def traefik(build: bool = True) -> Path:
     Only the cache counts. Raises ``FileNotFoundError`` saying how to get it."""
     cached = node_tool_dir("traefik") / "traefik"
     return _cached_or_built(cached, "--traefik-only", build, f"traefik not found in {cached.parent}: ")
+
+
+def helm(build: bool = True) -> Path:
+    """The pinned Helm (``<cache>/bin/helm-<version>/helm``), else built there (``hack/build-control-plane
+    --helm-only``, minutes when cold) if allowed. Only the cache counts. Raises ``FileNotFoundError``
+    saying how to get it."""
+    cached = cache_root() / "bin" / f"helm-{versions()['HELM_VERSION']}" / "helm"
+    return _cached_or_built(cached, "--helm-only", build, f"helm not found in {cached.parent}: ")

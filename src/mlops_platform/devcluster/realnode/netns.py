@@ -4,7 +4,10 @@
   the nodes' gateway) and the fabric's end of the ONE veth pair to the host. It forwards between the
   nodes and from the host into the cluster (``ip_forward`` is set in it, never on the host), has no
   default route (nothing leaves the cluster's block through it), and drops connections that nodes or
-  pods open towards the host (an nftables rule of its own namespace).
+  pods open towards the host (an nftables rule of its own namespace). It routes each node's pod
+  range to that node, and the Service range to the first node, whose kube-proxy translates a
+  ClusterIP as on any node: that is how kube-apiserver (on the host) reaches a conversion webhook
+  behind its Service, as in a cluster whose control plane runs kube-proxy.
 - Each node: a network namespace (``eth0`` on the fabric's bridge, default route via the fabric) and
   a persistent mount namespace where ``/var/lib``, ``/var/log`` and ``/run`` are the node's own
   directories (its CNI configuration is a directory of its own, named in containerd's config) and
@@ -128,6 +131,11 @@ def in_netns(ns: str, *args: str, input: str | None = None) -> str:
     return run("nsenter", f"--net=/run/netns/{ns}", "--", *args, input=input)
 
 
+#: the node whose kube-proxy the fabric sends Service addresses to (the API server calls a webhook
+#: behind a Service at its ClusterIP, as kube-apiserver does without ``--enable-aggregator-routing``)
+SERVICE_NODE = 0
+
+
 def node_net_up(block: Block, index: int) -> None:
     """The node's network namespace on the fabric's bridge (idempotent)."""
     ns, fabric = node_netns(block, index), fabric_name(block)
@@ -155,14 +163,17 @@ def node_net_up(block: Block, index: int) -> None:
         run("ip", "-n", fabric, "route", "add", block.pod_cidr(index), "via", block.node_address(index))
         _link_up(ns, "eth0", f"{block.node_address(index)}/{block.node_link_prefix}")
         run("ip", "-n", ns, "route", "add", "default", "via", block.api_address)
+        if index == SERVICE_NODE:
+            run("ip", "-n", fabric, "route", "add", block.service_cidr, "via", block.node_address(index))
     except Exception:
         node_net_down(block, index)
         raise
 
 
 def node_net_down(block: Block, index: int) -> None:
-    with contextlib.suppress(RuntimeError):
-        run("ip", "-n", fabric_name(block), "route", "del", block.pod_cidr(index))
+    for cidr in [block.pod_cidr(index)] + ([block.service_cidr] if index == SERVICE_NODE else []):
+        with contextlib.suppress(RuntimeError):
+            run("ip", "-n", fabric_name(block), "route", "del", cidr)
     with contextlib.suppress(RuntimeError):
         run("ip", "netns", "del", node_netns(block, index))
 
