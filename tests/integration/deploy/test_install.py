@@ -21,8 +21,7 @@ from mlops_platform.deploy import defaults as deploy_defaults
 from mlops_platform.deploy import manifests
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport.client import ApiError, Client
-from mlops_platform.testing import plugin
-from mlops_platform.testing.helm import helm_render
+from mlops_platform.testing import helmchart, plugin
 from mlops_platform.testing.plugin import TEST_NAMESPACE_LABEL
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -168,5 +167,5 @@ async def test_kustomize_output_is_the_chart_and_the_install_set(kubectl: Kubect
     rc, out, err = await kubectl("kustomize", str(ROOT / "config/default"))
     assert rc == 0, err
     built = by_key(list(yaml.safe_load_all(out)))
-    assert built == by_key(helm_render(ROOT / deploy_defaults.CHART_DIR))
+    assert built == by_key(helmchart.template(ROOT / deploy_defaults.CHART_DIR))
     assert built == by_key(manifests.install_objects())

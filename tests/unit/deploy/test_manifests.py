@@ -21,7 +21,7 @@ from mlops_platform.deploy import manifests
 from mlops_platform.devcluster import binaries
 from mlops_platform.runtime import generated, quantity
 from mlops_platform.runtime.control import manager
-from mlops_platform.testing.helm import helm_render
+from mlops_platform.testing import helmchart
 
 ROOT = Path(__file__).resolve().parents[3]
 #: the scale benchmark's run with every child kind on, from which the defaults are sized
@@ -169,8 +169,10 @@ def _without_crd(objs: list[Obj]) -> dict[tuple[str, str, str], Obj]:
 
 def test_the_chart_renders_to_the_install_set() -> None:
     chart = ROOT / deploy_defaults.CHART_DIR
-    assert by_key(helm_render(chart)) == by_key(manifests.install_objects())
-    custom = helm_render(chart, namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
+    assert by_key(helmchart.template(chart)) == by_key(manifests.install_objects())
+    custom = helmchart.template(
+        chart, {"namespace": "ops", "image": "reg.example/op@sha256:ab", "replicas": 3}
+    )
     expected = manifests.install_objects(namespace="ops", image="reg.example/op@sha256:ab", replicas=3)
     assert _without_crd(custom) == _without_crd(expected)
     # Helm never templates crds/: its CRD names the webhook Service in the default namespace
@@ -186,10 +188,40 @@ def test_the_chart_renders_to_the_install_set() -> None:
 def test_the_charts_resources_are_values() -> None:
     chart = ROOT / deploy_defaults.CHART_DIR
     resources = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2000m", "memory": "2Gi"}}
-    for objs in (helm_render(chart, resources=resources), manifests.install_objects(resources=resources)):
+    for objs in (
+        helmchart.template(chart, {"resources": resources}),
+        manifests.install_objects(resources=resources),
+    ):
         [deploy] = of_kind(objs, "Deployment")
         [c] = deploy["spec"]["template"]["spec"]["containers"]
         assert c["resources"] == resources
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        None,
+        {"webhook": {"certManager": {"enabled": True}}},
+    ],
+    ids=["defaults", "cert-manager"],
+)
+def test_helm_lint_strict_passes(values: Obj | None) -> None:
+    report = helmchart.lint(ROOT / deploy_defaults.CHART_DIR, values)
+    assert "1 chart(s) linted, 0 chart(s) failed" in report, report
+
+
+def test_a_helm_error_carries_helms_stderr(tmp_path: Path) -> None:
+    with pytest.raises(helmchart.HelmError) as caught:
+        helmchart.template(tmp_path / "no-chart")
+    assert caught.value.returncode != 0
+    assert "no-chart" in caught.value.stderr
+    assert caught.value.stderr.strip() in str(caught.value)
+    broken = tmp_path / "broken"  # lint's findings are on its stdout: in the message too
+    (broken / "templates").mkdir(parents=True)
+    (broken / "Chart.yaml").write_text("apiVersion: v2\nname: broken\nversion: 0.1.0\n")
+    (broken / "templates" / "a.yaml").write_text("a: {{ .Values.missing.x }}\n")
+    with pytest.raises(helmchart.HelmError, match=r"(?s)chart\(s\) failed.*nil pointer evaluating"):
+        helmchart.lint(broken)
 
 
 # -- the operator's pods: Pod Security restricted ---------------------------------------------------
@@ -496,7 +528,7 @@ def test_the_chart_renders_the_cert_manager_variant() -> None:
     assert yaml.safe_load((chart / "values.yaml").read_text())["webhook"] == {
         "certManager": {"enabled": False}
     }
-    rendered = helm_render(chart, webhook={"certManager": {"enabled": True}}, namespace="ops")
+    rendered = helmchart.template(chart, {"webhook": {"certManager": {"enabled": True}}, "namespace": "ops"})
     expected = manifests.install_objects(cert_manager=True, namespace="ops")
     assert _without_crd(rendered) == _without_crd(expected)
     # crds/ is not templated: with Helm the CRD is annotated by hand (docs/install-cert-manager.md)
