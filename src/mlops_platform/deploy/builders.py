@@ -7,7 +7,7 @@ returns plain API objects from its arguments and :mod:`~mlops_platform.deploy.de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from mlops_platform.api import crd
 from mlops_platform.deploy import defaults, rbac
@@ -114,10 +114,21 @@ def _container(
     }
 
 
+#: the manager pods' default ``nodeSelector`` (the chart's value ``nodeSelector``)
+NODE_SELECTOR: Mapping[str, str] = {"kubernetes.io/os": "linux"}
+
+
 def pod_template(
-    *, service_account: str, selector: dict[str, str], container: Obj, cert_manager: bool = False
+    *,
+    service_account: str,
+    selector: dict[str, str],
+    container: Obj,
+    cert_manager: bool = False,
+    node_selector: Mapping[str, str] = NODE_SELECTOR,
+    tolerations: Sequence[Mapping[str, object]] = (),
 ) -> Obj:
-    """The manager's pod template (restricted profile, spread across nodes and zones)."""
+    """The manager's pod template (restricted profile, spread across nodes and zones); an empty
+    ``node_selector`` or ``tolerations`` leaves the field out (as the chart does)."""
     spread = [
         {
             "maxSkew": 1,
@@ -145,7 +156,8 @@ def pod_template(
                 *([cert_manager_volume()] if cert_manager else []),
             ],
             "terminationGracePeriodSeconds": defaults.TERMINATION_GRACE_SECONDS,
-            "nodeSelector": {"kubernetes.io/os": "linux"},
+            **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+            **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
             "topologySpreadConstraints": spread,
         },
     }
@@ -161,6 +173,8 @@ def deployment(
     replicas: int,
     cert_manager: bool,
     resources: Mapping[str, Mapping[str, str]],
+    node_selector: Mapping[str, str] = NODE_SELECTOR,
+    tolerations: Sequence[Mapping[str, object]] = (),
 ) -> Obj:
     """One manager Deployment; ``maxSurge: 0`` keeps at most ``replicas`` pods (see docs/install.md)."""
     selector = manager_selector(watch, several)
@@ -176,7 +190,12 @@ def deployment(
             "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
             "template": pod_template(
-                service_account=name, selector=selector, container=container, cert_manager=cert_manager
+                service_account=name,
+                selector=selector,
+                container=container,
+                cert_manager=cert_manager,
+                node_selector=node_selector,
+                tolerations=tolerations,
             ),
         },
     }

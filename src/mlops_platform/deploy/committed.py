@@ -25,6 +25,13 @@ _HELM_VALUES: dict[str, object] = {
     "replicas": defaults.DEFAULT_REPLICAS,
     **{f"resources.{kind}.{r}": q for kind, rs in defaults.RESOURCES.items() for r, q in rs.items()},
 }
+#: the chart's values that are YAML blocks (name -> default), the manager pod spec's fields of the same
+#: name: ``{{- with .Values.<name> }}`` and ``toYaml``, so an empty one leaves the field out
+_HELM_BLOCK_VALUES: dict[str, object] = {"nodeSelector": dict(builders.NODE_SELECTOR), "tolerations": []}
+#: a pod spec line ``<field>: <sentinel of a block value>`` (what ``generated.dump`` writes for it)
+_HELM_BLOCK_LINE = re.compile(
+    r"^( *)(\w+): " + _SENTINEL.format("(" + "|".join(_HELM_BLOCK_VALUES) + ")") + "$", re.MULTILINE
+)
 #: the chart's switch between the two certificate modes (a template per mode where they differ)
 _HELM_CERT_MANAGER = ".Values.webhook.certManager.enabled"
 
@@ -53,10 +60,24 @@ def _directory(objs: list[Obj], comment: str) -> dict[str, str]:
     return {**files, "kustomization.yaml": _kustomization(list(files), comment)}
 
 
+def _helm_block(m: re.Match[str]) -> str:
+    indent, field, value = m.groups()
+    return (
+        f"{indent}{{{{- with .Values.{value} }}}}\n"
+        f"{indent}{field}:\n"
+        f"{indent}  {{{{- toYaml . | nindent {len(indent) + 2} }}}}\n"
+        f"{indent}{{{{- end }}}}"
+    )
+
+
 def helm_template(text: str) -> str:
-    """Replace the value placeholders of :func:`_chart_objects` with ``{{ .Values.<name> }}``."""
+    """Replace the value placeholders of :func:`_chart_objects` with ``{{ .Values.<name> }}`` (a
+    block value's line with its field under ``{{- with }}``, the value through ``toYaml``)."""
+    text = _HELM_BLOCK_LINE.sub(_helm_block, text)
     for value in _HELM_VALUES:
         text = text.replace(_SENTINEL.format(value), "{{ .Values." + value + " }}")
+    if _SENTINEL.partition("{}")[0] in text:
+        raise ValueError(f"a value placeholder left in a template: {text}")
     return text
 
 
@@ -73,6 +94,16 @@ def _chart_objects(*, cert_manager: bool = False) -> list[Obj]:
     for o in objs:
         if o["kind"] == "Deployment":
             o["spec"]["replicas"] = _SENTINEL.format("replicas")
+            pod = o["spec"]["template"]
+            # the block values where nodeSelector is (tolerations: none by default, so not in the spec)
+            assert "nodeSelector" in pod["spec"] and "tolerations" not in pod["spec"], pod["spec"]
+            spec: Obj = {}
+            for field, value in pod["spec"].items():
+                if field == "nodeSelector":
+                    spec.update({b: _SENTINEL.format(b) for b in _HELM_BLOCK_VALUES})
+                else:
+                    spec[field] = value
+            pod["spec"] = spec
     return [o for o in objs if o["kind"] != "CustomResourceDefinition"]
 
 
@@ -135,10 +166,22 @@ def _chart() -> dict[str, str]:
         "# replicas: >= 2 (one leader, warm standbys); the PodDisruptionBudget keeps one.\n"
         "# resources: the manager's requests and limits; the memory limit holds 5,000 InferenceServices\n"
         '#   per replica; raise it (or shard, docs/sharding.md) beyond (docs/install.md, "Sizing").\n'
+        "# nodeSelector: the manager pods' node labels. Helm merges a map you give into this one: set a\n"
+        "#   key to null to drop it (`--set-json 'nodeSelector={\"kubernetes.io/os\":null}'`).\n"
+        "# tolerations: the manager pods' tolerations (none by default), e.g. of nodes tainted for them:\n"
+        "#   [{key: example.com/operators, operator: Exists, effect: NoSchedule}].\n"
         "# webhook.certManager.enabled: the conversion webhook's certificate from cert-manager (an Issuer\n"
         "#   and a Certificate) instead of the operator's own; annotate the CRD for cert-manager's CA\n"
         "#   injector yourself (docs/install-cert-manager.md).\n"
-        + generated.dump([{**_nested(_HELM_VALUES), "webhook": {"certManager": {"enabled": False}}}])
+        + generated.dump(
+            [
+                {
+                    **_nested(_HELM_VALUES),
+                    **_HELM_BLOCK_VALUES,
+                    "webhook": {"certManager": {"enabled": False}},
+                }
+            ]
+        )
     )
     files = {
         "Chart.yaml": defaults.HEADER + generated.dump([chart]),

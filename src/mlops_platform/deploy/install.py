@@ -33,6 +33,8 @@ def install_objects(
     replicas: int = defaults.DEFAULT_REPLICAS,
     cert_manager: bool = False,
     resources: Mapping[str, Mapping[str, str]] = defaults.RESOURCES,
+    node_selector: Mapping[str, str] = builders.NODE_SELECTOR,
+    tolerations: Sequence[Mapping[str, object]] = (),
 ) -> list[Obj]:
     """Everything an install needs, in apply order (Namespace and CRD first).
 
@@ -40,6 +42,8 @@ def install_objects(
     one replica it would forbid every voluntary eviction. ``cert_manager``: the webhook's
     certificate from cert-manager (which must be installed) instead of the operator's own.
     ``resources``: the manager container's requests and limits (:data:`defaults.RESOURCES`).
+    ``node_selector`` / ``tolerations``: the manager pods' (:data:`builders.NODE_SELECTOR` / none;
+    empty: the field left out).
     """
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, not {replicas}")
@@ -68,6 +72,8 @@ def install_objects(
                 replicas=replicas,
                 cert_manager=cert_manager,
                 resources=resources,
+                node_selector=node_selector,
+                tolerations=tolerations,
             )
         )
         if replicas >= 2:

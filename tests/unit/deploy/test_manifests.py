@@ -197,13 +197,59 @@ def test_the_charts_resources_are_values() -> None:
         assert c["resources"] == resources
 
 
+#: what the e2e gives the chart to put the operator's pods on the real node's tainted node
+REAL_NODE_SELECTOR = {"mlops.platform/real-node": "true"}
+REAL_NODE_TOLERATIONS: list[Obj] = [
+    {"key": "mlops.platform/real-node", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+]
+
+
+def _pod_spec(objs: list[Obj]) -> Obj:
+    [deploy] = of_kind(objs, "Deployment")
+    spec: Obj = deploy["spec"]["template"]["spec"]
+    return spec
+
+
+def test_the_charts_node_selector_and_tolerations_are_values() -> None:
+    chart = ROOT / deploy_defaults.CHART_DIR
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert (values["nodeSelector"], values["tolerations"]) == ({"kubernetes.io/os": "linux"}, [])
+    for objs in (helmchart.template(chart), manifests.install_objects()):
+        assert _pod_spec(objs)["nodeSelector"] == {"kubernetes.io/os": "linux"}
+        assert "tolerations" not in _pod_spec(objs)
+    # Helm merges a map into the default one (a list replaces)
+    selector = {"kubernetes.io/os": "linux", **REAL_NODE_SELECTOR}
+    for cert_manager in (False, True):
+        rendered = helmchart.template(
+            chart,
+            {
+                "nodeSelector": REAL_NODE_SELECTOR,
+                "tolerations": REAL_NODE_TOLERATIONS,
+                "webhook": {"certManager": {"enabled": cert_manager}},
+            },
+        )
+        assert _pod_spec(rendered)["nodeSelector"] == selector
+        assert _pod_spec(rendered)["tolerations"] == REAL_NODE_TOLERATIONS
+        expected = manifests.install_objects(
+            node_selector=selector, tolerations=REAL_NODE_TOLERATIONS, cert_manager=cert_manager
+        )
+        assert _without_crd(rendered) == _without_crd(expected)
+    # null drops a default key; an empty selector leaves the field out
+    only = helmchart.template(chart, {"nodeSelector": {"kubernetes.io/os": None, **REAL_NODE_SELECTOR}})
+    assert _pod_spec(only)["nodeSelector"] == REAL_NODE_SELECTOR
+    none = helmchart.template(chart, {"nodeSelector": {"kubernetes.io/os": None}})
+    assert "nodeSelector" not in _pod_spec(none)
+    assert _without_crd(none) == _without_crd(manifests.install_objects(node_selector={}))
+
+
 @pytest.mark.parametrize(
     "values",
     [
         None,
         {"webhook": {"certManager": {"enabled": True}}},
+        {"nodeSelector": REAL_NODE_SELECTOR, "tolerations": REAL_NODE_TOLERATIONS},
     ],
-    ids=["defaults", "cert-manager"],
+    ids=["defaults", "cert-manager", "real-node"],
 )
 def test_helm_lint_strict_passes(values: Obj | None) -> None:
     report = helmchart.lint(ROOT / deploy_defaults.CHART_DIR, values)
