@@ -50,6 +50,11 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check (the CRD
 	$(BIN)/lint-imports
 	$(BIN)/python -m mlops_platform.api.crd --check
 	$(BIN)/python -m mlops_platform.deploy.manifests --check
+	@helm=$$(hack/build-control-plane --print-helm); [ -x "$$helm" ] || hack/build-control-plane --helm-only; \
+	  echo "helm lint --strict charts/mlops-platform"; "$$helm" lint --strict charts/mlops-platform; \
+	  for set in webhook.certManager.enabled=false webhook.certManager.enabled=true; do \
+	    echo "helm template charts/mlops-platform --include-crds --set $$set"; \
+	    "$$helm" template mlops-platform charts/mlops-platform --include-crds --set "$$set" > /dev/null; done
 
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
