@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tests.unit.test_devcluster import _config, _patches
 
-from mlops_platform.devcluster import binaries, nodes
+from mlops_platform.devcluster import binaries, clusterconfig, nodes
 from mlops_platform.devcluster.realnode import addons, addressing, configs, fabric, images, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
@@ -327,3 +327,21 @@ def test_the_local_operator_image_agrees_with_the_dockerfile() -> None:
     for var in ("PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "HOME=/tmp"):
         assert var in final and f"--config.env={var}" in conf, var
     assert "pip uninstall --yes pip" in docker  # and the local image never has pip (tests/integration)
+
+
+def test_an_image_name_may_carry_a_tag_to_import_it_under_and_a_bad_tag_is_named() -> None:
+    assert images.parse_ref("mlops-platform") == ("mlops-platform", "")
+    assert images.parse_ref("mlops-platform:0.1.0-upgrade") == ("mlops-platform", "0.1.0-upgrade")
+    assert images.OPERATOR.ref_with("0.2.0") == "mlops.local/mlops-platform:0.2.0"
+    with pytest.raises(ValueError, match="'-x' is not an image tag"):
+        images.parse_ref("mlops-platform:-x")
+    with pytest.raises(ValueError, match="no local image nope"):
+        images.by_name([images.parse_ref("nope:1")[0]])
+
+
+def test_the_audit_log_keeps_every_request_of_the_in_cluster_operator_service_accounts() -> None:
+    group = f"system:serviceaccounts:{clusterconfig.IN_CLUSTER_NAMESPACE}"
+    rules = clusterconfig.AUDIT_POLICY["rules"]
+    (rule,) = [r for r in rules if group in r.get("userGroups", [])]
+    assert rule["level"] == "Metadata" and "verbs" not in rule and "resources" not in rule
+    assert rules.index(rule) < rules.index({"level": "None"})

@@ -121,7 +121,8 @@ def load(
 @click.argument("images", nargs=-1, required=True)
 def import_image(name: str, images: tuple[str, ...]) -> None:
     """Build (or take from the cache) local images and import them into every real node, e.g.
-    `dev import-image mlserver`. Prints each image's reference (use it with imagePullPolicy
+    `dev import-image mlserver`; `NAME:TAG` imports it under that tag too (`mlops-platform:0.1.1`: a
+    new tag to upgrade to). Prints each image's reference (use it with imagePullPolicy
     IfNotPresent)."""
     from mlops_platform.devcluster import cluster
 

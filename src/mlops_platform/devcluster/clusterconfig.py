@@ -40,7 +40,10 @@ RUNTIME_CONFIG = "storagemigration.k8s.io/v1beta1=true"
 # (tests/reliability/test_leader_failover.py: two leaders never write at once). The status writes of
 # the built-in controllers (deployments/status, ...), pods, nodes, Events and the node and
 # control-plane Leases are not logged. Rotated at 100 MB (lumberjack's default size), one old file kept.
+# Every request (reads too) of the ServiceAccounts of :data:`IN_CLUSTER_NAMESPACE`, where the e2e
+# installs the operator in the cluster (tests/e2e/test_install_in_cluster.py: no 403 for it).
 _WRITES = ["create", "update", "patch", "delete", "deletecollection"]
+IN_CLUSTER_NAMESPACE = "mlops-incluster"
 AUDIT_POLICY: dict[str, Any] = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -51,6 +54,7 @@ AUDIT_POLICY: dict[str, Any] = {
             "namespaces": ["kube-node-lease", "kube-system"],
             "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
         },
+        {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{IN_CLUSTER_NAMESPACE}"]},
         {
             "level": "Metadata",
             "verbs": _WRITES,

@@ -104,6 +104,11 @@ class Fabric:
         for node in nodes:
             node.import_images(bins, archives)
 
+    def tag_image(self, bins: NodeBinaries, ref: str, new_ref: str) -> None:
+        """``new_ref`` for the image ``ref`` (imported) on every node."""
+        for node in self.nodes():
+            node.ctr(bins, "images", "tag", "--force", ref, new_ref)
+
     def down(self) -> None:
         """Every node down, then the bridge and the fabric; idempotent."""
         for node in self.nodes():

@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,10 @@ class Recipe:
 
     @property
     def ref(self) -> str:
-        return f"{REGISTRY}/{self.name}:{self.tag}"
+        return self.ref_with(self.tag)
+
+    def ref_with(self, tag: str) -> str:
+        return f"{REGISTRY}/{self.name}:{tag}"
 
     def key(self) -> str:
         fields = dataclasses.asdict(self) | {"base": self.base.key() if self.base else None}
@@ -215,6 +219,19 @@ def by_name(names: list[str]) -> list[Recipe]:
     if unknown:
         raise ValueError(f"no local image {', '.join(unknown)}: the images are {', '.join(known)}")
     return [known[n] for n in names]
+
+
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def parse_ref(name: str) -> tuple[str, str]:
+    """``NAME[:TAG]`` -> (NAME, TAG or ""); a tag that is no OCI tag is an error naming it."""
+    base, _, tag = name.partition(":")
+    if ":" in name and not _TAG.fullmatch(tag):
+        raise ValueError(
+            f"{name!r}: the tag {tag!r} is not an image tag ([A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})"
+        )
+    return base, tag
 
 
 def _log(msg: str) -> None:

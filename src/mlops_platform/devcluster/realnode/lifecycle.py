@@ -83,11 +83,19 @@ def start(
 
 def import_images(workdir: Path, name: str, cluster_dir: Path, image_names: list[str]) -> list[str]:
     """Build (or take from the cache) the named local images (:data:`images.ALL`) and import them into
-    every real node of the cluster; return their references."""
-    recipes = images.by_name(image_names)
+    every real node of the cluster; return their references. ``NAME:TAG`` imports ``NAME``'s image
+    under that tag too (a second reference to the same image: what an upgrade to a new tag rolls to)."""
+    parsed = [images.parse_ref(n) for n in image_names]
+    recipes = images.by_name([recipe for recipe, _ in parsed])
     fab = fabric.Fabric(name, cluster_dir, held_block(workdir, name))
-    fab.import_images(realnode.NodeBinaries.find(), recipes)
-    return [r.ref for r in recipes]
+    bins = realnode.NodeBinaries.find()
+    fab.import_images(bins, list(dict.fromkeys(recipes)))
+    refs = []
+    for recipe, (_, tag) in zip(recipes, parsed, strict=True):
+        if tag and tag != recipe.tag:
+            fab.tag_image(bins, recipe.ref, recipe.ref_with(tag))
+        refs.append(recipe.ref_with(tag or recipe.tag))
+    return refs
 
 
 def stop(workdir: Path, name: str, cluster_dir: Path) -> None:
