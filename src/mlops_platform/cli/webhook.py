@@ -13,6 +13,10 @@ import click
 
 from mlops_platform.cli import options
 
+#: ``--webhook-secret``'s default: ``mlops_platform.webhooks.serve.SECRET`` (not imported: the CLI
+#: starts fast; a unit test keeps them equal)
+SECRET_DEFAULT = "mlops-system/mlops-platform-webhook-tls"
+
 #: the conversion webhook's flags (``run`` and ``webhook``)
 webhook_options = options.stack(
     options.address_option(
@@ -23,7 +27,7 @@ webhook_options = options.stack(
     ),
     click.option(
         "--webhook-secret",
-        default="mlops-system/mlops-platform-webhook-tls",
+        default=SECRET_DEFAULT,
         help="NAMESPACE/NAME of the Secret holding the self-managed CA and serving certificate",
     ),
     click.option(
@@ -31,6 +35,15 @@ webhook_options = options.stack(
         "webhook_dns_names",
         multiple=True,
         help="a DNS name of the serving certificate (repeatable; default: the webhook Service's)",
+    ),
+    click.option(
+        "--webhook-ip-address",
+        "webhook_ip_addresses",
+        multiple=True,
+        callback=lambda ctx, param, value: _parse_ips(param, value),
+        metavar="IP",
+        help="an IP address of the serving certificate besides 127.0.0.1 (repeatable): the API "
+        "server calls the webhook at https://IP:PORT/convert",
     ),
     click.option(
         "--webhook-cert-dir",
@@ -73,6 +86,16 @@ class WebhookFlags:
     webhook_cert_dir: str | None
     webhook_reuse_port: bool
     webhook_cert_validity: float | None
+    webhook_ip_addresses: tuple[str, ...] = ()
+
+
+def _parse_ips(param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    import ipaddress
+
+    try:
+        return tuple(str(ipaddress.ip_address(v)) for v in values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param=param) from None
 
 
 def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
@@ -102,6 +125,9 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
     )
     if flags.webhook_dns_names:
         serving = dataclasses.replace(serving, dns_names=flags.webhook_dns_names)
+    if flags.webhook_ip_addresses:
+        ips = tuple(dict.fromkeys((*serving.ip_addresses, *flags.webhook_ip_addresses)))
+        serving = dataclasses.replace(serving, ip_addresses=ips)
     if validity:
         serving = dataclasses.replace(serving, policy=serve.policy_for_tests(validity), period=validity / 40)
     return serve.ConversionWebhook(client, serving, registry=registry)
