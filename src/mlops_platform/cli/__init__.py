@@ -1,7 +1,8 @@
 """The ``mlops-platform`` command line, and the ``kubectl mlops`` plugin.
 
 One module per command group: ``operator`` (``run``), ``webhook``, ``manifests``, ``why_command``,
-``infer_command``, ``storage_migration`` (``migrate-storage``), ``dev`` (``dev ...`` and ``demo``);
+``infer_command``, ``storage_migration`` (``migrate-storage``), ``install_crd`` (``install-crd``),
+``dev`` (``dev ...`` and ``demo``);
 ``options`` and ``settings`` hold the flags several of them share. Each command imports what it runs
 only when it runs: the CLI starts fast.
 """
@@ -14,6 +15,7 @@ from mlops_platform import __version__
 from mlops_platform.cli import (
     dev,
     infer_command,
+    install_crd,
     manifests,
     operator,
     storage_migration,
@@ -39,6 +41,7 @@ main.add_command(infer_command.infer_command)
 main.add_command(dev.dev)
 main.add_command(dev.demo)
 main.add_command(storage_migration.migrate_storage)
+main.add_command(install_crd.install_crd)
 
 
 @click.group(name="kubectl mlops", context_settings=HELP_SHOWS_DEFAULTS)
