@@ -29,6 +29,7 @@ from mlops_platform import api, infer
 from mlops_platform.api import crd
 from mlops_platform.controllers.inferenceservice import runtime_overrides, servers
 from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.deploy import crdinstall
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.devcluster.modelstore import install as modelstore
 from mlops_platform.devcluster.realnode import images
@@ -157,12 +158,9 @@ def _state(obj: dict[str, Any], expect: str) -> str:
 async def _run(name: str, timeout: float) -> None:
     async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
         _log("installing the InferenceService CRD (v1alpha1, v1beta1, v1; converted by the operator)")
-        await crd.install(c, webhook_url=WEBHOOK_URL)
-        for ns in (NAMESPACE, "mlops-system"):  # the samples; the webhook's certificate Secret
-            with contextlib.suppress(rclient.ApiError):
-                await c.create(
-                    resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                )
+        # as `mlops-platform install-crd --webhook-url WEBHOOK_URL` does: the CRD, and the namespace
+        # of the webhook's certificate Secret; and the samples' namespace
+        await crdinstall.install(c, webhook_url=WEBHOOK_URL, namespaces=(NAMESPACE,))
         _log("starting the operator")
         pid = start_operator(name)
         _log(f"operator PID {pid}, log {operator_log(name)}")
