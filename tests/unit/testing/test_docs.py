@@ -119,3 +119,9 @@ def test_shell_lines_strips_prompts_in_any_block() -> None:
     assert docs.shell_lines(["$ echo a", "  ", "echo b", "$", "# c"]) == ["echo a", "echo b"]
     # a console block without prompts is all commands
     assert docs.shell_lines(["echo a", "echo b"], console=True) == ["echo a", "echo b"]
+
+
+def test_the_readme_section_this_project_tests_is_found() -> None:
+    readme = Path(__file__).parents[3] / "README.md"
+    lines = docs.commands(readme, "Using an existing cluster instead")
+    assert any("mlops-platform run" in line for line in lines)
