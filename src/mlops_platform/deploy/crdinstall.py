@@ -3,6 +3,7 @@ the one code path of ``mlops-platform install-crd`` and ``make demo``.
 
 - :func:`parse_webhook_url`: the URL the API server is to call the conversion webhook at, checked
   as the API server and the operator's certificate need it (https, a host, ``/convert``).
+- :func:`repoint`: a CRD whose webhook is the other kind (Service or URL) pointed at the wanted one.
 - :func:`install`: the namespace of the webhook's certificate Secret created when missing (``run``
   keeps its CA there), the CRD pointed at the URL (or the in-cluster Service) and server-side
   applied (:func:`mlops_platform.api.crd.install`: Established, discovery refreshed).
@@ -149,16 +150,19 @@ async def _live(client: rclient.Client) -> JSON | None:
         raise
 
 
-async def _repoint(client: rclient.Client, live: JSON | None, webhook_url: str | None) -> None:
-    """A live webhook of the other kind (Service or URL) replaced by the wanted one, in one merge patch
-    (the caBundle beside them untouched)."""
+async def repoint(client: rclient.Client, webhook_url: str | None, live: JSON | None = None) -> bool:
+    """A live webhook of the other kind (the Service when ``webhook_url`` is wanted, a URL when the
+    Service is: None) replaced by the wanted one in one merge patch, the caBundle beside them
+    untouched; True if it patched. ``live``: the CRD as just read (else read here; none: nothing)."""
+    live = live if live is not None else await _live(client)
     config = client_config(live) if live is not None else {}
     wanted = crd.conversion(url=webhook_url)["webhook"]["clientConfig"]
     other = "service" if webhook_url is not None else "url"
     if other not in config:
-        return
+        return False
     patch = {"spec": {"conversion": {"webhook": {"clientConfig": {**wanted, other: None}}}}}
     await client.patch(resources.CRD, CRD_NAME, patch, field_manager=v1alpha1.FIELD_MANAGER)
+    return True
 
 
 async def install(
@@ -178,7 +182,8 @@ async def install(
         [ns for ns in dict.fromkeys((secret_namespace, *namespaces)) if await ensure_namespace(client, ns)]
     )
     before = await _live(client)
-    await _repoint(client, before, webhook_url)
+    if before is not None:
+        await repoint(client, webhook_url, before)
     live = await crd.install(client, webhook_url=webhook_url, timeout=timeout)
     return Installed(
         crd=live,
