@@ -57,6 +57,15 @@ webhook_options = options.stack(
         "replicas on one machine behind one address, the kernel spreading connections",
     ),
     click.option(
+        "--webhook-shutdown-delay",
+        type=click.FloatRange(0),
+        default=0.0,
+        show_default=True,
+        help="seconds the webhook keeps accepting new connections after SIGTERM before it drains: "
+        "behind a Service, until every kube-proxy has dropped the terminating pod (the install "
+        "sets 5)",
+    ),
+    click.option(
         "--webhook-cert-validity",
         type=click.FloatRange(60),
         hidden=True,
@@ -87,6 +96,7 @@ class WebhookFlags:
     webhook_reuse_port: bool
     webhook_cert_validity: float | None
     webhook_ip_addresses: tuple[str, ...] = ()
+    webhook_shutdown_delay: float = 0.0
 
 
 def _parse_ips(param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -122,6 +132,7 @@ def build(client: Any, flags: WebhookFlags, registry: Any) -> Any:
         secret=(namespace, name),
         cert_dir=Path(flags.webhook_cert_dir) if flags.webhook_cert_dir else None,
         reuse_port=flags.webhook_reuse_port,
+        shutdown_delay=flags.webhook_shutdown_delay,
     )
     if flags.webhook_dns_names:
         serving = dataclasses.replace(serving, dns_names=flags.webhook_dns_names)

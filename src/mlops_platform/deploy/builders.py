@@ -43,6 +43,8 @@ def manager_args(
         "--no-readiness-requires-leadership",
         # every replica converts: the API server reaches them through the webhook Service
         f"--webhook-bind-address=0.0.0.0:{defaults.WEBHOOK_PORT}",
+        # a terminating replica takes new connections until the kube-proxies have let it go
+        f"--webhook-shutdown-delay={defaults.WEBHOOK_SHUTDOWN_DELAY}",
         f"--webhook-secret={namespace}/{defaults.WEBHOOK_SECRET}",
         *(f"--webhook-dns-name={n}" for n in serve.service_dns_names(namespace, defaults.WEBHOOK_SERVICE)),
         # the model servers' storage initializer runs this very image (python -m mlops_platform.storage)

@@ -238,6 +238,38 @@ def _cert_manager_overlay() -> dict[str, str]:
     return files
 
 
+def _local_overlay() -> dict[str, str]:
+    """``config/local``: ``config/default`` for the project's local cluster (docs/install.md, "On
+    the local cluster"): the operator image built on the machine (``mlops-platform dev import-image
+    mlops-platform``) as the manager's and the storage initializer's, the pods on the real node (its
+    taint tolerated, its label selected). RFC 6902 patches, built from the Deployment itself."""
+    from mlops_platform.devcluster.realnode import configs, images  # the dev cluster's facts
+
+    (deployment,) = [o for o in install.install_objects() if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    (index,) = [i for i, a in enumerate(args) if a.startswith("--storage-initializer-image=")]
+    ops = [
+        {"op": "replace", "path": f"/spec/template/spec/containers/0/args/{index}",
+         "value": f"--storage-initializer-image={images.OPERATOR.ref}"},
+        {"op": "replace", "path": "/spec/template/spec/nodeSelector",
+         "value": {**pod["nodeSelector"], **configs.PLACEMENT["nodeSelector"]}},
+        {"op": "add", "path": "/spec/template/spec/tolerations", "value": configs.PLACEMENT["tolerations"]},
+    ]  # fmt: skip
+    name, _, tag = images.OPERATOR.ref.rpartition(":")
+    target = {"group": "apps", "version": "v1", "kind": "Deployment", "name": defaults.NAME}
+    return {
+        "deployment_patch.yaml": defaults.HEADER + generated.dump([ops]),
+        "kustomization.yaml": _kustomization(
+            ["../default"],
+            "# config/default on the project's local cluster: the operator image built on this machine,\n"
+            "# the pods on the real node: `kubectl apply --server-side -k config/local` (docs/install.md).\n",
+            images=[{"name": defaults.DEFAULT_IMAGE.rpartition(":")[0], "newName": name, "newTag": tag}],
+            patches=[{"path": "deployment_patch.yaml", "target": target}],
+        ),
+    }
+
+
 def generated_files() -> dict[Path, str]:
     """Every committed generated file (path relative to the checkout) and its content."""
     rbac_dir, manager_dir, webhook_dir = defaults.RBAC_DIR, defaults.MANAGER_DIR, defaults.WEBHOOK_DIR
@@ -266,5 +298,6 @@ def generated_files() -> dict[Path, str]:
         "# another one with `mlops-platform manifests --namespace NAME` instead.\n",
     )
     out.update({defaults.CERT_MANAGER_DIR / n: text for n, text in _cert_manager_overlay().items()})
+    out.update({defaults.LOCAL_DIR / n: text for n, text in _local_overlay().items()})
     out.update({defaults.CHART_DIR / n: text for n, text in _chart().items()})
     return out

@@ -29,8 +29,14 @@ HEALTH_PORT = 8081
 #: ``--no-readiness-requires-leadership``: were readiness tied to leadership, a standby would never be
 #: Ready, a rolling update would wait forever for it and the PDB would block evicting the leader.
 READINESS_PATH = "/readyz"
-#: more than the manager's graceful shutdown (drain reconciles, release the Lease)
-TERMINATION_GRACE_SECONDS = int(manager.Options.graceful_shutdown_timeout) + 15
+#: seconds a stopping replica's webhook still accepts new connections (``--webhook-shutdown-delay``):
+#: the API server calls the webhook Service's ClusterIP, and every kube-proxy sends new connections
+#: to the terminating pod until it has synced the endpoint's removal (seen in the install e2e: a
+#: helm upgrade refused 3 of 384 conversions with the listener closed at once)
+WEBHOOK_SHUTDOWN_DELAY = 5
+#: more than the manager's graceful shutdown (drain reconciles, release the Lease), then the
+#: webhook's shutdown delay and drain (``webhooks.serve.DRAIN_SECONDS``)
+TERMINATION_GRACE_SECONDS = int(manager.Options.graceful_shutdown_timeout) + 15 + WEBHOOK_SHUTDOWN_DELAY
 WATCH_NAMESPACE_LABEL = "mlops.platform/watch-namespace"
 #: the manager's CPU and memory (the chart's ``resources``), sized from the scale benchmark with every
 #: child kind on (docs/benchmarks/scale-operator-memory.md; docs/install.md, "Sizing"): RSS 147 MiB at
@@ -57,6 +63,7 @@ MANAGER_DIR = Path("config/manager")
 WEBHOOK_DIR = Path("config/webhook")
 DEFAULT_DIR = Path("config/default")
 CERT_MANAGER_DIR = Path("config/cert-manager")
+LOCAL_DIR = Path("config/local")
 CHART_DIR = Path("charts/mlops-platform")
 #: directories whose every ``*.yaml`` is generated (stale ones are reported and removed)
 OWNED_DIRS = (
@@ -64,6 +71,7 @@ OWNED_DIRS = (
     MANAGER_DIR,
     WEBHOOK_DIR,
     CERT_MANAGER_DIR,
+    LOCAL_DIR,
     CHART_DIR / "templates",
     CHART_DIR / "crds",
 )

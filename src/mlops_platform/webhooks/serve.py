@@ -88,6 +88,10 @@ class Options:
     period: float = 60.0
     #: share the port with other processes of this host (SO_REUSEPORT): replicas on one machine
     reuse_port: bool = False
+    #: seconds new connections are still accepted once stopping, before the drain: behind a Service,
+    #: the kube-proxies of the cluster go on sending new connections to a terminating pod until they
+    #: have seen its endpoint go (a refused connection fails the API server's request)
+    shutdown_delay: float = 0.0
 
 
 async def _convert(body: bytes) -> bytes:
@@ -146,6 +150,9 @@ class ConversionWebhook:
         try:
             await self.source.run()
         finally:
+            if self.options.shutdown_delay:
+                log.info("conversion webhook stopping", extra={"accepting_for": self.options.shutdown_delay})
+                await asyncio.sleep(self.options.shutdown_delay)  # serving on meanwhile: not a sync
             # new connections go elsewhere; every request on the open ones is answered (a shutdown,
             # e.g. a rolling update, fails none)
             await self.server.stop(grace=DRAIN_SECONDS)

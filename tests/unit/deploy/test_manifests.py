@@ -580,3 +580,22 @@ def test_the_chart_renders_the_cert_manager_variant() -> None:
     # crds/ is not templated: with Helm the CRD is annotated by hand (docs/install-cert-manager.md)
     [chart_crd] = of_kind(rendered, "CustomResourceDefinition")
     assert "annotations" not in chart_crd["metadata"]
+
+
+def test_config_local_is_the_install_set_with_the_local_image_on_the_real_node() -> None:
+    from mlops_platform.devcluster import binaries
+    from mlops_platform.devcluster.realnode import configs, images
+
+    expected = manifests.install_objects(
+        image=images.OPERATOR.ref,
+        node_selector={"kubernetes.io/os": "linux", **configs.PLACEMENT["nodeSelector"]},
+        tolerations=configs.PLACEMENT["tolerations"],
+    )
+    kubectl = binaries.find(names=("kubectl",))["kubectl"]  # the real kustomize, as users run it
+    out = subprocess.run(
+        [str(kubectl), "kustomize", str(ROOT / deploy_defaults.LOCAL_DIR)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert by_key(list(yaml.safe_load_all(out))) == by_key(expected)
