@@ -91,9 +91,16 @@ def render(
     watch_namespaces: Sequence[str] | None = None,
     image: str = defaults.DEFAULT_IMAGE,
     replicas: int = defaults.DEFAULT_REPLICAS,
+    node_selector: Mapping[str, str] = builders.NODE_SELECTOR,
+    tolerations: Sequence[Mapping[str, object]] = (),
 ) -> str:
     """The install set as multi-document YAML, for ``kubectl apply --server-side -f -``."""
     objs = install_objects(
-        namespace=namespace, watch_namespaces=watch_namespaces, image=image, replicas=replicas
+        namespace=namespace,
+        watch_namespaces=watch_namespaces,
+        image=image,
+        replicas=replicas,
+        node_selector=node_selector,
+        tolerations=tolerations,
     )
     return defaults.HEADER + generated.dump(objs)
