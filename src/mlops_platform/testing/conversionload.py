@@ -20,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,6 +51,8 @@ class ConversionLoad:
     retried: list[str] = dataclasses.field(default_factory=list)
     answers: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
     cycles: int = 0
+    #: updates that met a newer resourceVersion (a status write) and were read and sent again
+    conflicts: int = 0
     stopping: bool = False
 
     def __post_init__(self) -> None:
@@ -58,12 +61,16 @@ class ConversionLoad:
     def observe(self, record: RequestRecord) -> None:
         self.answers[record.code] += 1
 
-    async def call(self, what: str, request: Callable[[], Awaitable[Any]]) -> Any:
+    async def call(
+        self, what: str, request: Callable[[], Awaitable[Any]], *, conflict_ok: bool = False
+    ) -> Any:
         self.requests += 1
         for attempt in range(self.retries + 1):
             try:
                 return await request()
             except rclient.ApiError as e:
+                if conflict_ok and e.status == 409 and attempt == 0:
+                    raise  # the caller reads and writes again (not a failure)
                 if attempt > 0 and (e.status, what.split()[0]) in _DONE_BY_THE_FAILED_ATTEMPT:
                     # the failed attempt had been stored (only its answer's conversion failed): done;
                     # the cycle's next read checks an update is there
@@ -87,14 +94,28 @@ class ConversionLoad:
         for m in range(n, n + self.cycles_after):
             await self.cycle(f"w{k}-{m}")
 
+    async def update(self, name: str) -> None:
+        """Read in v1beta1, set maxReplicas 3, replace; a 409 (an operator wrote the object's status
+        between the read and the replace) is read and replaced again, as client-go's RetryOnConflict
+        does, and counted in :attr:`conflicts`."""
+        c, ns = self.client, self.namespace
+        while True:
+            beta = await self.call("get v1beta1", lambda: c.get(BETA, name, ns))
+            beta["spec"]["predictor"]["autoscaling"]["maxReplicas"] = 3
+            try:
+                await self.call("update v1beta1", functools.partial(c.replace, BETA, beta), conflict_ok=True)
+                return
+            except rclient.ApiError as e:
+                if e.status != 409:
+                    raise
+                self.conflicts += 1
+
     async def cycle(self, name: str) -> None:
         c, ns = self.client, self.namespace
         body = isvc.manifest(name, modelUri=f"gs://models/{name}/1", framework="triton", maxReplicas=2)
         with contextlib.suppress(Exception):  # already counted and kept: go on with the next one
             await self.call("create v1alpha1", lambda: c.create(ALPHA, body, ns))
-            beta = await self.call("get v1beta1", lambda: c.get(BETA, name, ns))
-            beta["spec"]["predictor"]["autoscaling"]["maxReplicas"] = 3
-            await self.call("update v1beta1", lambda: c.replace(BETA, beta))
+            await self.update(name)
             alpha = await self.call("get v1alpha1", lambda: c.get(ALPHA, name, ns))
             if alpha["spec"]["maxReplicas"] != 3:
                 self.failures.append(f"{name}: v1alpha1 reads maxReplicas {alpha['spec']['maxReplicas']}")

@@ -42,13 +42,13 @@ if TYPE_CHECKING:
 TEST_NAMESPACE_LABEL = "mlops.platform/test"
 
 
-def _use_existing() -> bool:
+def use_existing() -> bool:
     return os.environ.get("USE_EXISTING_CLUSTER", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture(scope="session")
 def kube_cluster() -> Iterator[Path]:
-    if _use_existing():
+    if use_existing():
         existing = os.environ.get("KUBECONFIG")
         if not existing:
             pytest.fail("USE_EXISTING_CLUSTER=true needs KUBECONFIG to point at the cluster")
@@ -70,7 +70,7 @@ def local_cluster_name(kube_cluster: Path) -> str:
 
     Such tests cannot run against an existing cluster (``USE_EXISTING_CLUSTER=true``): skipped there.
     """
-    if _use_existing():
+    if use_existing():
         pytest.skip("failure injection needs the local control plane, not an existing cluster")
     return os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_platform.api import CRD_NAME, crd
+from mlops_platform.deploy import crdinstall
 from mlops_platform.runtime import wait
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -217,6 +218,9 @@ async def paused(client: rclient.Client, *, timeout: float = 60.0) -> AsyncItera
     try:
         yield
     finally:
+        # whoever re-pointed it (kubectl, Helm: another field manager's `service`, which an apply
+        # of the URL would leave beside it, invalid), the session's URL takes the conversion back
+        await crdinstall.repoint(client, url())
         await crd.install(client, webhook_url=url())
         process.start()
         await process.wait_injected(client, timeout)
