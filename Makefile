@@ -62,12 +62,12 @@ unit: venv ## unit tests only (no cluster)
 # The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the fresh
 # test clusters start. The cluster tiers (integration, e2e, reliability) mostly wait on the control
 # plane's controllers (a fifth of a core on average), so they run in TEST_SHARDS groups side by side,
-# each on its own cluster, split by pytest-split from the measured durations in $(TEST_DURATIONS)
+# each on its own cluster (three: with the install e2e the two groups of before ran 19-20 min), split by pytest-split from the measured durations in $(TEST_DURATIONS)
 # (refresh: `make test-durations`) with its least_duration algorithm (the greedy balance: the
 # in-order chunks left one group 4.5 min longer than the other). Group 1 prints as it runs; the others' output is kept in
 # $(TEST_LOGS)/ and printed when they end.
 TEST_LOGS := .test-logs
-TEST_SHARDS ?= 2
+TEST_SHARDS ?= 3
 TEST_DURATIONS := tests/cluster-durations.json
 CLUSTER_TIERS := integration or e2e or reliability
 SHARD_IDS = $(shell seq 1 $(TEST_SHARDS))

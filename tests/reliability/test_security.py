@@ -55,7 +55,7 @@ from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.webhook import keeper
-from mlops_platform.testing import identity, isvc, operator, wait, webhook
+from mlops_platform.testing import hostports, identity, isvc, operator, wait, webhook
 from mlops_platform.testing.scenario import Scenario, one_replica
 from mlops_platform.webhooks import serve
 
@@ -257,10 +257,16 @@ async def _tls_versions(port: int, ca_pem: str) -> dict[str, str]:
 
 
 async def test_security_basics(scenario: Scenario) -> None:
-    c, ns, kube_cluster, tmp_path = scenario.client, scenario.namespace, scenario.kubeconfig, scenario.logs
     binds = _defaults()
     ports = {flag: _port(address) for flag, address in binds.items()}
     assert set(ports) == {"health_probe_bind_address", "metrics_bind_address", "webhook_bind_address"}
+    # the README's out-of-cluster run binds the same defaults in the other make test group
+    async with hostports.holding(ports.values()):
+        await _security_basics(scenario, binds, ports)
+
+
+async def _security_basics(scenario: Scenario, binds: dict[str, str], ports: dict[str, int]) -> None:
+    c, ns, kube_cluster, tmp_path = scenario.client, scenario.namespace, scenario.kubeconfig, scenario.logs
     busy = [why for port in ports.values() if (why := _holder(port))]
     assert not busy, f"the default binds cannot be checked while other processes hold them: {busy}"
     objs = deploy_rbac.objects(namespace=ns, watch_namespaces=[ns], name=f"sec-{ns}")

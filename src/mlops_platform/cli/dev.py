@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 
 import click
@@ -202,6 +203,25 @@ def kubeconfig(name: str) -> None:
             f"cluster {name!r} does not exist; run `mlops-platform dev up --name {name}`"
         )
     click.echo(cluster.kubeconfig_path(name))
+
+
+@dev.command()
+@cluster_name
+def env(name: str) -> None:
+    """Print the shell exports for the local cluster: its KUBECONFIG, and the pinned kubectl and helm
+    first on PATH (eval "$(mlops-platform dev env)")."""
+    from mlops_platform.devcluster import binaries, cluster
+
+    if not cluster.exists(name):
+        raise click.ClickException(
+            f"cluster {name!r} does not exist; run `mlops-platform dev up --name {name}`"
+        )
+    try:
+        tools = [binaries.find(build=False, names=("kubectl",))["kubectl"].parent, binaries.helm().parent]
+    except FileNotFoundError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig_path(name)))}")
+    click.echo(f"export PATH={':'.join(shlex.quote(str(t)) for t in tools)}:\"$PATH\"")
 
 
 @dev.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

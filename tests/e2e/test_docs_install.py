@@ -1,0 +1,126 @@
+"""``docs/install.md``, "On the local cluster", word for word: every command block of the section is
+taken from the Markdown (``testing.docs``) and run as written by bash from the checkout, in one shell
+session (each block starts with the environment the ones before it left), on the fresh cluster the
+section's set-up starts. After each install: two replicas Ready on the real node, one leader, the API
+server converting through the webhook Service, an InferenceService reconciled; after each
+uninstall: nothing but the CRD left. The tear-down block runs whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from mlops_platform.api import crd
+from mlops_platform.deploy import defaults
+from mlops_platform.devcluster import binaries, cluster
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import docs, incluster, isvc, plugin, wait
+
+pytestmark = pytest.mark.e2e
+
+ROOT = binaries.repo_root() or Path.cwd()
+DOC = ROOT / "docs/install.md"
+CLUSTER = "mlops-install"
+NS = defaults.DEFAULT_NAMESPACE
+SETUP, TEARDOWN = "Set up the local cluster", "Tear down"
+WAYS = (
+    "b) Helm on the local cluster",
+    "a) kustomize on the local cluster",
+    "c) mlops-platform manifests on the local cluster",
+)
+
+
+def _bash(lines: list[str], env: dict[str, str]) -> dict[str, str]:
+    """The lines run by bash (``set -euo pipefail``) from the checkout with ``env``; the environment
+    it ends with (what the next block of the same reader's shell starts from)."""
+    with tempfile.NamedTemporaryFile(prefix="docs-env-") as after:
+        script = "set -euo pipefail\n" + "\n".join(lines) + f"\nenv -0 > {after.name}\n"
+        proc = subprocess.run(
+            ["bash", "-c", script],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=540,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"docs/install.md block failed (exit {proc.returncode}):\n{script}\n"
+                f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+            )
+        return dict(item.split("=", 1) for item in Path(after.name).read_text().split("\0") if "=" in item)
+
+
+async def _run(heading: str, env: dict[str, str], index: int = 0) -> dict[str, str]:
+    return await asyncio.to_thread(_bash, docs.commands(DOC, heading, index=index), env)
+
+
+async def _installed(c: rclient.Client) -> None:
+    async def ok() -> bool:
+        return (
+            await incluster.rolled_out(c, incluster.IMAGE, 2, NS)
+            and bool(await incluster.leader(c, NS))
+            and await crd.converts(c)
+        )
+
+    try:
+        await wait.until(ok, timeout=120, what="2 operator replicas Ready on the real node, converting")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {incluster.describe(await incluster.manager_pods(c, NS))}") from e
+    async with plugin.temporary_namespace(c, "docs-install") as ns:
+        await c.create(isvc.RESOURCE, isvc.manifest("docs", modelUri="gs://m/docs/1", framework="triton"), ns)
+
+        async def reconciled() -> bool:
+            obj = await c.get(crd.RESOURCE, "docs", ns)
+            return (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+
+        await wait.until(
+            reconciled, timeout=60, what="an InferenceService reconciled by the in-cluster operator"
+        )
+
+
+async def _uninstalled(c: rclient.Client) -> None:
+    async def gone() -> bool:
+        return not await incluster.leftovers(c, NS)
+
+    try:
+        await wait.until(gone, timeout=120, what="nothing but the CRD left")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {await incluster.leftovers(c, NS)}") from e
+    await c.get(resources.CRD, crd.CRD_NAME)  # kept, with every InferenceService
+
+
+@pytest.fixture
+async def local_cluster() -> AsyncIterator[dict[str, str]]:
+    """The section's set-up run (a cluster of its own); its tear-down after, whatever happened."""
+    if plugin.use_existing():
+        pytest.skip("the section starts a local cluster of its own")
+    setup = docs.commands(DOC, SETUP)
+    assert any(f"--name {CLUSTER}" in line for line in setup), setup  # the cluster this test reads
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    try:
+        yield await _run(SETUP, env)
+    finally:
+        await _run(TEARDOWN, env)
+        assert not cluster.exists(CLUSTER)
+
+
+async def test_each_install_way_of_the_docs_works_as_written_on_the_local_cluster(
+    local_cluster: dict[str, str],
+) -> None:
+    env = local_cluster
+    async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(CLUSTER)) as c:
+        for way in WAYS:
+            env = await _run(way, env, index=0)
+            await _installed(c)
+            env = await _run(way, env, index=1)
+            await _uninstalled(c)
