@@ -221,7 +221,7 @@ def env(name: str) -> None:
     except FileNotFoundError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"export KUBECONFIG={shlex.quote(str(cluster.kubeconfig_path(name)))}")
-    click.echo(f"export PATH={':'.join(shlex.quote(str(t)) for t in tools)}:\"$PATH\"")
+    click.echo(f'export PATH={":".join(shlex.quote(str(t)) for t in tools)}:"$PATH"')
 
 
 @dev.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
