@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # The mlops-platform operator image: `docker build -t mlops-platform:0.1.0 .`
-# Stage 1 builds the wheels (ours and every dependency) and installs them into a venv; stage 2 is
-# the same slim base with that venv only: no compiler, no pip, no source tree, non-root.
+# Stage 1 builds the wheels (ours, and every dependency at the versions pinned in
+# src/mlops_platform/devcluster/realnode/requirements/operator.txt, the pins the local cluster's image
+# installs too) and installs exactly those into a venv; stage 2 is the same slim base with that venv
+# only: no compiler, no pip, no source tree, non-root.
 # The local cluster builds the same image without a Docker engine or registry
 # (mlops_platform.devcluster.realnode.images.OPERATOR: `mlops-platform dev import-image mlops-platform`);
 # tests/unit/test_realnode.py checks the two agree on user, entrypoint, ports and environment.
@@ -13,9 +15,11 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN python -m pip wheel --wheel-dir /wheels . \
+ARG PINS=src/mlops_platform/devcluster/realnode/requirements/operator.txt
+RUN python -m pip wheel --no-deps --wheel-dir /wheels/own . \
+ && python -m pip wheel --no-deps --wheel-dir /wheels -r "$PINS" \
  && python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-index --find-links /wheels mlops-platform \
+ && /opt/venv/bin/pip install --no-index --no-deps --find-links /wheels -r "$PINS" /wheels/own/*.whl \
  && /opt/venv/bin/pip uninstall --yes pip
 
 FROM python:3.11-slim-bookworm

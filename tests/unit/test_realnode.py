@@ -326,7 +326,13 @@ def test_the_local_operator_image_agrees_with_the_dockerfile() -> None:
     assert {f"--config.exposedports={p}/tcp" for p in exposed.group(1).split()} <= set(conf)
     for var in ("PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "HOME=/tmp"):
         assert var in final and f"--config.env={var}" in conf, var
-    assert "pip uninstall --yes pip" in docker  # and the local image never has pip (tests/integration)
+    assert "pip uninstall --yes pip" in docker  # and the local image never has pip (tests/e2e install)
+    # the same pinned packages, exactly (no resolver choosing newer ones in one of the two)
+    pins = re.search(r"^ARG PINS=(\S+)$", docker, re.M)
+    assert pins and (ROOT / pins.group(1)) == ROOT / "src/mlops_platform/devcluster/realnode/requirements" / (
+        images.OPERATOR.requirements
+    )
+    assert docker.count("--no-deps") == 3
 
 
 def test_an_image_name_may_carry_a_tag_to_import_it_under_and_a_bad_tag_is_named() -> None:
