@@ -24,8 +24,6 @@ from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import docs, incluster, isvc, plugin, wait
 
-pytestmark = pytest.mark.e2e
-
 ROOT = binaries.repo_root() or Path.cwd()
 DOC = ROOT / "docs/install.md"
 CLUSTER = "mlops-install"

@@ -28,8 +28,6 @@ from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import conversionload, helmchart, incluster, isvc, plugin, wait, webhook
 
-pytestmark = pytest.mark.e2e
-
 NS = incluster.NAMESPACE
 RELEASE = "mlops-platform"
 WORKERS = 3
@@ -51,6 +49,7 @@ async def installable(
     """The operator image on the real node (both tags), the session's webhook paused, the CRD naming
     the webhook Service in :data:`NS`; the environment helm runs in (its own home, this cluster)."""
     await asyncio.to_thread(incluster.import_images, local_cluster_name)
+    assert incluster.build_tools_in_image() == []  # no compiler, no pip
     home = tmp_path_factory.mktemp("helm")
     env = {
         **os.environ,

@@ -34,6 +34,11 @@ PLACEMENT: dict[str, Any] = {
     "nodeSelector": configs.PLACEMENT["nodeSelector"],
     "tolerations": configs.PLACEMENT["tolerations"],
 }
+#: the same placement as ``deploy.install.install_objects`` arguments (the default selector kept)
+PLACEMENT_ARGS: dict[str, Any] = {
+    "node_selector": {"kubernetes.io/os": "linux", **configs.PLACEMENT["nodeSelector"]},
+    "tolerations": configs.PLACEMENT["tolerations"],
+}
 CLUSTER_ROLE = rclient.Resource(
     "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
 )
@@ -47,6 +52,18 @@ def import_images(cluster_name: str) -> list[str]:
     :data:`UPGRADE_TAG`."""
     name = images.OPERATOR.name
     return cluster.import_images(cluster_name, [name, f"{name}:{UPGRADE_TAG}"])
+
+
+#: what the operator image must not hold (the Dockerfile's promise: no compiler, no pip)
+_BUILD_TOOLS = ("pip", "gcc", "gcc-12", "cpp", "cpp-12", "binutils", "make", "python3-pip", "python3-dev")
+
+
+def build_tools_in_image() -> list[str]:
+    """The build tools among the operator image's packages (``packages.txt`` of its cache entry:
+    Debian's ``dpkg-query`` and the venv's distributions, ``pip:NAME``)."""
+    listed = (images.entry(images.OPERATOR) / "packages.txt").read_text().splitlines()
+    names = {line.split("\t")[0].removeprefix("pip:").lower() for line in listed}
+    return sorted(names & set(_BUILD_TOOLS))
 
 
 def _ready(pod: dict[str, Any]) -> bool:

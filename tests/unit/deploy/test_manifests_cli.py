@@ -10,8 +10,6 @@ from click.testing import CliRunner
 
 from mlops_platform.cli import main as cli
 
-pytestmark = pytest.mark.unit
-
 
 def _pod_spec(*args: str) -> dict[str, Any]:
     result = CliRunner().invoke(cli, ["manifests", *args])

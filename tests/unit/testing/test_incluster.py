@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from mlops_platform.testing import incluster
-
-pytestmark = pytest.mark.unit
 
 
 def _entry(code: int, decision: str, message: str = "") -> dict[str, Any]:
