@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests.unit.test_cli import WEBHOOK_FLAGS
 
 from mlops_platform import cli
 from mlops_platform.api import CRD_NAME, crd
@@ -228,12 +229,12 @@ async def test_a_bad_url_fails_before_anything_is_written(client: fakes.FakeClie
 
 def test_webhook_ip_addresses_join_127_0_0_1_in_the_certificate() -> None:
     flags = dataclasses.replace(
-        _flags(), webhook_ip_addresses=("172.18.0.1", "127.0.0.1"), webhook_dns_names=("a.example",)
+        WEBHOOK_FLAGS, webhook_ip_addresses=("172.18.0.1", "127.0.0.1"), webhook_dns_names=("a.example",)
     )
     hook = webhook.build(fakes.FakeClient(), flags, None)
     assert hook.options.ip_addresses == ("127.0.0.1", "172.18.0.1")
     assert hook.options.dns_names == ("a.example",)
-    assert webhook.build(fakes.FakeClient(), _flags(), None).options.ip_addresses == ("127.0.0.1",)
+    assert webhook.build(fakes.FakeClient(), WEBHOOK_FLAGS, None).options.ip_addresses == ("127.0.0.1",)
 
 
 def test_a_bad_webhook_ip_address_is_a_usage_error_naming_the_flag() -> None:
@@ -246,14 +247,3 @@ def test_a_bad_webhook_ip_address_is_a_usage_error_naming_the_flag() -> None:
 
 def test_the_secret_default_is_the_webhooks() -> None:
     assert "/".join(serve.SECRET) == webhook.SECRET_DEFAULT
-
-
-def _flags() -> webhook.WebhookFlags:
-    return webhook.WebhookFlags(
-        webhook_bind_address="127.0.0.1:9443",
-        webhook_secret="ns/name",
-        webhook_dns_names=(),
-        webhook_cert_dir=None,
-        webhook_reuse_port=False,
-        webhook_cert_validity=None,
-    )
