@@ -62,7 +62,7 @@ unit: venv ## unit tests only (no cluster)
 # The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the fresh
 # test clusters start. The cluster tiers (integration, e2e, reliability) mostly wait on the control
 # plane's controllers (a fifth of a core on average), so they run in TEST_SHARDS groups side by side,
-# each on its own cluster (three: with the install e2e the two groups of before ran 19-20 min), split by pytest-split from the measured durations in $(TEST_DURATIONS)
+# each on its own cluster (three: with the install e2e two groups would run 20 min), split by pytest-split from the measured durations in $(TEST_DURATIONS)
 # (refresh: `make test-durations`) with its least_duration algorithm (the greedy balance: the
 # in-order chunks left one group 4.5 min longer than the other). Group 1 prints as it runs; the others' output is kept in
 # $(TEST_LOGS)/ and printed when they end.
@@ -70,6 +70,9 @@ TEST_LOGS := .test-logs
 TEST_SHARDS ?= 3
 TEST_DURATIONS := tests/cluster-durations.json
 CLUSTER_TIERS := integration or e2e or reliability
+# a test that starts a cluster of its own (docs/install.md's, word for word): run beside bench-smoke,
+# after it, not in a group (it needs no group's cluster, and the groups are the critical path)
+OWN_CLUSTER_TESTS := tests/e2e/test_docs_install.py
 SHARD_IDS = $(shell seq 1 $(TEST_SHARDS))
 test: venv binaries ## everything CI runs: lint and unit tests while fresh local clusters start, then integration + e2e + reliability split over them and bench-smoke, side by side
 	@mkdir -p $(TEST_LOGS)
@@ -86,16 +89,18 @@ test: venv binaries ## everything CI runs: lint and unit tests while fresh local
 	    echo "make test: lint rc=$$lint, unit tests rc=$$urc, cluster start rc=$$crc"; \
 	    for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i; done; exit 1; fi
 	@shard() { MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-$$1 $(BIN)/pytest -v --durations=15 -m '$(CLUSTER_TIERS)' \
+	    --ignore=$(OWN_CLUSTER_TESTS) \
 	    --splits $(TEST_SHARDS) --group $$1 --splitting-algorithm least_duration --durations-path $(TEST_DURATIONS); }; \
+	  lane() { r=0; $(MAKE) --no-print-directory bench-smoke || r=1; $(BIN)/pytest -v -m e2e $(OWN_CLUSTER_TESTS) || r=1; return $$r; }; \
 	  pids=(); for i in $(SHARD_IDS); do [ $$i -eq 1 ] || { shard $$i > $(TEST_LOGS)/cluster-tier-$$i.log 2>&1 & pids+=($$!); }; done; \
-	  $(MAKE) --no-print-directory bench-smoke > $(TEST_LOGS)/bench-smoke.log 2>&1 & bench=$$!; \
+	  lane > $(TEST_LOGS)/bench-smoke.log 2>&1 & bench=$$!; \
 	  rcs=(); r=0; shard 1 || r=$$?; rcs+=($$r); \
 	  for i in $(SHARD_IDS); do [ $$i -eq 1 ] && continue; r=0; wait $${pids[$$((i - 2))]} || r=$$?; rcs+=($$r); \
 	    echo "==== cluster tiers, group $$i of $(TEST_SHARDS) ($(TEST_LOGS)/cluster-tier-$$i.log) ===="; cat $(TEST_LOGS)/cluster-tier-$$i.log; done; \
 	  for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i || rcs+=(1); done; \
-	  brc=0; wait $$bench || brc=$$?; echo "==== bench-smoke ($(TEST_LOGS)/bench-smoke.log) ===="; cat $(TEST_LOGS)/bench-smoke.log; \
+	  brc=0; wait $$bench || brc=$$?; echo "==== bench-smoke, then $(OWN_CLUSTER_TESTS) ($(TEST_LOGS)/bench-smoke.log) ===="; cat $(TEST_LOGS)/bench-smoke.log; \
 	  rc=0; for r in "$${rcs[@]}"; do if [ $$r -eq 5 ]; then echo "a group collected no tests: failing"; fi; [ $$r -eq 0 ] || rc=1; done; \
-	  echo "make test: cluster tier groups rc=$${rcs[*]}, bench-smoke rc=$$brc"; [ $$brc -eq 0 ] || rc=1; exit $$rc
+	  echo "make test: cluster tier groups rc=$${rcs[*]}, bench-smoke and $(OWN_CLUSTER_TESTS) rc=$$brc"; [ $$brc -eq 0 ] || rc=1; exit $$rc
 
 test-durations: venv binaries ## measure the cluster tiers' test durations on one fresh cluster, for make test's split
 	@$(CLI) dev down --name $(TEST_CLUSTER)-durations

@@ -7,6 +7,13 @@ because without them the operator never gets to reconcile one; for those the nam
 the operator-level signal instead (documented in docs/rbac.md):
 - ``inferenceservices`` list/watch: the manager fails to start with an error naming the resource;
 - ``leases`` (leader election): the replica never leads and never reports ready.
+
+The same cases run again IN the cluster (:func:`pod_cases`): each operator a pod of the image built
+here on the real node, as the install runs it (its Deployment from ``deploy.install``, one
+replica, the ServiceAccount's token mounted), with its webhook off (it would inject its CA bundle
+into the session's CRD); there the two operator-level signals are the pod's: its container ends
+naming ``inferenceservices`` (its termination message), and without the Lease rule no Lease is
+ever written and the InferenceService never gets a status.
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ from typing import Any
 import pytest
 
 from mlops_platform.controllers.inferenceservice import controller
+from mlops_platform.deploy import install
 from mlops_platform.deploy import rbac as deploy_rbac
 from mlops_platform.runtime.caching import cache as rcache
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, isvc, operator, probes, wait, webhook
+from mlops_platform.testing import identity, incluster, isvc, operator, probes, wait, webhook
 
 ISVC = isvc.RESOURCE  # v1alpha1 objects: every request goes through the conversion webhook
 
@@ -89,6 +97,50 @@ class Case:
     objs: list[dict[str, Any]]
 
 
+@dataclasses.dataclass
+class PodCase:
+    rule: str
+    namespace: str
+    objs: list[dict[str, Any]]
+
+
+#: the in-cluster cases' operator: small requests (17 of them share the real node), webhook off
+POD_RESOURCES = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"cpu": "1000m", "memory": "768Mi"}}
+
+
+def _operator_pod(ns: str) -> dict[str, Any]:
+    """The install's Deployment for ``ns`` alone (one replica, the local image on the real node),
+    its conversion webhook off."""
+    (deployment,) = [
+        o
+        for o in install.install_objects(
+            namespace=ns, watch_namespaces=[ns], image=incluster.IMAGE, replicas=1,
+            resources=POD_RESOURCES, **incluster.PLACEMENT_ARGS,
+        )
+        if o["kind"] == "Deployment"
+    ]  # fmt: skip
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = [a for a in container["args"] if not a.startswith("--webhook-")]
+    container["args"] = [*args, "--webhook-bind-address=off"]
+    return deployment
+
+
+async def _start_pod_case(admin: rclient.Client, rule_name: str) -> PodCase:
+    ns = f"rbacpod-{rule_name.split('.')[0].replace('/', '-')[:20]}-{uuid.uuid4().hex[:5]}"
+    await admin.create(
+        resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+    )
+    rules = [r for r in deploy_rbac.declared_rules() if r.name != rule_name]
+    objs = deploy_rbac.objects(namespace=ns, watch_namespaces=[ns], rules=rules, name=f"op-{ns}")
+    await identity.apply_objects(admin, [*objs, _operator_pod(ns)])
+    every_child = {"networkPolicy": {"enabled": True}}
+    m = isvc.manifest(
+        "m", modelUri="s3://m/1", framework="seldon", minReplicas=1, maxReplicas=2, extensions=every_child
+    )
+    await admin.create(ISVC, m, ns)
+    return PodCase(rule_name, ns, objs)
+
+
 async def _start_case(admin: rclient.Client, kubeconfig: Path, rule_name: str) -> Case:
     ns = f"rbac-{rule_name.split('.')[0].replace('/', '-')[:20]}-{uuid.uuid4().hex[:5]}"
     await admin.create(
@@ -126,6 +178,19 @@ async def cases(kube_cluster: Path, admin_client: rclient.Client) -> AsyncIterat
         await admin_client.delete(resources.NAMESPACE, c.namespace)
 
 
+@pytest.fixture(scope="module")
+async def pod_cases(
+    local_cluster_name: str, admin_client: rclient.Client
+) -> AsyncIterator[dict[str, PodCase]]:
+    await webhook.install_crd(admin_client)
+    await asyncio.to_thread(incluster.import_images, local_cluster_name)
+    started = await asyncio.gather(*(_start_pod_case(admin_client, name) for name in EXPECT))
+    yield {c.rule: c for c in started}
+    for c in started:
+        await admin_client.delete(resources.NAMESPACE, c.namespace)
+        await identity.delete_objects(admin_client, [o for o in c.objs if "namespace" not in o["metadata"]])
+
+
 def test_every_generated_rule_has_a_case() -> None:
     names = {r.name for r in deploy_rbac.declared_rules()}  # a name may have several rules (resourceNames)
     assert sorted(EXPECT) == sorted(names - WEBHOOK_ONLY)
@@ -141,28 +206,86 @@ async def _event_notes(admin: rclient.Client, ns: str, reason: str) -> list[str]
     return [e.get("note", "") for e in items if e["reason"] == reason and e["regarding"]["name"] == "m"]
 
 
-@pytest.mark.parametrize("rule", [r for r, (m, e) in EXPECT.items() if m or e])
-async def test_removing_a_rule_shows_on_the_inferenceservice(
-    rule: str, cases: dict[str, Case], admin_client: rclient.Client
-) -> None:
-    case = cases[rule]
+async def _shows(admin: rclient.Client, namespace: str, rule: str, timeout: float) -> None:
+    """Without ``rule`` the InferenceService in ``namespace`` says so (:data:`EXPECT`)."""
     message, reason = EXPECT[rule]
     if message:
 
         async def condition() -> dict[str, Any] | None:
-            cond = await _reconciled(admin_client, case.namespace)
+            cond = await _reconciled(admin, namespace)
             return cond if cond.get("status") == "False" and message in cond.get("message", "") else None
 
-        cond = await wait.until(condition, timeout=60, what=f"Reconciled=False naming {message!r}")
+        cond = await wait.until(condition, timeout=timeout, what=f"Reconciled=False naming {message!r}")
         assert cond["reason"] in ("Forbidden", "ReconcileFailed"), cond
     if reason:
         resource = rule.split(".")[0]
         notes = await wait.until(
-            lambda: _event_notes(admin_client, case.namespace, reason),
-            timeout=60,
+            lambda: _event_notes(admin, namespace, reason),
+            timeout=timeout,
             what=f"Warning Event {reason}",
         )
         assert any(resource in n or "forbidden" in n.lower() for n in notes), notes
+
+
+SHOWN = [r for r, (m, e) in EXPECT.items() if m or e]
+
+
+@pytest.mark.parametrize("rule", SHOWN)
+async def test_removing_a_rule_shows_on_the_inferenceservice(
+    rule: str, cases: dict[str, Case], admin_client: rclient.Client
+) -> None:
+    await _shows(admin_client, cases[rule].namespace, rule, timeout=60)
+
+
+@pytest.mark.parametrize("rule", SHOWN)
+async def test_in_the_cluster_removing_a_rule_shows_on_the_inferenceservice(
+    rule: str, pod_cases: dict[str, PodCase], admin_client: rclient.Client
+) -> None:
+    # 17 operator pods start at once on the real node (about 40 s of CPU on 2 cores)
+    await _shows(admin_client, pod_cases[rule].namespace, rule, timeout=180)
+
+
+async def _termination_messages(admin: rclient.Client, namespace: str) -> list[str]:
+    pods = await incluster.manager_pods(admin, namespace)
+    out = []
+    for p in pods:
+        for status in (p.get("status") or {}).get("containerStatuses") or []:
+            for state in (status.get("lastState") or {}, status.get("state") or {}):
+                if "terminated" in state:
+                    out.append(str(state["terminated"].get("message", "")))
+    return out
+
+
+async def test_in_the_cluster_without_list_on_inferenceservices_the_pod_ends_naming_it(
+    pod_cases: dict[str, PodCase], admin_client: rclient.Client
+) -> None:
+    ns = pod_cases["inferenceservices.mlops.platform"].namespace
+
+    async def named() -> list[str]:
+        return [
+            m
+            for m in await _termination_messages(admin_client, ns)
+            if "inferenceservices.mlops.platform" in m
+        ]
+
+    messages = await wait.until(named, timeout=240, what="the operator container ending, naming the resource")
+    assert any("403" in m or "forbidden" in m.lower() for m in messages), messages
+
+
+async def test_in_the_cluster_without_the_lease_rule_no_lease_and_no_status(
+    pod_cases: dict[str, PodCase], admin_client: rclient.Client
+) -> None:
+    ns = pod_cases["leases.coordination.k8s.io"].namespace
+    peer = pod_cases["pods"].namespace
+    await wait.until(lambda: _reconciled(admin_client, peer), timeout=180, what="a peer pod reconciled")
+    pods = await incluster.manager_pods(admin_client, ns)
+    assert pods and all(not p["metadata"].get("deletionTimestamp") for p in pods), incluster.describe(pods)
+    assert await incluster.leader(admin_client, ns) == ""
+    with pytest.raises(rclient.ApiError) as absent:
+        await admin_client.get(resources.LEASE, "mlops-platform-operator", ns)
+    assert absent.value.not_found
+    obj = await admin_client.get(ISVC, "m", ns)
+    assert "status" not in obj or not obj["status"].get("conditions")
 
 
 async def test_without_list_on_inferenceservices_the_manager_fails_naming_it(cases: dict[str, Case]) -> None:

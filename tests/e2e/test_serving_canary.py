@@ -59,7 +59,7 @@ async def test_a_20_percent_canary_answers_its_share_and_rolls_back_under_load(
     assert low <= canary <= high, (
         f"{canary} of {REQUESTS} answered by the canary, not within [{low:.0f}, {high:.0f}]"
     )
-    print(f"the canary answered {canary} of {REQUESTS} (99 % interval of 20 %: [{low:.0f}, {high:.0f}])")
+    print(f"the canary answered {canary} of {REQUESTS} (99.999 % interval of 20 %: [{low:.0f}, {high:.0f}])")
 
     async with serving.load(admin_client, ns, "iris") as traffic:
         await traffic.more(10)

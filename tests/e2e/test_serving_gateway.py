@@ -117,7 +117,7 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
     answers = [await send(admin_client, route) for _ in range(REQUESTS)]
     canary = answers.count(CANARY)
     low, high = serving.binomial_interval(REQUESTS, SHARE)
-    print(f"canary share through Traefik: {canary} of {REQUESTS}, 99 % interval [{low:.1f}, {high:.1f}]")
+    print(f"canary share through Traefik: {canary} of {REQUESTS}, 99.999 % interval [{low:.1f}, {high:.1f}]")
     assert answers.count(STABLE) + canary == REQUESTS, {tuple(a) for a in answers}
     assert low <= canary <= high, f"{canary} of {REQUESTS} from the canary, not in [{low:.0f}, {high:.0f}]"
 
