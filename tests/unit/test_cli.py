@@ -57,6 +57,7 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         "--network-policy-egress-cidr", "10.1.2.3/8", "--alert-error-ratio", "0.1",
         "--traffic-router", "gateway-api", "--gateway", "gw/main", "--storage-initializer-image", "i:1",
         "--webhook-bind-address", "off", "--webhook-dns-name", "a.svc", "--log-level", "debug",
+        "--cache-sync-timeout", "20", "--webhook-shutdown-delay", "5",
     ]  # fmt: skip
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == 0, result.output
@@ -70,6 +71,7 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         workers=4,
         readiness_requires_leadership=True,
         log_level="debug",
+        cache_sync_timeout=20.0,
     )
     assert (leases.leader_elect, leases.shards, leases.shard_id, leases.lease_duration) == (True, 3, 2, 20.0)
     manager_options = operator._manager_options(process, leases)
@@ -78,6 +80,7 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         None,
     )
     assert manager_options.gc_freeze_after_sync
+    assert manager_options.cache_sync_timeout == 20.0
     assert isinstance(context, base.BuildContext)
     assert (context.monitoring_labels, context.egress_cidrs) == ({"a": "b"}, ("10.0.0.0/8",))
     assert (context.alerts.error_ratio, context.router, context.gateway) == (
@@ -93,6 +96,7 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         webhook_cert_dir=None,
         webhook_reuse_port=False,
         webhook_cert_validity=None,
+        webhook_shutdown_delay=5.0,
     )
 
 

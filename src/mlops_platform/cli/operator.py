@@ -123,6 +123,14 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     "the image of the init container that fetches s3/gs/http(s) models (python -m "
     "mlops_platform.storage); the install manifests pass the operator's own image",
 )
+@click.option(
+    "--cache-sync-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="seconds the informers may take to list every watched kind at start; past it the process "
+    "exits naming the kinds it could not list (controller-runtime's CacheSyncTimeout)",
+)
 @click.option("--log-level", default="info")
 @webhook.webhook_options
 def run(**flags: Any) -> None:
@@ -195,6 +203,7 @@ class ProcessFlags:
     workers: int
     readiness_requires_leadership: bool
     log_level: str
+    cache_sync_timeout: float = 120.0
 
 
 def _manager_options(process: ProcessFlags, leases: LeaseFlags) -> rmanager.Options:
@@ -214,6 +223,7 @@ def _manager_options(process: ProcessFlags, leases: LeaseFlags) -> rmanager.Opti
         health_probe_address=options.parse_address(process.health_probe_bind_address),
         metrics_address=options.parse_address(process.metrics_bind_address),
         readiness_requires_leadership=process.readiness_requires_leadership,
+        cache_sync_timeout=process.cache_sync_timeout,
         gc_freeze_after_sync=True,  # this process runs this one manager
     )
 
