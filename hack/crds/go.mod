@@ -6,6 +6,7 @@ module mlops.platform/hack/crds
 go 1.26.0
 
 require (
+	github.com/cert-manager/cert-manager v1.21.2
 	github.com/kedacore/keda/v2 v2.21.0
 	github.com/prometheus-operator/prometheus-operator v0.85.0
 	istio.io/api v1.32.0

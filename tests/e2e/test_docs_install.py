@@ -1,9 +1,12 @@
-"""``docs/install.md``, "On the local cluster", word for word: every command block of the section is
-taken from the Markdown (``testing.docs``) and run as written by bash from the checkout, in one shell
-session (each block starts with the environment the ones before it left), on the fresh cluster the
-section's set-up starts. After each install: two replicas Ready on the real node, one leader, the API
-server converting through the webhook Service, an InferenceService reconciled; after each
-uninstall: nothing but the CRD left. The tear-down block runs whatever happened.
+"""``docs/install.md``, "On the local cluster", and the ways of ``docs/install-cert-manager.md``, word
+for word: every command block of those sections is taken from the Markdown (``testing.docs``) and
+run as written by bash from the checkout, in one shell session (each block starts with the
+environment the ones before it left), on the fresh cluster the set-up starts. After each install: two
+replicas Ready on the real node, one leader, the API server converting through the webhook Service,
+an InferenceService reconciled; after each uninstall: nothing but the CRD left. The cert-manager
+page's ways run on the same cluster, which has cert-manager's CRDs but no cert-manager: what each
+creates is checked (nothing issues the certificate), and that its uninstall leaves only the CRD.
+The tear-down block runs whatever happened.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from mlops_platform.testing import docs, incluster, isvc, plugin, wait
 
 ROOT = binaries.repo_root() or Path.cwd()
 DOC = ROOT / "docs/install.md"
+CERT_MANAGER_DOC = ROOT / "docs/install-cert-manager.md"
+CERT_MANAGER_WAYS = ("With kustomize", "Printed", "With Helm")
+ISSUER = rclient.Resource("cert-manager.io", "v1", "issuers", "Issuer")
+CERTIFICATE = rclient.Resource("cert-manager.io", "v1", "certificates", "Certificate")
 CLUSTER = "mlops-install"
 NS = defaults.DEFAULT_NAMESPACE
 SETUP, TEARDOWN = "Set up the local cluster", "Tear down"
@@ -58,8 +65,24 @@ def _bash(lines: list[str], env: dict[str, str]) -> dict[str, str]:
         return dict(item.split("=", 1) for item in Path(after.name).read_text().split("\0") if "=" in item)
 
 
-async def _run(heading: str, env: dict[str, str], index: int = 0) -> dict[str, str]:
-    return await asyncio.to_thread(_bash, docs.commands(DOC, heading, index=index), env)
+async def _run(heading: str, env: dict[str, str], index: int = 0, doc: Path = DOC) -> dict[str, str]:
+    return await asyncio.to_thread(_bash, docs.commands(doc, heading, index=index), env)
+
+
+async def _cert_manager_objects(c: rclient.Client) -> None:
+    """What a cert-manager install creates (docs/install-cert-manager.md, 1 to 3)."""
+    await c.get(ISSUER, defaults.ISSUER, NS)
+    cert = await c.get(CERTIFICATE, defaults.CERTIFICATE, NS)
+    service = f"{defaults.WEBHOOK_SERVICE}.{NS}.svc"
+    assert cert["spec"]["dnsNames"] == [service, f"{service}.cluster.local"], cert["spec"]
+    assert cert["spec"]["secretName"] == defaults.CERT_SECRET
+    deployment = await c.get(resources.DEPLOYMENT, defaults.NAME, NS)
+    pod = deployment["spec"]["template"]["spec"]
+    assert f"--webhook-cert-dir={defaults.CERT_DIR}" in pod["containers"][0]["args"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[defaults.CERT_VOLUME]["secret"]["secretName"] == defaults.CERT_SECRET
+    annotations = (await c.get(resources.CRD, crd.CRD_NAME))["metadata"].get("annotations") or {}
+    assert annotations.get(defaults.CA_INJECTION_ANNOTATION) == f"{NS}/{defaults.CERTIFICATE}"
 
 
 async def _installed(c: rclient.Client) -> None:
@@ -121,4 +144,9 @@ async def test_each_install_way_of_the_docs_works_as_written_on_the_local_cluste
             env = await _run(way, env, index=0)
             await _installed(c)
             env = await _run(way, env, index=1)
+            await _uninstalled(c)
+        for way in CERT_MANAGER_WAYS:
+            env = await _run(way, env, index=0, doc=CERT_MANAGER_DOC)
+            await _cert_manager_objects(c)
+            env = await _run(way, env, index=1, doc=CERT_MANAGER_DOC)
             await _uninstalled(c)

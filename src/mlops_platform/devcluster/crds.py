@@ -38,6 +38,17 @@ SOURCES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         )
         for plural in ("gatewayclasses", "gateways", "httproutes", "referencegrants")
     ),
+    # cert-manager's Issuer and Certificate: the webhook-certificate install (config/cert-manager,
+    # docs/install-cert-manager.md) applies as written; no cert-manager runs (its binaries are not
+    # modules the proxy serves), so nothing issues them
+    *(
+        (
+            "github.com/cert-manager/cert-manager",
+            f"deploy/crds/cert-manager.io_{plural}.yaml",
+            (f"{plural}.cert-manager.io",),
+        )
+        for plural in ("issuers", "certificates")
+    ),
     *(
         ("github.com/kedacore/keda/v2", f"config/crd/bases/keda.sh_{plural}.yaml", (f"{plural}.keda.sh",))
         for plural in ("scaledobjects", "triggerauthentications", "clustertriggerauthentications")

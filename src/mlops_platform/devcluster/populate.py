@@ -52,7 +52,9 @@ async def populate(
             why = "created --without-metrics-server, or before metrics-server came: re-create it for one"
             progress(f"cluster {name!r} has no metrics API ({why})")
         if install_crds:
-            progress("installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA)")
+            progress(
+                "installing third-party CRDs (Istio, Prometheus Operator, Gateway API, KEDA, cert-manager)"
+            )
             await crds.install(c)
         progress("waiting for the nodes to be Ready")
         await nodes.wait_ready(c, [objects.name(n) for n in fake], timeout=wait)
