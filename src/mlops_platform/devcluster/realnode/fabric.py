@@ -97,12 +97,13 @@ class Fabric:
 
     def import_images(self, bins: NodeBinaries, recipes: list[images.Recipe]) -> None:
         """The images built (or cached) and imported into every node."""
-        archives = [images.archive(r) for r in recipes]
+        for r in recipes:
+            images.archive(r)  # built before any node is asked
         nodes = self.nodes()
         if not nodes:
             raise RuntimeError(f"cluster {self.cluster!r} has no real node to import images into")
         for node in nodes:
-            node.import_images(bins, archives)
+            node.import_images(bins, recipes)
 
     def tag_image(self, bins: NodeBinaries, ref: str, new_ref: str) -> None:
         """``new_ref`` for the image ``ref`` (imported) on every node."""

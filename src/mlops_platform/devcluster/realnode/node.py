@@ -120,7 +120,7 @@ class RealNode:
         argv = self._configure(bins, server, max_pods)
         self._start("containerd", argv["containerd"], bins)
         self._wait_containerd(bins)
-        self.import_images(bins, [images.archive(r) for r in images.NODE])
+        self.import_images(bins, list(images.NODE))
         for component in ("kubelet", "kube-proxy"):
             self._start(component, argv[component], bins)
 
@@ -238,11 +238,21 @@ class RealNode:
                     ) from e
             time.sleep(0.2)
 
-    def import_images(self, bins: NodeBinaries, archives: list[Path]) -> None:
-        """Import image archives into the node's containerd (a present image is imported again: a
-        no-op for its content); the pause image is pinned (never garbage-collected)."""
-        for tar in archives:
-            self.ctr(bins, "images", "import", str(tar))
+    def import_images(self, bins: NodeBinaries, recipes: list[images.Recipe]) -> None:
+        """The recipes' images (built when missing) in the node's containerd. One this node imported
+        at the same build (its cache key, kept in ``imported/<name>``) and still lists is not read
+        again: ``ctr images import`` reads and hashes the whole archive even when nothing is new (the
+        MLServer image is 900 MiB, and every real-serving test module asks for it). The pause image
+        is pinned (never garbage-collected)."""
+        present = set(self.ctr(bins, "images", "ls", "-q").split())
+        done = self.root / "imported"
+        done.mkdir(parents=True, exist_ok=True)
+        for recipe in recipes:
+            key, marker = recipe.key(), done / recipe.name
+            if recipe.ref in present and marker.is_file() and marker.read_text() == key:
+                continue
+            self.ctr(bins, "images", "import", str(images.archive(recipe)))
+            marker.write_text(key)
         self.ctr(bins, "images", "label", images.PAUSE.ref, "io.cri-containerd.pinned=pinned")
 
     def down(self) -> None:
