@@ -27,6 +27,7 @@ import httpx2 as httpx
 import pytest
 
 from mlops_platform.api import crd
+from mlops_platform.deploy import crdinstall
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import conversionload, operator, plugin, ports, wait, webhook
 
@@ -62,7 +63,7 @@ async def _replicas(
     load's updates conflict), serving the webhook on one port."""
     port = ports.free_port()
     address = f"https://127.0.0.1:{port}/convert"
-    await webhook.ensure_namespace(c, SECRET[0])
+    await crdinstall.ensure_namespace(c, SECRET[0])
     await crd.install(c, webhook_url=address)
     replicas: list[operator.Process] = []
     flags = (

@@ -113,9 +113,7 @@ def _resource(sample: dict[str, Any]) -> rclient.Resource:
 
 async def webhook_ready(c: rclient.Client) -> bool:
     """The operator injected its CA bundle into the CRD: the API server can call the webhook."""
-    live = await c.get(resources.CRD, crd.CRD_NAME)
-    client_config = ((live["spec"].get("conversion") or {}).get("webhook") or {}).get("clientConfig") or {}
-    return bool(client_config.get("caBundle"))
+    return bool(crdinstall.client_config(await c.get(resources.CRD, crd.CRD_NAME)).get("caBundle"))
 
 
 def stop_operator(name: str) -> None:

@@ -21,6 +21,7 @@ from mlops_platform.devcluster import binaries, cluster, clusterconfig
 from mlops_platform.devcluster.realnode import configs, images
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import realnode
 
 NAMESPACE = clusterconfig.IN_CLUSTER_NAMESPACE
 IMAGE = images.OPERATOR.ref
@@ -66,11 +67,6 @@ def build_tools_in_image() -> list[str]:
     return sorted(names & set(_BUILD_TOOLS))
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 async def manager_pods(client: rclient.Client, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     return list((await client.list(resources.POD, namespace, label_selector=MANAGER_SELECTOR))["items"])
 
@@ -79,7 +75,7 @@ def describe(pods: list[dict[str, Any]]) -> str:
     """One line per pod: name, image, node, phase, ready, terminating (for a timeout's message)."""
     return "; ".join(
         f"{p['metadata']['name']} {p['spec']['containers'][0]['image']} on {p['spec'].get('nodeName')}"
-        f" {(p.get('status') or {}).get('phase')} ready={_ready(p)}"
+        f" {(p.get('status') or {}).get('phase')} ready={realnode.is_ready(p)}"
         + (" terminating" if p["metadata"].get("deletionTimestamp") else "")
         for p in pods
     )
@@ -94,7 +90,7 @@ async def rolled_out(client: rclient.Client, image: str, replicas: int, namespac
         p["spec"]["containers"][0]["image"] == image
         and p["spec"].get("nodeName") in real
         and not p["metadata"].get("deletionTimestamp")
-        and _ready(p)
+        and realnode.is_ready(p)
         for p in pods
     )
 

@@ -66,10 +66,7 @@ async def until_converting(client: rclient.Client, timeout: float = 60.0) -> Non
 
 
 async def ca_bundle(client: rclient.Client) -> bytes:
-    live = await client.get(resources.CRD, CRD_NAME)
-    raw = (
-        ((live["spec"].get("conversion") or {}).get("webhook") or {}).get("clientConfig", {}).get("caBundle")
-    )
+    raw = crdinstall.client_config(await client.get(resources.CRD, CRD_NAME)).get("caBundle")
     return base64.b64decode(raw) if raw else b""
 
 
@@ -93,13 +90,6 @@ async def delete_secret(client: rclient.Client, secret: tuple[str, str]) -> None
     except rclient.ApiError as e:
         if not e.not_found:
             raise
-
-
-async def ensure_namespace(client: rclient.Client, name: str) -> None:
-    with contextlib.suppress(rclient.ApiError):
-        await client.create(
-            resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-        )
 
 
 class _Process:
@@ -178,7 +168,7 @@ async def serving(
     :func:`url` is its URL. Stopped (SIGTERM) on exit."""
     port = port or free_port()
     address = f"https://127.0.0.1:{port}/convert"
-    await ensure_namespace(client, secret[0])
+    await crdinstall.ensure_namespace(client, secret[0])
     await crd.install(client, webhook_url=address)
     cmd = [
         sys.executable, "-m", "mlops_platform.cli", "webhook",
