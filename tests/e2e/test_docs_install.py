@@ -25,7 +25,7 @@ from mlops_platform.deploy import defaults
 from mlops_platform.devcluster import binaries, cluster
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import docs, incluster, isvc, plugin, wait
+from mlops_platform.testing import docs, incluster, isvc, plugin
 
 ROOT = binaries.repo_root() or Path.cwd()
 DOC = ROOT / "docs/install.md"
@@ -86,38 +86,10 @@ async def _cert_manager_objects(c: rclient.Client) -> None:
 
 
 async def _installed(c: rclient.Client) -> None:
-    async def ok() -> bool:
-        return (
-            await incluster.rolled_out(c, incluster.IMAGE, 2, NS)
-            and bool(await incluster.leader(c, NS))
-            and await crd.converts(c)
-        )
-
-    try:
-        await wait.until(ok, timeout=120, what="2 operator replicas Ready on the real node, converting")
-    except TimeoutError as e:
-        raise AssertionError(f"{e}: {incluster.describe(await incluster.manager_pods(c, NS))}") from e
+    await incluster.until_serving(c, incluster.IMAGE, 2, NS, timeout=120)
     async with plugin.temporary_namespace(c, "docs-install") as ns:
         await c.create(isvc.RESOURCE, isvc.manifest("docs", modelUri="gs://m/docs/1", framework="triton"), ns)
-
-        async def reconciled() -> bool:
-            obj = await c.get(crd.RESOURCE, "docs", ns)
-            return (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
-
-        await wait.until(
-            reconciled, timeout=60, what="an InferenceService reconciled by the in-cluster operator"
-        )
-
-
-async def _uninstalled(c: rclient.Client) -> None:
-    async def gone() -> bool:
-        return not await incluster.leftovers(c, NS)
-
-    try:
-        await wait.until(gone, timeout=120, what="nothing but the CRD left")
-    except TimeoutError as e:
-        raise AssertionError(f"{e}: {await incluster.leftovers(c, NS)}") from e
-    await c.get(resources.CRD, crd.CRD_NAME)  # kept, with every InferenceService
+        await incluster.until_reconciled(c, ns, "docs")
 
 
 @pytest.fixture
@@ -144,9 +116,9 @@ async def test_each_install_way_of_the_docs_works_as_written_on_the_local_cluste
             env = await _run(way, env, index=0)
             await _installed(c)
             env = await _run(way, env, index=1)
-            await _uninstalled(c)
+            await incluster.until_uninstalled(c, NS)
         for way in CERT_MANAGER_WAYS:
             env = await _run(way, env, index=0, doc=CERT_MANAGER_DOC)
             await _cert_manager_objects(c)
             env = await _run(way, env, index=1, doc=CERT_MANAGER_DOC)
-            await _uninstalled(c)
+            await incluster.until_uninstalled(c, NS)

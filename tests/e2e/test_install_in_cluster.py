@@ -24,7 +24,7 @@ import pytest
 
 from mlops_platform.api import crd, v1alpha1
 from mlops_platform.deploy import builders
-from mlops_platform.runtime.transport import apiextensions, resources
+from mlops_platform.runtime.transport import apiextensions
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import conversionload, helmchart, incluster, isvc, plugin, wait, webhook
 
@@ -70,35 +70,6 @@ async def _helm(env: dict[str, str], *args: str, values: dict[str, Any] | None =
     return time.monotonic() - started
 
 
-async def _serving(c: rclient.Client, image: str, replicas: int = 2, timeout: float = 180) -> None:
-    """``replicas`` manager pods of ``image`` Ready on the real node, one of them the leader, and the
-    API server converting through the webhook Service."""
-
-    async def ok() -> bool:
-        return (
-            await incluster.rolled_out(c, image, replicas)
-            and bool(await incluster.leader(c))
-            and await crd.converts(c)
-        )
-
-    try:
-        await wait.until(ok, timeout=timeout, what=f"{replicas} operator pods of {image} serving")
-    except TimeoutError as e:
-        raise AssertionError(f"{e}: {incluster.describe(await incluster.manager_pods(c))}") from e
-
-
-async def _reconciled(c: rclient.Client, namespace: str, name: str) -> dict[str, Any]:
-    """The InferenceService's status observed its current generation (whatever its Ready state: on
-    kwok-free placement it stays RollingOut); read in v1."""
-
-    async def current() -> dict[str, Any] | None:
-        obj = await c.get(V1, name, namespace)
-        status = obj.get("status") or {}
-        return obj if status.get("observedGeneration") == obj["metadata"]["generation"] else None
-
-    return await wait.until(current, timeout=60, what=f"{namespace}/{name} reconciled")
-
-
 async def _converts_all_versions(c: rclient.Client, namespace: str, name: str) -> None:
     alpha = await c.get(isvc.RESOURCE, name, namespace)
     beta = await c.get(BETA, name, namespace)
@@ -108,17 +79,6 @@ async def _converts_all_versions(c: rclient.Client, namespace: str, name: str) -
         == beta["spec"]["predictor"]["model"]["uri"]
         == v1["spec"]["predictor"]["model"]["uri"]
     )
-
-
-async def _uninstalled(c: rclient.Client) -> None:
-    async def gone() -> bool:
-        return not await incluster.leftovers(c)
-
-    try:
-        await wait.until(gone, timeout=120, what="nothing of the install left")
-    except TimeoutError as e:
-        raise AssertionError(f"{e}: {await incluster.leftovers(c)}") from e
-    await c.get(resources.CRD, crd.CRD_NAME)  # Helm keeps the CRD
 
 
 @contextlib.asynccontextmanager
@@ -153,7 +113,7 @@ async def test_helm_installs_upgrades_and_uninstalls_the_operator_on_the_real_no
     )  # fmt: skip
     try:
         started = time.monotonic()
-        await _serving(c, incluster.IMAGE)
+        await incluster.until_serving(c, incluster.IMAGE)
         ready = installed + time.monotonic() - started
         first_leader = await incluster.leader(c)
 
@@ -162,7 +122,7 @@ async def test_helm_installs_upgrades_and_uninstalls_the_operator_on_the_real_no
             isvc.manifest("in-cluster", modelUri="gs://m/iris/1", framework="triton"),
             namespace,
         )
-        await _reconciled(c, namespace, "in-cluster")
+        await incluster.until_reconciled(c, namespace, "in-cluster")
         await _converts_all_versions(c, namespace, "in-cluster")
 
         memory = {"resources": {"limits": {"memory": "1Gi"}}}
@@ -177,7 +137,7 @@ async def test_helm_installs_upgrades_and_uninstalls_the_operator_on_the_real_no
                 values=_values(incluster.UPGRADE_IMAGE, **memory),
             )  # fmt: skip
             started = time.monotonic()
-            await _serving(c, incluster.UPGRADE_IMAGE)
+            await incluster.until_serving(c, incluster.UPGRADE_IMAGE)
             upgraded += time.monotonic() - started
             during = load.requests - before
         print(
@@ -192,14 +152,14 @@ async def test_helm_installs_upgrades_and_uninstalls_the_operator_on_the_real_no
         assert await incluster.leader(c) != first_leader  # the old pods are gone: a new leader
 
         # the upgraded operator reconciles what was there and what changes now
-        await _reconciled(c, namespace, "in-cluster")
+        await incluster.until_reconciled(c, namespace, "in-cluster")
         await c.patch(
             V1,
             "in-cluster",
             {"spec": {"predictor": {"model": {"uri": "gs://m/iris/2"}}}},
             namespace=namespace,
         )
-        obj = await _reconciled(c, namespace, "in-cluster")
+        obj = await incluster.until_reconciled(c, namespace, "in-cluster")
         assert obj["spec"]["predictor"]["model"]["uri"] == "gs://m/iris/2"
 
         entries = incluster.audit_entries(local_cluster_name)
@@ -210,4 +170,4 @@ async def test_helm_installs_upgrades_and_uninstalls_the_operator_on_the_real_no
         await _helm(
             installable, "uninstall", RELEASE, "--namespace", "default", "--wait", "--timeout", "120s"
         )
-    await _uninstalled(c)
+    await incluster.until_uninstalled(c)

@@ -16,12 +16,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mlops_platform.api import crd
 from mlops_platform.deploy import defaults
 from mlops_platform.devcluster import binaries, cluster, clusterconfig
 from mlops_platform.devcluster.realnode import configs, images
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import realnode
+from mlops_platform.testing import realnode, wait
 
 NAMESPACE = clusterconfig.IN_CLUSTER_NAMESPACE
 IMAGE = images.OPERATOR.ref
@@ -31,10 +32,7 @@ UPGRADE_IMAGE = images.OPERATOR.ref_with(UPGRADE_TAG)
 SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{defaults.NAME}"
 MANAGER_SELECTOR = f"app.kubernetes.io/name={defaults.NAME},app.kubernetes.io/component=manager"
 #: the chart's values that put the operator on the real node: its taint tolerated, its label selected
-PLACEMENT: dict[str, Any] = {
-    "nodeSelector": configs.PLACEMENT["nodeSelector"],
-    "tolerations": configs.PLACEMENT["tolerations"],
-}
+PLACEMENT: dict[str, Any] = configs.PLACEMENT
 #: the same placement as ``deploy.install.install_objects`` arguments (the default selector kept)
 PLACEMENT_ARGS: dict[str, Any] = {
     "node_selector": {"kubernetes.io/os": "linux", **configs.PLACEMENT["nodeSelector"]},
@@ -168,3 +166,47 @@ def chart_dir() -> Path:
     if root is None:
         raise FileNotFoundError("the chart is installed from a source checkout")
     return root / defaults.CHART_DIR
+
+
+async def until_serving(
+    client: rclient.Client, image: str, replicas: int = 2, namespace: str = NAMESPACE, timeout: float = 180
+) -> None:
+    """:func:`rolled_out`, a leader, and the API server converting through the webhook Service; on a
+    timeout an AssertionError describing the pods."""
+
+    async def ok() -> bool:
+        return (
+            await rolled_out(client, image, replicas, namespace)
+            and bool(await leader(client, namespace))
+            and await crd.converts(client)
+        )
+
+    try:
+        await wait.until(ok, timeout=timeout, what=f"{replicas} operator pods of {image} serving")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {describe(await manager_pods(client, namespace))}") from e
+
+
+async def until_reconciled(client: rclient.Client, namespace: str, name: str) -> dict[str, Any]:
+    """The InferenceService's status observed its current generation (whatever its Ready state);
+    the object, read in the storage version."""
+
+    async def current() -> dict[str, Any] | None:
+        obj = await client.get(crd.RESOURCE, name, namespace)
+        status = obj.get("status") or {}
+        return obj if status.get("observedGeneration") == obj["metadata"]["generation"] else None
+
+    return await wait.until(current, timeout=60, what=f"{namespace}/{name} reconciled")
+
+
+async def until_uninstalled(client: rclient.Client, namespace: str = NAMESPACE) -> None:
+    """Nothing of the install left (:func:`leftovers`), the CRD kept (with every InferenceService)."""
+
+    async def gone() -> bool:
+        return not await leftovers(client, namespace)
+
+    try:
+        await wait.until(gone, timeout=120, what="nothing but the CRD left")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {await leftovers(client, namespace)}") from e
+    await client.get(resources.CRD, crd.CRD_NAME)
