@@ -285,7 +285,8 @@ async def test_a_kind_served_late_is_listed_within_a_second_or_two_not_after_a_g
     kube_cluster: Path, admin_client: rclient.Client, namespace: str
 ) -> None:
     """An informer for a kind whose CRD does not exist yet gets 404s; once the CRD is established it
-    syncs within ~NOT_FOUND_RETRY. After 6 failures an exponential backoff would wait 25 s or more."""
+    syncs within ~NOT_FOUND_RETRY. After 6 failures an exponential backoff would wait 25 s or more.
+    Its error listener hears of the 404 once, not at every retry, and once of its end."""
     group = f"late-{namespace[-6:]}.example.com"
     version = {
         "name": "v1",
@@ -297,10 +298,13 @@ async def test_a_kind_served_late_is_listed_within_a_second_or_two_not_after_a_g
     res = rclient.Resource(group, "v1", crds.PLURAL, "Widget")
     async with rclient.Client.from_kubeconfig(kube_cluster) as c:
         i = rinformer.Informer(c, res, namespace=namespace)
+        heard: list[tuple[int | None, int | None]] = []
+        i.add_error_listener(lambda old, new: heard.append((_status(old), _status(new))))
         i.start()
         try:
             await wait.until(lambda: i.failures >= 6, timeout=30, what="6 failed LISTs of an unserved kind")
             assert isinstance(i.last_error, rclient.ApiError) and i.last_error.not_found
+            assert heard == [(None, 404)]
             await apiextensions.install(admin_client, [crd], field_manager="test")
             loop = asyncio.get_running_loop()
             established = loop.time()
@@ -308,6 +312,11 @@ async def test_a_kind_served_late_is_listed_within_a_second_or_two_not_after_a_g
             took = loop.time() - established
             print(f"\nsynced {took:.2f}s after the CRD was established ({i.failures} failed attempts)")
             assert took < 3 * rinformer.NOT_FOUND_RETRY, took
+            assert heard == [(None, 404), (404, None)]
         finally:
             await i.stop()
             await apiextensions.uninstall(admin_client, [crd["metadata"]["name"]])
+
+
+def _status(error: Exception | None) -> int | None:
+    return error.status if isinstance(error, rclient.ApiError) else None

@@ -13,6 +13,7 @@ from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request
 from mlops_platform.runtime.queue import workqueue
+from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.runtime.transport import shape as rshape
 
@@ -60,7 +61,16 @@ def setup(
         mgr.optional_kinds,
         ctx,
     )
-    mgr.add(_controller(mgr, rec, workers))
+    ctl = _controller(mgr, rec, workers)
+    mgr.add(ctl)
+
+    def denial_changed(_: rclient.Resource, old: Exception | None, new: Exception | None) -> None:
+        # a reconcile that ran before an informer's first 403 (or after its last) would otherwise
+        # stand: nothing else enqueues it, as a denied informer delivers no event
+        if reconciler.denied(old) != reconciler.denied(new):
+            ctl.enqueue_all()
+
+    mgr.cache.add_error_listener(denial_changed)
     return rec
 
 

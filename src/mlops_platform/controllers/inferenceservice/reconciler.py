@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from typing import TypeGuard
 
 from mlops_platform import api
 from mlops_platform.api import internal
@@ -65,6 +66,12 @@ from mlops_platform.runtime.transport import resources
 log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 ISVC = api.RESOURCE
 HASH_ANNOTATION = "mlops.platform/desired-hash"
+
+
+def denied(error: Exception | None) -> TypeGuard[rclient.ApiError]:
+    """Whether a list/watch error is one the InferenceServices report (401 or 403: RBAC or
+    credentials); any other is transient and retried by the informer."""
+    return isinstance(error, rclient.ApiError) and error.status in (401, 403)
 
 
 class ReconcileError(Exception):
@@ -245,11 +252,11 @@ class InferenceServiceReconciler:
         watched = [resources.POD, resources.ENDPOINT_SLICE, resources.CRD]
         watched += [r for c in children.CHILDREN if (r := self.kinds.resolve(c.kind)) is not None]
         for group_resource, err in sorted(self.cache.errors(watched).items()):
-            if isinstance(err, rclient.ApiError) and err.status in (401, 403):
+            if denied(err):
                 problems.append((f"list/watch {group_resource}", err))
-        denied = self.recorder.denied.get(namespace)
-        if denied is not None:
-            problems.append(("create events.events.k8s.io", denied))
+        refused = self.recorder.denied.get(namespace)
+        if refused is not None:
+            problems.append(("create events.events.k8s.io", refused))
         return problems
 
     # -- status and record --------------------------------------------------------------------------

@@ -19,6 +19,8 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.caching import store as rstore
@@ -26,6 +28,10 @@ from mlops_platform.runtime.caching import transforms as rtransforms
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import shape as rshape
+
+#: called with the resource, the old and the new list/watch error of its informer (see
+#: :meth:`Cache.add_error_listener`)
+ErrorListener = Callable[[rclient.Resource, Exception | None, Exception | None], None]
 
 
 class CacheSyncTimeout(TimeoutError):
@@ -66,6 +72,7 @@ class Cache:
         self._scoped: set[rclient.Resource] = set()
         self._scope: str | None = None
         self._started = False
+        self._error_listeners: list[ErrorListener] = []
 
     def restrict(self, resource: rclient.Resource, label_selector: str, *, scoped: bool = False) -> None:
         """Cache only objects of ``resource`` matching ``label_selector`` (call before first use).
@@ -158,11 +165,20 @@ class Cache:
                 min_watch_timeout=self.min_watch_timeout,
             )
             self._informers[k] = informer
+            for listener in self._error_listeners:
+                informer.add_error_listener(functools.partial(listener, resource))
             if optional:
                 self._optional.add(k)
             if self._started:
                 informer.start()
         return self._informers[k]
+
+    def add_error_listener(self, listener: ErrorListener) -> None:
+        """Call ``listener(resource, old, new)`` whenever the list/watch error of one of the cache's
+        informers, now or later, changes kind (:meth:`Informer.add_error_listener`)."""
+        self._error_listeners.append(listener)
+        for (resource, _), informer in self._informers.items():
+            informer.add_error_listener(functools.partial(listener, resource))
 
     def has_informer(self, resource: rclient.Resource) -> bool:
         return self._key(resource) in self._informers

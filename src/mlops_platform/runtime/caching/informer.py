@@ -54,6 +54,10 @@ BACKOFF_INITIAL, BACKOFF_CAP, BACKOFF_JITTER, BACKOFF_RESET = 0.8, 30.0, 1.0, 12
 NOT_FOUND_RETRY = 1.0
 
 
+#: called with the old and the new :attr:`Informer.last_error` when it changes kind
+ErrorListener = Callable[[Exception | None, Exception | None], None]
+
+
 class EventHandler(Protocol):
     def on_add(self, obj: Obj) -> None: ...
     def on_update(self, old: Obj, new: Obj) -> None: ...
@@ -96,6 +100,7 @@ class Informer:
         self.relists = 0  # how many times the reflector had to LIST (1 = only the initial list)
         #: the last list/watch error (None once listing/watching works again): readers surface it
         self.last_error: Exception | None = None
+        self._error_listeners: list[ErrorListener] = []
         #: failed LIST/WATCH attempts so far (each one waits before the next)
         self.failures = 0
         self._synced = asyncio.Event()
@@ -112,6 +117,11 @@ class Informer:
         if self.has_synced():
             for obj in self.store.list():
                 self._call(handler.on_add, obj)
+
+    def add_error_listener(self, listener: ErrorListener) -> None:
+        """Call ``listener(old, new)`` whenever :attr:`last_error` changes kind: from None to an
+        error, back to None, or to an error of another type or HTTP status (not on every retry)."""
+        self._error_listeners.append(listener)
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
@@ -231,7 +241,7 @@ class Informer:
 
     async def _retry_after(self, e: Exception, delay: float, message: str, error: str) -> None:
         """Count the failed attempt ``e``, log it, and wait ``delay`` seconds on the clock."""
-        self.last_error = e
+        self._set_error(e)
         self.failures += 1
         log.warning(
             message,
@@ -270,10 +280,10 @@ class Informer:
         selector = self.label_selector
         items, rv = await self._list_all(selector)
         self.relists += 1
-        self.last_error = None
         self._replace(items)
         self.last_resource_version = rv
         self._synced.set()
+        self._set_error(None)
         self._listed_selector = selector
         listed, self._listed = self._listed, []
         for waiter in listed:
@@ -351,6 +361,16 @@ class Informer:
 
     # -- delivery -----------------------------------------------------------------------------------
 
+    def _set_error(self, error: Exception | None) -> None:
+        old, self.last_error = self.last_error, error
+        if _error_kind(old) == _error_kind(error):
+            return
+        for listener in list(self._error_listeners):
+            try:
+                listener(old, error)
+            except Exception:
+                log.exception("error listener failed", extra={"resource": self.resource.group_resource})
+
     def _prepare(self, obj: Obj) -> Obj:
         """Fill kind/apiVersion (LIST items lack them) and run the transform."""
         obj.setdefault("kind", self.resource.kind)
@@ -374,6 +394,13 @@ class Informer:
             fn(*args)
         except Exception:
             log.exception("event handler failed", extra={"resource": self.resource.group_resource})
+
+
+def _error_kind(error: Exception | None) -> tuple[str, int | None] | None:
+    """What tells two list/watch errors apart for listeners: type and HTTP status."""
+    if error is None:
+        return None
+    return type(error).__name__, error.status if isinstance(error, rclient.ApiError) else None
 
 
 def _rv(obj: Obj) -> str | None:
