@@ -25,9 +25,10 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed ## create .venv with the package and dev tools
 
-binaries: ## build (or reuse cached) etcd, kube-*, kubectl, kwok, the real node's kubelet, containerd, CNI... from pinned Go modules; the node's Debian packages
+binaries: ## build (or reuse cached) etcd, kube-*, kubectl, kwok, the real node's kubelet, containerd, CNI..., the monitoring stack from pinned Go modules; the node's Debian packages
 	@hack/install-node-packages
 	@hack/build-control-plane
+	@hack/build-monitoring
 
 cluster-up: venv binaries ## start the local control plane (idempotent)
 	@$(CLI) dev up --name $(DEMO_CLUSTER)

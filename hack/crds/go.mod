@@ -8,7 +8,7 @@ go 1.26.0
 require (
 	github.com/cert-manager/cert-manager v1.21.2
 	github.com/kedacore/keda/v2 v2.21.0
-	github.com/prometheus-operator/prometheus-operator v0.85.0
+	github.com/prometheus-operator/prometheus-operator v0.93.1
 	istio.io/api v1.32.0
 	sigs.k8s.io/gateway-api v1.6.3
 )

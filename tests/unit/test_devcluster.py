@@ -403,3 +403,21 @@ def test_a_zombie_is_not_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert cluster.component_running("x", "c")
     finally:
         child.wait()
+
+
+def test_monitoring_go_modules_pin_the_versions_in_versions_env() -> None:
+    """The Prometheus Operator binary and its CRDs (hack/crds) are one release; kube-state-metrics is
+    pinned; Prometheus is the promtool module's (test above)."""
+    v = binaries.versions()
+    po = re.escape(v["PROMETHEUS_OPERATOR_VERSION"])
+    for pin in ("prometheus-operator", "crds"):
+        go_mod = (ROOT / "hack" / pin / "go.mod").read_text()
+        assert re.search(
+            rf"^\s*(require )?github\.com/prometheus-operator/prometheus-operator {po}$", go_mod, re.M
+        )
+    ksm = (ROOT / "hack/kube-state-metrics/go.mod").read_text()
+    assert re.search(
+        rf"^require k8s\.io/kube-state-metrics/v2 {re.escape(v['KUBE_STATE_METRICS_VERSION'])}$", ksm, re.M
+    )
+    assert 'cmd/prometheus"' in (ROOT / "hack/promtool/tools.go").read_text()
+    assert binaries.monitoring_tool_dir("prometheus").name == f"prometheus-{v['PROMTOOL_VERSION']}"

@@ -51,6 +51,13 @@ cluster_name = click.option("--name", default="mlops-dev", help="cluster name")
     help="no metrics-server (no metrics API: kubectl top and HPAs fail) and upstream's HPA timing "
     "(15 s sync, 5 min downscale stabilization); applies when the cluster is created",
 )
+@click.option(
+    "--monitoring",
+    is_flag=True,
+    help="the monitoring stack on the real node too: the Prometheus Operator, Prometheus and "
+    "kube-state-metrics (built from pinned modules when the cache lacks them); added to a running "
+    "cluster too",
+)
 def up(
     name: str,
     without_crds: bool,
@@ -59,21 +66,26 @@ def up(
     real_nodes: int,
     unthrottled: bool,
     without_metrics_server: bool,
+    monitoring: bool,
 ) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     from mlops_platform.devcluster import cluster
+    from mlops_platform.devcluster import monitoring as monitoring_stack
 
-    click.echo(
-        cluster.up(
-            name,
-            install_crds=not without_crds,
-            wait=wait,
-            cpu_nodes=cpu_nodes,
-            real_nodes=real_nodes,
-            unthrottled=unthrottled,
-            metrics_server=not without_metrics_server,
-        )
+    if monitoring and real_nodes < 1:
+        raise click.BadParameter("the monitoring stack runs on a real node", param_hint="--real-nodes")
+    kubeconfig = cluster.up(
+        name,
+        install_crds=not without_crds,
+        wait=wait,
+        cpu_nodes=cpu_nodes,
+        real_nodes=real_nodes,
+        unthrottled=unthrottled,
+        metrics_server=not without_metrics_server,
     )
+    if monitoring:
+        monitoring_stack.install(name)
+    click.echo(kubeconfig)
 
 
 def _fraction(value: str | None) -> float | None:

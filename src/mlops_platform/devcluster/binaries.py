@@ -289,3 +289,43 @@ def helm(build: bool = True) -> Path:
     saying how to get it."""
     cached = cache_root() / "bin" / f"helm-{versions()['HELM_VERSION']}" / "helm"
     return _cached_or_built(cached, "--helm-only", build, f"helm not found in {cached.parent}: ")
+
+
+# The local cluster's monitoring stack (devcluster.monitoring) -> the versions.env key of its cache
+# directory (Prometheus is the pinned promtool's release) and the binaries ``hack/build-monitoring``
+# puts there.
+MONITORING_TOOLS = {
+    "prometheus": "PROMTOOL_VERSION",
+    "prometheus-operator": "PROMETHEUS_OPERATOR_VERSION",
+    "kube-state-metrics": "KUBE_STATE_METRICS_VERSION",
+}
+_MONITORING_FILES = {
+    "prometheus": ("prometheus",),
+    "prometheus-operator": ("operator", "prometheus-config-reloader"),
+    "kube-state-metrics": ("kube-state-metrics",),
+}
+
+
+def monitoring_tool_dir(tool: str) -> Path:
+    """Where ``hack/build-monitoring`` puts a monitoring tool: ``<cache>/bin/<tool>-<version>``."""
+    return cache_root() / "bin" / f"{tool}-{versions()[MONITORING_TOOLS[tool]]}"
+
+
+def monitoring(build: bool = True) -> dict[str, Path]:
+    """The monitoring stack's cache directories, built (``hack/build-monitoring``, minutes when cold)
+    when a binary is missing and allowed. Only the cache counts. Raises ``FileNotFoundError`` saying
+    how to get them."""
+
+    def missing() -> list[Path]:
+        files = [monitoring_tool_dir(t) / f for t, fs in _MONITORING_FILES.items() for f in fs]
+        return [f for f in files if not f.is_file()]
+
+    if missing():
+        root = repo_root()
+        if not build or root is None:
+            how = "run `hack/build-monitoring`" if root else "use a source checkout"
+            raise FileNotFoundError(f"monitoring binaries missing: {', '.join(map(str, missing()))}: {how}")
+        subprocess.run([str(root / "hack" / "build-monitoring")], check=True)
+        if missing():
+            raise FileNotFoundError(f"hack/build-monitoring did not produce {missing()}")
+    return {t: monitoring_tool_dir(t) for t in MONITORING_TOOLS}

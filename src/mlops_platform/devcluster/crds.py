@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from mlops_platform.devcluster import gomod
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.transport import apiextensions
@@ -60,7 +58,7 @@ def manifests() -> list[dict[str, Any]]:
     """The CRD objects, in SOURCES order."""
     out: list[dict[str, Any]] = []
     for module, rel, names in SOURCES:
-        docs = [d for d in yaml.safe_load_all((gomod.module_dir("crds", module) / rel).read_text()) if d]
+        docs = gomod.documents("crds", module, rel)
         by_name = {objects.name(d): d for d in docs if d.get("kind") == "CustomResourceDefinition"}
         for name in names:
             if name not in by_name:

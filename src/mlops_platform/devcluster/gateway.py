@@ -31,8 +31,6 @@ import sys
 import time
 from typing import Any
 
-import yaml
-
 from mlops_platform.devcluster import binaries, cluster, gomod
 from mlops_platform.devcluster.realnode import configs, images
 from mlops_platform.runtime import objects, wait
@@ -210,11 +208,10 @@ def gateway() -> Obj:
 
 def crds() -> list[Obj]:
     """:data:`EXTRA_CRDS` from the pinned Gateway API module's standard channel."""
-    root = gomod.module_dir("crds", _GATEWAY_API_MODULE) / "config" / "crd" / "standard"
     out = []
     for plural in EXTRA_CRDS:
-        docs = yaml.safe_load_all((root / f"{GROUP}_{plural}.yaml").read_text())
-        out += [d for d in docs if d and d.get("kind") == "CustomResourceDefinition"]
+        docs = gomod.documents("crds", _GATEWAY_API_MODULE, f"config/crd/standard/{GROUP}_{plural}.yaml")
+        out += [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
     return out
 
 

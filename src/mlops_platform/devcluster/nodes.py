@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from mlops_platform.devcluster import gomod
 from mlops_platform.runtime import objects, wait
 from mlops_platform.runtime.transport import client as rclient
@@ -32,11 +30,7 @@ _STAGE_FILES = (
 
 
 def default_stages() -> list[dict[str, Any]]:
-    root = gomod.module_dir("kwok", "sigs.k8s.io/kwok")
-    stages: list[dict[str, Any]] = []
-    for rel in _STAGE_FILES:
-        stages.extend(d for d in yaml.safe_load_all((root / rel).read_text()) if d)
-    return stages
+    return [d for rel in _STAGE_FILES for d in gomod.documents("kwok", "sigs.k8s.io/kwok", rel)]
 
 
 def _node(name: str, pool: str, extra: dict[str, str]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ and ``pip freeze`` of its root filesystem).
 - :data:`MINIO`: the local cluster's model store, the pinned MinIO binary (static) alone;
 - :data:`TRAEFIK`: the local cluster's Gateway API implementation, the pinned Traefik binary (static)
   alone;
+- :data:`MONITORING`: the local cluster's monitoring stack, each pinned binary (static) alone:
+  Prometheus, the Prometheus Operator, its config reloader and kube-state-metrics;
 - :data:`MLSERVER`: MLServer 1.7.1 with its scikit-learn and XGBoost runtimes, on :data:`PYTHON`,
   at the versions upstream's image of that release installs (``requirements/mlserver-1.7.1.txt``).
 """
@@ -54,7 +56,9 @@ class Recipe:
     description: str
     config: tuple[str, ...] = ()  # umoci config arguments
     debian_packages: tuple[str, ...] = ()  # a Debian root filesystem with these
-    tool: str = ""  # a node tool or object-store server (binaries) whose binary is the image's /<tool>
+    tool: str = ""  # a node, object-store or monitoring tool (binaries) whose binary is the image's /<tool>
+    binary: str = ""  # that tool directory's file to take, if not the one named like the tool
+    binary_path: str = ""  # where the binary goes in the image, if not /<tool>
     base: Recipe | None = None  # an image this one adds a layer to
     requirements: str = ""  # a pinned pip requirements file (``requirements/``) installed in VENV
     project: bool = False  # this checkout's own wheel too (the source tree is an input)
@@ -69,6 +73,9 @@ class Recipe:
 
     def key(self) -> str:
         fields = dataclasses.asdict(self) | {"base": self.base.key() if self.base else None}
+        for added in ("binary", "binary_path"):  # absent when unset: older images keep their keys
+            if not fields[added]:
+                del fields[added]
         data = json.dumps([_STEPS_VERSION, DEBIAN_SUITE, fields]).encode() + _inputs(self)
         return hashlib.sha256(data).hexdigest()[:16]
 
@@ -78,6 +85,8 @@ def _tool_dir(tool: str) -> Path:
     (its name carries the pinned version)."""
     if tool in binaries.OBJECT_STORE_SERVERS:
         return binaries.object_store_server_cache_dir(tool)
+    if tool in binaries.MONITORING_TOOLS:
+        return binaries.monitoring_tool_dir(tool)
     return binaries.node_tool_dir(tool)
 
 
@@ -206,7 +215,47 @@ OPERATOR = Recipe(
     requirements="operator.txt",
     project=True,
 )
-ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, MINIO, OPERATOR, TRAEFIK)
+
+
+def _monitoring(name: str, tool: str, description: str, port: int, binary: str = "") -> Recipe:
+    """A monitoring stack's image (``devcluster.monitoring``): one pinned static binary alone, at
+    the path upstream's image has it (the Prometheus Operator runs its config reloader as
+    ``/bin/prometheus-config-reloader`` and Prometheus by its image's entrypoint), as nobody."""
+    path = f"/bin/{binary or tool}" if tool != "kube-state-metrics" else "/kube-state-metrics"
+    return Recipe(
+        name,
+        binaries.versions()[binaries.MONITORING_TOOLS[tool]],
+        description,
+        config=(
+            f"--config.entrypoint={path}",
+            f"--config.exposedports={port}/tcp",
+            "--config.user=65534:65534",
+        ),
+        tool=tool,
+        binary=binary,
+        binary_path=path,
+    )
+
+
+PROMETHEUS = _monitoring(
+    "prometheus", "prometheus", "Prometheus (the pinned promtool's release, static)", 9090
+)
+PROMETHEUS_OPERATOR = _monitoring(
+    "prometheus-operator", "prometheus-operator", "the Prometheus Operator (static)", 8080, "operator"
+)
+CONFIG_RELOADER = _monitoring(
+    "prometheus-config-reloader",
+    "prometheus-operator",
+    "the Prometheus Operator's config reloader (static)",
+    8080,
+    "prometheus-config-reloader",
+)
+KUBE_STATE_METRICS = _monitoring(
+    "kube-state-metrics", "kube-state-metrics", "kube-state-metrics (static)", 8080
+)
+#: the monitoring stack, imported on demand (``dev up --monitoring``)
+MONITORING = (PROMETHEUS, PROMETHEUS_OPERATOR, CONFIG_RELOADER, KUBE_STATE_METRICS)
+ALL = (PAUSE, PYTHON, COREDNS, MLSERVER, MINIO, OPERATOR, TRAEFIK, *MONITORING)
 #: what every real node imports when it starts; the others are imported when asked for
 #: (:meth:`~mlops_platform.devcluster.realnode.fabric.Fabric.import_images`)
 NODE = (PAUSE, PYTHON, COREDNS)
@@ -287,8 +336,12 @@ def _build(recipe: Recipe, out: Path, tar: Path) -> None:
             _debian_rootfs(rootfs, recipe.debian_packages)
         if recipe.tool in binaries.OBJECT_STORE_SERVERS:
             binaries.object_store_server(recipe.tool)  # built when missing (the node's tools are)
+        if recipe.tool in binaries.MONITORING_TOOLS:
+            binaries.monitoring()  # built when missing
         if recipe.tool:
-            shutil.copy2(_tool_dir(recipe.tool) / recipe.tool, rootfs / recipe.tool)
+            binary = rootfs / (recipe.binary_path or recipe.tool).lstrip("/")
+            binary.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(_tool_dir(recipe.tool) / (recipe.binary or recipe.tool), binary)
         if recipe.name == "pause":
             _run("gcc", "-Os", "-static", "-o", str(rootfs / "pause"), str(_pause_source()))
             _run("strip", str(rootfs / "pause"))
