@@ -8,7 +8,17 @@ import sys
 
 import click
 
+from mlops_platform import promapi
 from mlops_platform.cli import options, settings
+
+
+def _prometheus(value: str) -> promapi.Server | None:
+    if value == "none":
+        return None
+    try:
+        return promapi.parse(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--prometheus") from None
 
 
 @click.command(name="why")
@@ -27,6 +37,14 @@ from mlops_platform.cli import options, settings
     "the operator's --storage-initializer-image (an installed operator passes its own image)",
 )
 @click.option("--events", "max_events", type=click.IntRange(min=0), default=20, help="newest Events shown")
+@click.option(
+    "--prometheus",
+    default=str(promapi.DEFAULT),
+    show_default=True,
+    callback=lambda ctx, param, value: _prometheus(value),
+    help="the Prometheus Service asked for the alerts and scrape targets of an InferenceService with "
+    "monitoring, NAMESPACE/SERVICE:PORT, read through the API server's service proxy; 'none' to skip",
+)
 def why_command(
     name: str,
     namespace: str | None,
@@ -39,6 +57,7 @@ def why_command(
     runtime_config: str | None,
     storage_initializer_image: str,
     max_events: int,
+    prometheus: promapi.Server | None,
 ) -> None:
     """Why NAME is (not) serving: conditions, what the operator would change now, pods, Events.
 
@@ -62,7 +81,11 @@ def why_command(
         storage_initializer_image=storage_initializer_image,
     )
     try:
-        report = asyncio.run(why.collect(kubeconfig, context, namespace, name, ctx, max_events=max_events))
+        report = asyncio.run(
+            why.collect(
+                kubeconfig, context, namespace, name, ctx, max_events=max_events, prometheus=prometheus
+            )
+        )
     except why.WhyError as e:
         raise click.ClickException(str(e)) from None
     if output == "json":

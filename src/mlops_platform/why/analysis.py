@@ -76,9 +76,11 @@ def analyze(
     *,
     now: datetime.datetime | None = None,
     max_events: int = MAX_EVENTS,
+    health: report.HealthReport | None = None,
 ) -> report.Report:
     """What ``why`` reports about ``snap`` under the operator settings ``ctx`` (default: the
-    operator's defaults). Pure: ``now`` (default: the clock) only ages the Events."""
+    operator's defaults), with what Prometheus says (``health``, read by :mod:`~.health`). Pure:
+    ``now`` (default: the clock) only ages the Events."""
     ctx = ctx or base.BuildContext()
     now = now or clock.utcnow()
     raw = snap.raw
@@ -112,6 +114,7 @@ def analyze(
         spec_problem=compared.spec_problem,
         errors=dict(snap.errors),
         caveats=compared.caveats,
+        health=health,
     )
     return dataclasses.replace(partial, summary=summary.summary(partial))
 

@@ -14,9 +14,10 @@ import os
 import shutil
 from typing import Any
 
-from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform import promapi
+from mlops_platform.controllers.inferenceservice.children import base, monitoring
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.why import analysis, reading, report
+from mlops_platform.why import analysis, health, reading, report
 
 
 class WhyError(Exception):
@@ -50,8 +51,10 @@ async def collect(
     ctx: base.BuildContext,
     *,
     max_events: int = analysis.MAX_EVENTS,
+    prometheus: promapi.Server | None = promapi.DEFAULT,
 ) -> report.Report:
-    """Connect (``kubeconfig``/``context``; default ``$KUBECONFIG``), read and analyze."""
+    """Connect (``kubeconfig``/``context``; default ``$KUBECONFIG``), read and analyze; ask
+    ``prometheus`` (None: none) about an InferenceService with monitoring."""
     ns = namespace or default_namespace(kubeconfig, context)
     client = rclient.Client.from_kubeconfig(kubeconfig, context=context)
     async with client:
@@ -65,4 +68,13 @@ async def collect(
             ) from None
         except rclient.TransportError as e:
             raise WhyError(f"cannot reach the API server at {client.base_url}: {e}") from None
-    return analysis.analyze(snap, ctx, max_events=max_events)
+        found = None
+        if prometheus is not None and _monitored(snap, name):
+            found = await health.read(client, prometheus, ns, name)
+    return analysis.analyze(snap, ctx, max_events=max_events, health=found)
+
+
+def _monitored(snap: reading.Snapshot, name: str) -> bool:
+    """Whether the InferenceService has a live PrometheusRule or ServiceMonitor."""
+    kinds = (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR)
+    return any(snap.children.get((reading.group_resource(k), name)) for k in kinds)

@@ -23,7 +23,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
-from mlops_platform import api
+from mlops_platform import api, promapi
 from mlops_platform.controllers.inferenceservice import (
     children,
     labels,
@@ -72,6 +72,8 @@ def read_rules() -> list[Obj]:
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+        # the default Prometheus' HTTP API through the service proxy (alerts and targets: why.health)
+        promapi.read_rule(),
     ]
     return rules
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -83,6 +84,27 @@ def to_json(r: report.Report) -> Obj:
         ],
         "eventsTotal": r.events_total,
         "errors": dict(r.errors),
+        "health": None if r.health is None else _health_json(r.health),
+    }
+
+
+def _health_json(h: report.HealthReport) -> Obj:
+    return {
+        "prometheus": h.prometheus,
+        "group": h.group,
+        "loaded": h.loaded,
+        "error": h.error or None,
+        "alerts": [dataclasses.asdict(a) for a in h.alerts],
+        "targets": [
+            {
+                "pod": t.pod,
+                "component": t.component,
+                "health": t.health,
+                "lastError": t.last_error,
+                "lastScrape": t.last_scrape,
+            }
+            for t in h.targets
+        ],
     }
 
 
@@ -217,6 +239,8 @@ def render_text(r: report.Report, *, width: int = 100, color: bool = False) -> s
     _render_conditions(out, r)
     _render_children(out, r)
     _render_pods(out, r)
+    if r.health is not None:
+        _render_health(out, r.health)
     _render_events(out, r)
     if r.errors:
         out.title("Not readable", "(RBAC: see docs/why.md)")
@@ -302,6 +326,40 @@ def _render_pods(out: _Out, r: report.Report) -> None:
             out.wrapped(_describe_container(container), 4, _BAD if container.failing else _PLAIN)
     if len(r.pods) > len(shown_pods):
         out.wrapped(f"... and {len(r.pods) - len(shown_pods)} more (-o json lists all)", 2, _DIM)
+
+
+def _render_health(out: _Out, h: report.HealthReport) -> None:
+    out.title("Monitoring", f"(Prometheus {h.prometheus}, rule group {h.group})")
+    if h.error:
+        out.wrapped(f"Prometheus not readable: {h.error}", 2, _WARN)
+        return
+    if not h.loaded:
+        out.wrapped("rule group not loaded by Prometheus (yet): its alerts cannot fire", 2, _WARN)
+    rows: list[list[Cell]] = []
+    for a in h.alerts:
+        s = _BAD if a.state == "firing" else _WARN if a.state == "pending" else _GOOD
+        since = f"since {a.since}" if a.since else ""
+        rows.append(
+            [
+                (a.name, _PLAIN),
+                (a.state, s),
+                (a.severity, _PLAIN),
+                (" ".join(filter(None, [since, a.summary])), _PLAIN),
+            ]
+        )
+    if rows:
+        out.table(rows)
+    up = sum(t.health == "up" for t in h.targets)
+    out.wrapped(
+        f"targets: {up} of {len(h.targets)} up", 2, _GOOD if h.targets and up == len(h.targets) else _WARN
+    )
+    out.table(
+        [
+            [(t.pod, _PLAIN), (t.health, _GOOD if t.health == "up" else _BAD), (t.last_error, _PLAIN)]
+            for t in h.targets
+        ],
+        indent=4,
+    )
 
 
 def _render_events(out: _Out, r: report.Report) -> None:

@@ -107,6 +107,48 @@ class ConditionReport:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AlertReport:
+    """One alerting rule of the InferenceService's group as Prometheus evaluates it."""
+
+    name: str
+    state: str  # firing | pending | inactive
+    severity: str
+    #: when its (first) alert became pending, its value and summary ("" when inactive)
+    since: str = ""
+    value: str = ""
+    summary: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TargetReport:
+    """One scrape target of the InferenceService's ServiceMonitor."""
+
+    pod: str
+    component: str
+    health: str  # up | down | unknown
+    last_error: str = ""
+    last_scrape: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HealthReport:
+    """What Prometheus says (:mod:`~mlops_platform.why.health`)."""
+
+    prometheus: str  # NAMESPACE/SERVICE:PORT
+    group: str
+    #: whether Prometheus has loaded the rule group
+    loaded: bool
+    alerts: tuple[AlertReport, ...] = ()
+    targets: tuple[TargetReport, ...] = ()
+    #: why Prometheus could not be read ("" when it was)
+    error: str = ""
+
+    @property
+    def firing(self) -> tuple[AlertReport, ...]:
+        return tuple(a for a in self.alerts if a.state == "firing")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Report:
     namespace: str
     name: str
@@ -132,6 +174,8 @@ class Report:
     errors: Mapping[str, str]
     #: what limits the comparison (an input of the canary decision that could not be read)
     caveats: tuple[str, ...] = ()
+    #: what Prometheus says (None: monitoring off, or not asked)
+    health: HealthReport | None = None
 
     @property
     def changes(self) -> tuple[ChildReport, ...]:

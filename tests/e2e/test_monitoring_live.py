@@ -1,0 +1,243 @@
+"""Monitoring that really runs (issue #41): the Prometheus Operator turns the operator's
+ServiceMonitor and PrometheusRule into Prometheus' configuration, Prometheus scrapes the real
+MLServer pods and kube-state-metrics, and the alerts fire on real failures
+(:mod:`mlops_platform.devcluster.monitoring`, on the real node).
+
+Every read of Prometheus goes through the API server's service proxy (:mod:`mlops_platform.promapi`).
+Each alert's ``for`` is :data:`FOR` here (the default 5m would make the module take half an hour):
+an alert fires once its condition has held that long, at the next rule evaluation.
+
+- ``iris`` (2 replicas): both pods are targets that are up; requests its model cannot answer fire
+  ``InferenceServiceHighErrorRatio``, which resolves once answered requests outweigh them; its
+  ``latencySeconds`` is :data:`LATENCY_THRESHOLD`, under the real server's answer time, so its
+  answers are slow for it and ``InferenceServiceHighLatency`` fires;
+- ``lost`` (its model's URI names nothing): no replica ever becomes available and
+  ``InferenceServiceNoReadyReplica`` fires through kube-state-metrics;
+- ``squeezed`` (2 replicas in a namespace whose ResourceQuota admits one pod): one replica is
+  available and ``InferenceServiceBelowMinReplicas`` fires through kube-state-metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlops_platform import api, infer, promapi, why
+from mlops_platform.controllers.inferenceservice import alert_settings, alerts
+from mlops_platform.controllers.inferenceservice.children import base
+from mlops_platform.devcluster import demo
+from mlops_platform.devcluster import monitoring as stack
+from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.runtime.control import manager as rmanager
+from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import serving, wait
+from mlops_platform.testing.plugin import temporary_namespace
+
+FOR = "30s"
+LATENCY_THRESHOLD = 0.001
+#: a request the iris model cannot answer: 3 features, it was trained on 4
+BAD_REQUEST = {"inputs": [{"name": "input-0", "shape": [1, 3], "datatype": "FP64", "data": [1.0, 2.0, 3.0]}]}
+#: the longest an alert may take to fire once its condition holds: its ``for``, one rule evaluation,
+#: and the scrapes that make a rate (the ServiceMonitor scrapes every 30s) with slack for a loaded machine
+FIRE_WITHIN = 240.0
+SERVER = promapi.DEFAULT
+
+
+@pytest.fixture(scope="module")
+async def serving_settings(local_cluster_name: str) -> base.BuildContext:
+    """The monitoring stack installed; the local cluster's settings (``ns`` and the operator:
+    tests/e2e/conftest)."""
+    await asyncio.to_thread(stack.install, local_cluster_name)
+    return demo.local_settings()
+
+
+def _fast(isvc: dict[str, Any], **alert_overrides: Any) -> dict[str, Any]:
+    isvc["spec"]["monitoring"] = {"alerts": {"for": FOR, "belowMinFor": FOR, **alert_overrides}}
+    return isvc
+
+
+class Services:
+    def __init__(self, ns: str, squeezed_ns: str) -> None:
+        self.ns = ns
+        self.squeezed_ns = squeezed_ns
+
+
+@pytest.fixture(scope="module")
+async def services(
+    admin_client: rclient.Client, serving_operator: rmanager.Manager
+) -> AsyncIterator[Services]:
+    """The three InferenceServices, created at once (their alerts' clocks start together)."""
+    async with (
+        temporary_namespace(admin_client, "monitoring-live") as ns,
+        temporary_namespace(admin_client, "monitoring-squeezed") as squeezed_ns,
+    ):
+        for n in (ns, squeezed_ns):
+            await modelstore.grant(admin_client, n)
+        quota = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "one-pod"},
+            "spec": {"hard": {"pods": "1"}},
+        }
+        await admin_client.create(await admin_client.resource_for("v1", "ResourceQuota"), quota, squeezed_ns)
+        iris = _fast(serving.iris("iris", replicas=2), latencySeconds=LATENCY_THRESHOLD)
+        await admin_client.create(api.RESOURCE, iris, ns)
+        await admin_client.create(api.RESOURCE, _fast(serving.iris("lost", "s3://models/nothing-here/1")), ns)
+        await admin_client.create(api.RESOURCE, _fast(serving.iris("squeezed", replicas=2)), squeezed_ns)
+        yield Services(ns, squeezed_ns)
+
+
+async def _alert(c: rclient.Client, ns: str, name: str, alert: str) -> dict[str, Any] | None:
+    """The rule ``alert`` of the InferenceService's group as Prometheus evaluates it (None: not loaded)."""
+    rules = await promapi.alert_rules(c, SERVER, alerts.group_name(ns, name))
+    return next((r for r in rules or () if r.get("name") == alert), None)
+
+
+async def _until_state(
+    c: rclient.Client, ns: str, name: str, alert: str, state: str, timeout: float
+) -> dict[str, Any]:
+    async def reached() -> dict[str, Any] | None:
+        rule = await _alert(c, ns, name, alert)
+        return rule if rule is not None and rule.get("state") == state else None
+
+    return await wait.until(reached, timeout=timeout, interval=1.0, what=f"{alert} of {ns}/{name} {state}")
+
+
+def _active_at(rule: dict[str, Any]) -> float:
+    """When the rule's (first) alert became pending: its condition held from then on."""
+    (first, *_) = rule["alerts"]
+    # Prometheus writes nanoseconds; Python reads up to microseconds
+    stamp = re.sub(r"(\.\d{6})\d+", r"\1", first["activeAt"])
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+async def test_every_predictor_pod_is_an_up_target_and_the_rule_group_is_loaded(
+    admin_client: rclient.Client, services: Services
+) -> None:
+    await serving.ready(admin_client, services.ns, "iris")
+    pods = await admin_client.list(
+        resources.POD, services.ns, label_selector="mlops.platform/inferenceservice=iris"
+    )
+    names = sorted(p["metadata"]["name"] for p in pods["items"])
+    assert len(names) == 2, names
+    pool = promapi.service_monitor_pool(services.ns, "iris")
+
+    async def both_up() -> list[dict[str, Any]] | None:
+        found = await promapi.targets(admin_client, SERVER, pool)
+        up = sorted(t["labels"].get("pod", "") for t in found if t["health"] == "up")
+        return found if up == names else None
+
+    found = await wait.until(both_up, timeout=120, interval=1.0, what=f"{pool}: {names} up")
+    for t in found:  # the labels the alerts select on, from the pods
+        assert t["labels"]["mlops_platform_inferenceservice"] == "iris", t["labels"]
+        assert t["labels"]["mlops_platform_component"] == "predictor", t["labels"]
+    rules = await wait.until(
+        lambda: promapi.alert_rules(admin_client, SERVER, alerts.group_name(services.ns, "iris")),
+        timeout=120,
+        interval=1.0,
+        what="the rule group loaded",
+    )
+    assert sorted(r["name"] for r in rules) == sorted(
+        [
+            alert_settings.NO_READY_REPLICA,
+            alert_settings.BELOW_MIN_REPLICAS,
+            alert_settings.HIGH_ERROR_RATIO,
+            alert_settings.HIGH_LATENCY,
+        ]
+    )
+    assert all(r["health"] == "ok" for r in rules), rules
+
+
+async def test_failing_requests_fire_the_error_ratio_alert_and_it_resolves_once_answers_outweigh_them(
+    admin_client: rclient.Client, services: Services, kube_cluster: Path
+) -> None:
+    ns = services.ns
+    await serving.ready(admin_client, ns, "iris")
+    started = time.time()
+    failed = 0
+
+    async def failing() -> None:
+        nonlocal failed
+        while True:
+            with contextlib.suppress(infer.InferError):
+                await infer.infer(admin_client, "iris", ns, BAD_REQUEST)
+                raise AssertionError("the model answered a request of 3 features")
+            failed += 1
+            await asyncio.sleep(0.5)  # a steady trickle of failures, not a flood
+
+    task = asyncio.create_task(failing())
+    try:
+        rule = await _until_state(
+            admin_client, ns, "iris", alert_settings.HIGH_ERROR_RATIO, "firing", FIRE_WITHIN
+        )
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    fired = time.time()
+    held = fired - _active_at(rule)
+    print(
+        f"\nHighErrorRatio: firing {fired - started:.0f}s after the first failed request "
+        f"({failed} failed), {held:.0f}s after its condition began to hold (for {FOR}, "
+        f"evaluation every {stack.EVALUATION_INTERVAL})"
+    )
+    within = alert_settings.parse_duration(FOR) + alert_settings.parse_duration(stack.EVALUATION_INTERVAL)
+    assert held <= within + 5, held
+    # one command answers "is it serving, and is it healthy": why shows the firing alert and the targets
+    report = await why.collect(str(kube_cluster), None, ns, "iris", demo.local_settings())
+    assert report.serving, report.summary
+    assert report.health is not None and report.health.loaded, report.health
+    assert alert_settings.HIGH_ERROR_RATIO in [a.name for a in report.health.firing], report.health.alerts
+    assert [t.health for t in report.health.targets] == ["up", "up"], report.health.targets
+    text = why.render_text(report)
+    assert f"{alert_settings.HIGH_ERROR_RATIO}  firing" in text and "targets: 2 of 2 up" in text, text
+    # answered requests outweigh the failures in the rate window: the ratio falls under the threshold
+    stopped = time.time()
+    async with serving.load(admin_client, ns, "iris") as traffic:
+        await _until_state(admin_client, ns, "iris", alert_settings.HIGH_ERROR_RATIO, "inactive", FIRE_WITHIN)
+    print(f"HighErrorRatio: resolved {time.time() - stopped:.0f}s after the failures stopped")
+    assert traffic.errors == [], traffic.summary()
+
+
+async def test_answers_slower_than_the_threshold_fire_the_latency_alert(
+    admin_client: rclient.Client, services: Services
+) -> None:
+    ns = services.ns
+    await serving.ready(admin_client, ns, "iris")
+    async with serving.load(admin_client, ns, "iris") as traffic:
+        rule = await _until_state(
+            admin_client, ns, "iris", alert_settings.HIGH_LATENCY, "firing", FIRE_WITHIN
+        )
+    assert traffic.errors == [], traffic.summary()
+    (alert, *_) = rule["alerts"]
+    assert float(alert["value"]) > LATENCY_THRESHOLD, alert
+    print(f"\nHighLatency: firing at {float(alert['value']) * 1000:.1f} ms > {LATENCY_THRESHOLD * 1000:g} ms")
+
+
+async def test_a_deployment_without_its_replicas_fires_the_replica_alerts_through_kube_state_metrics(
+    admin_client: rclient.Client, services: Services
+) -> None:
+    lost = await _until_state(
+        admin_client, services.ns, "lost", alert_settings.NO_READY_REPLICA, "firing", FIRE_WITHIN
+    )
+    assert lost["alerts"][0]["labels"]["deployment"] == "lost-predictor", lost
+    squeezed = await _until_state(
+        admin_client,
+        services.squeezed_ns,
+        "squeezed",
+        alert_settings.BELOW_MIN_REPLICAS,
+        "firing",
+        FIRE_WITHIN,
+    )
+    assert float(squeezed["alerts"][0]["value"]) == 1.0, squeezed  # one replica of two
+    for name, rule in (("lost", lost), ("squeezed", squeezed)):
+        print(f"\n{rule['name']} of {name}: pending since {rule['alerts'][0]['activeAt']}")
