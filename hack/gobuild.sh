@@ -12,6 +12,8 @@ build() {
   local missing=()
   for pkg in "$@"; do
     local b; b=$(basename "$pkg")
+    # a module's major-version suffix (k8s.io/kube-state-metrics/v2): go build names it after the module
+    if [[ $b =~ ^v[0-9]+$ ]]; then b=$(basename "$(dirname "$pkg")"); fi
     [[ -x "$out/$b" ]] || missing+=("$pkg")
   done
   if [[ ${#missing[@]} -eq 0 ]]; then log "$name: cached in $out"; return; fi

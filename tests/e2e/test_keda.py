@@ -37,7 +37,7 @@ async def test_a_zero_minimum_gets_a_scaledobject_and_switching_replaces_the_hpa
     obj = await wait.for_condition(
         admin_client, ISVC, namespace, "z", "Ready", "False", "ScaledToZero", timeout=30
     )
-    assert "KEDA ScaledObject z-predictor scales it up" in probes.condition(obj, "Ready")["message"]
+    assert "KEDA ScaledObject z-predictor wakes it" in probes.condition(obj, "Ready")["message"]
 
     await admin_client.patch(ISVC, "z", {"spec": {"minReplicas": 1}}, namespace=namespace)
     await wait.until(

@@ -14,7 +14,10 @@ an alert fires once its condition has held that long, at the next rule evaluatio
 - ``lost`` (its model's URI names nothing): no replica ever becomes available and
   ``InferenceServiceNoReadyReplica`` fires through kube-state-metrics;
 - ``squeezed`` (2 replicas in a namespace whose ResourceQuota admits one pod): one replica is
-  available and ``InferenceServiceBelowMinReplicas`` fires through kube-state-metrics.
+  available and ``InferenceServiceBelowMinReplicas`` fires through kube-state-metrics;
+- ``elastic`` (KEDA, :mod:`mlops_platform.devcluster.keda`): switched to ``minReplicas: 0`` under
+  load, its ScaledObject scales the real MLServer up to ``maxReplicas`` from its own request rate as
+  Prometheus scrapes it, and back to zero once idle past its cooldown.
 """
 
 from __future__ import annotations
@@ -31,15 +34,16 @@ from typing import Any
 import pytest
 
 from mlops_platform import api, infer, promapi, why
-from mlops_platform.controllers.inferenceservice import alert_settings, alerts
-from mlops_platform.controllers.inferenceservice.children import base
-from mlops_platform.devcluster import demo
+from mlops_platform.controllers.inferenceservice import alert_queries, alert_settings, alerts
+from mlops_platform.controllers.inferenceservice.children import base, scaledobject
+from mlops_platform.devcluster import demo, keda
 from mlops_platform.devcluster import monitoring as stack
 from mlops_platform.devcluster.modelstore import install as modelstore
+from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import serving, wait
+from mlops_platform.testing import probes, serving, wait
 from mlops_platform.testing.plugin import temporary_namespace
 
 FOR = "30s"
@@ -54,9 +58,9 @@ SERVER = promapi.DEFAULT
 
 @pytest.fixture(scope="module")
 async def serving_settings(local_cluster_name: str) -> base.BuildContext:
-    """The monitoring stack installed; the local cluster's settings (``ns`` and the operator:
+    """KEDA and the monitoring stack installed; the local cluster's settings (``ns`` and the operator:
     tests/e2e/conftest)."""
-    await asyncio.to_thread(stack.install, local_cluster_name)
+    await asyncio.to_thread(keda.install, local_cluster_name)
     return demo.local_settings()
 
 
@@ -241,3 +245,68 @@ async def test_a_deployment_without_its_replicas_fires_the_replica_alerts_throug
     assert float(squeezed["alerts"][0]["value"]) == 1.0, squeezed  # one replica of two
     for name, rule in (("lost", lost), ("squeezed", squeezed)):
         print(f"\n{rule['name']} of {name}: pending since {rule['alerts'][0]['activeAt']}")
+
+
+ELASTIC_COOLDOWN = 30
+#: requests per second per replica: the sequential load (tens per second) wants both replicas
+ELASTIC_RATE = 2
+
+
+async def _replicas(c: rclient.Client, ns: str, name: str) -> int:
+    live = await c.get(resources.DEPLOYMENT, f"{name}-predictor", ns)
+    return int(live["spec"].get("replicas", 1))
+
+
+async def test_keda_scales_the_real_server_up_under_load_and_to_zero_once_idle(
+    admin_client: rclient.Client, ns: str
+) -> None:
+    # one fixed replica first (no HPA of ours, which would scale it on CPU): the second is KEDA's
+    await admin_client.create(api.RESOURCE, serving.iris("elastic", replicas=1), ns)
+    await serving.ready(admin_client, ns, "elastic")
+    scale_to_zero = {"requestsPerReplica": ELASTIC_RATE, "cooldownSeconds": ELASTIC_COOLDOWN}
+    rate = alert_queries.SERVERS["seldon"].requests(alerts.request_query(ns, "elastic"))
+
+    async def seen() -> bool:  # what KEDA's trigger will read: Prometheus has a rate for it
+        return any(float(s["value"][1]) > 0 for s in await promapi.query(admin_client, SERVER, rate))
+
+    async with serving.load(admin_client, ns, "elastic") as traffic:
+        await wait.until(seen, timeout=180, interval=1.0, what="Prometheus has elastic's request rate")
+        switched = time.monotonic()
+        autoscaling = {"minReplicas": 0, "maxReplicas": 2, "scaleToZero": scale_to_zero}
+        await admin_client.patch(
+            api.RESOURCE, "elastic", {"spec": {"predictor": {"autoscaling": autoscaling}}}, namespace=ns
+        )
+        await wait.until(
+            lambda: admin_client.get(scaledobject.KIND.resource(), "elastic-predictor", ns),
+            timeout=60,
+            what="the ScaledObject",
+        )
+        await wait.until(
+            lambda: _scaled_to(admin_client, ns, "elastic", 2),
+            timeout=240,
+            interval=1.0,
+            what="KEDA: 2 replicas",
+        )
+        up = time.monotonic() - switched
+        so = await admin_client.get(scaledobject.KIND.resource(), "elastic-predictor", ns)
+        assert objects.condition_is(so, "Active"), so.get("status")
+        hpa = await admin_client.get(resources.HPA, "keda-hpa-elastic-predictor", ns)  # KEDA's own
+        assert hpa["spec"]["maxReplicas"] == 2, hpa["spec"]
+    assert traffic.errors == [], traffic.summary()
+    idle = time.monotonic()
+    await wait.until(
+        lambda: _scaled_to(admin_client, ns, "elastic", 0),
+        timeout=360,
+        interval=1.0,
+        what="KEDA: zero replicas",
+    )
+    down = time.monotonic() - idle
+    print(f"\nKEDA: 2 replicas {up:.0f}s after the switch under load, zero {down:.0f}s after it stopped")
+    obj = await wait.for_condition(
+        admin_client, api.RESOURCE, ns, "elastic", "Ready", "False", "ScaledToZero", timeout=60
+    )
+    assert "KEDA ScaledObject elastic-predictor" in probes.condition(obj, "Ready")["message"]
+
+
+async def _scaled_to(c: rclient.Client, ns: str, name: str, want: int) -> bool:
+    return await _replicas(c, ns, name) == want

@@ -221,15 +221,15 @@ def test_dev_build_images_builds_without_a_cluster_and_names_unknown_images(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """What `make demo` runs beside the Go builds: each named image's archive, no cluster needed."""
-    from mlops_platform.devcluster.realnode import images
+    from mlops_platform.devcluster.realnode import imagebuild
 
     built: list[str] = []
 
-    def archive(recipe: images.Recipe) -> Path:
+    def archive(recipe: imagebuild.Recipe) -> Path:
         built.append(recipe.name)
         return tmp_path / f"{recipe.name}.tar"
 
-    monkeypatch.setattr(images, "archive", archive)
+    monkeypatch.setattr(imagebuild, "archive", archive)
     result = CliRunner().invoke(cli.main, ["dev", "build-images", "mlserver", "mlops-platform"])
     assert result.exit_code == 0, result.output
     assert built == ["mlserver", "mlops-platform"]

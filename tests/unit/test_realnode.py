@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tests.unit.test_devcluster import _config, _patches
 
 from mlops_platform.devcluster import binaries, clusterconfig, nodes
-from mlops_platform.devcluster.realnode import addons, addressing, configs, fabric, images, pki
+from mlops_platform.devcluster.realnode import addons, addressing, configs, fabric, imagebuild, images, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,7 +187,7 @@ def test_images_carry_the_local_registry_name_and_change_key_with_their_inputs(
     before = images.MLSERVER.key()
     pins = tmp_path / "pins.txt"
     pins.write_text("mlserver==1.7.2\n")
-    monkeypatch.setattr(images, "_requirements", lambda recipe: pins)
+    monkeypatch.setattr(imagebuild, "_requirements", lambda recipe: pins)
     assert images.MLSERVER.key() != before  # a pin changed: another image
 
 

@@ -58,6 +58,12 @@ cluster_name = click.option("--name", default="mlops-dev", help="cluster name")
     "kube-state-metrics (built from pinned modules when the cache lacks them); added to a running "
     "cluster too",
 )
+@click.option(
+    "--keda",
+    is_flag=True,
+    help="KEDA's operator and metrics API server on the real node too (with the monitoring stack its "
+    "triggers query); added to a running cluster too",
+)
 def up(
     name: str,
     without_crds: bool,
@@ -67,13 +73,17 @@ def up(
     unthrottled: bool,
     without_metrics_server: bool,
     monitoring: bool,
+    keda: bool,
 ) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     from mlops_platform.devcluster import cluster
+    from mlops_platform.devcluster import keda as keda_stack
     from mlops_platform.devcluster import monitoring as monitoring_stack
 
-    if monitoring and real_nodes < 1:
-        raise click.BadParameter("the monitoring stack runs on a real node", param_hint="--real-nodes")
+    if (monitoring or keda) and real_nodes < 1:
+        raise click.BadParameter(
+            "the monitoring stack and KEDA run on a real node", param_hint="--real-nodes"
+        )
     kubeconfig = cluster.up(
         name,
         install_crds=not without_crds,
@@ -83,7 +93,9 @@ def up(
         unthrottled=unthrottled,
         metrics_server=not without_metrics_server,
     )
-    if monitoring:
+    if keda:
+        keda_stack.install(name)  # with the monitoring stack
+    elif monitoring:
         monitoring_stack.install(name)
     click.echo(kubeconfig)
 
@@ -152,11 +164,12 @@ def import_image(name: str, images: tuple[str, ...]) -> None:
 def build_images(images: tuple[str, ...]) -> None:
     """Build (or find cached) local images without a cluster, e.g. `dev build-images mlserver`
     (`make demo` builds the Python ones while the Go builds run). Prints each archive's path."""
+    from mlops_platform.devcluster.realnode import imagebuild
     from mlops_platform.devcluster.realnode import images as local_images
 
     try:
         recipes = local_images.by_name(list(images))
-        paths = [local_images.archive(r) for r in recipes]
+        paths = [imagebuild.archive(r) for r in recipes]
     except (ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     for path in paths:

@@ -298,11 +298,13 @@ MONITORING_TOOLS = {
     "prometheus": "PROMTOOL_VERSION",
     "prometheus-operator": "PROMETHEUS_OPERATOR_VERSION",
     "kube-state-metrics": "KUBE_STATE_METRICS_VERSION",
+    "keda": "KEDA_VERSION",
 }
 _MONITORING_FILES = {
     "prometheus": ("prometheus",),
     "prometheus-operator": ("operator", "prometheus-config-reloader"),
     "kube-state-metrics": ("kube-state-metrics",),
+    "keda": ("operator", "adapter"),
 }
 
 

@@ -52,5 +52,9 @@ _ManifestLoader.add_constructor("tag:yaml.org,2002:value", _plain)
 
 def documents(pin_dir: str, module: str, rel: str) -> list[dict[str, Any]]:
     """The YAML documents (not empty) of the file ``rel`` in ``module`` as ``hack/<pin_dir>`` pins it."""
-    text = (module_dir(pin_dir, module) / rel).read_text()
+    return parse((module_dir(pin_dir, module) / rel).read_text())
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    """The YAML documents (not empty) of upstream manifests ``text`` (a plain ``=`` as a string)."""
     return [d for d in yaml.load_all(text, Loader=_ManifestLoader) if d]

@@ -19,7 +19,7 @@ from typing import Any
 from mlops_platform.api import crd
 from mlops_platform.deploy import defaults
 from mlops_platform.devcluster import binaries, cluster, clusterconfig
-from mlops_platform.devcluster.realnode import configs, images
+from mlops_platform.devcluster.realnode import configs, imagebuild, images
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 from mlops_platform.testing import realnode, wait
@@ -60,7 +60,7 @@ _BUILD_TOOLS = ("pip", "gcc", "gcc-12", "cpp", "cpp-12", "binutils", "make", "py
 def build_tools_in_image() -> list[str]:
     """The build tools among the operator image's packages (``packages.txt`` of its cache entry:
     Debian's ``dpkg-query`` and the venv's distributions, ``pip:NAME``)."""
-    listed = (images.entry(images.OPERATOR) / "packages.txt").read_text().splitlines()
+    listed = (imagebuild.entry(images.OPERATOR) / "packages.txt").read_text().splitlines()
     names = {line.split("\t")[0].removeprefix("pip:").lower() for line in listed}
     return sorted(names & set(_BUILD_TOOLS))
 

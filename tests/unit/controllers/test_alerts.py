@@ -731,3 +731,47 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="must be a Prometheus duration"):
         alert_settings.parse_duration(text)
+
+
+# -- the request rate (what a KEDA trigger scales on) ----------------------------------------------
+
+
+@pytest.mark.parametrize("framework", ["triton", "seldon"])
+@pytest.mark.parametrize(
+    ("success_series", "failure_series", "per_second"),
+    [(True, True, 1.5), (True, False, 1.0), (False, True, 0.5), (False, False, None)],
+)
+def test_the_request_rate_counts_whichever_counters_exist(
+    promtool: Path,
+    tmp_path: Path,
+    framework: str,
+    success_series: bool,
+    failure_series: bool,
+    per_second: float | None,
+) -> None:
+    """30 answered and 15 failed requests every 30 s scrape (the ServiceMonitor's interval: the
+    trigger's 1m window holds two samples). A server's labelled counter exists only once
+    incremented (MLServer has no failure series until a request fails): the rate is what exists,
+    and no value when neither does (no server pod: the trigger falls back to the mesh's count)."""
+    expr = alert_queries.SERVERS[framework].requests(alerts.request_query(NS, NAME))
+    series_ = traffic(
+        framework, ok=30, failed=15, seconds=0.1, success_series=success_series, failure_series=failure_series
+    )
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": []}))
+    expected = [] if per_second is None else [{"labels": "{}", "value": per_second}]
+    doc = {
+        "rule_files": [rules.name],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": series_,
+                "promql_expr_test": [{"expr": expr, "eval_time": "10m", "exp_samples": expected}],
+            }
+        ],
+    }
+    test = tmp_path / "test.yaml"
+    test.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

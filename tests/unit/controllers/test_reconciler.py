@@ -2047,6 +2047,7 @@ async def test_keda_scales_a_zero_minimum_from_zero_instead_of_no_autoscaler() -
     so = w.client.stored(SO, NS, PREDICTOR)
     assert so is not None and w.client.stored(HPA, NS, PREDICTOR) is None  # never both
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (0, 3)
+    assert so["spec"]["initialCooldownPeriod"] == so["spec"]["cooldownPeriod"] == 300
     assert so["spec"]["scaleTargetRef"]["name"] == PREDICTOR
     trigger = so["spec"]["triggers"][0]
     assert (
@@ -2056,7 +2057,8 @@ async def test_keda_scales_a_zero_minimum_from_zero_instead_of_no_autoscaler() -
     assert 'destination_service_name="bert-predictor"' in trigger["metadata"]["query"]  # wakes from zero
     ready = cond(w.status, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ScaledToZero")
-    assert "KEDA ScaledObject bert-predictor scales it up on any request" in ready["message"]
+    assert "KEDA ScaledObject bert-predictor wakes it once Prometheus" in ready["message"]
+    assert "without a mesh a request fails and wakes nothing" in ready["message"]
     assert brief(w.status, "AutoscalerReady") == ("Unknown", "Pending")  # no KEDA operator here
     # KEDA wakes it: the operator keeps KEDA's count and the service serves
     w.edit(DEP, PREDICTOR, lambda d: d["spec"].update(replicas=1))

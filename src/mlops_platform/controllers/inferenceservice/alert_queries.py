@@ -46,8 +46,11 @@ def _ratio(failed: str, succeeded: str) -> str:
 
 
 def _requests(failed: str, succeeded: str) -> str:
-    """Requests per second: failed + succeeded (an absent success counter counts as 0)."""
-    return f"({failed} + ({succeeded} or vector(0)))"
+    """Requests per second: failed + succeeded, either counter absent counting as 0 (a server's
+    labelled counter appears with its first increment: MLServer has no failure series until a
+    request fails), and no value when both are absent (no server pod exports them: a KEDA trigger
+    then falls back to the mesh's count)."""
+    return f"(({failed} + {succeeded}) or {succeeded} or {failed})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mlops_platform.devcluster import pids
-from mlops_platform.devcluster.realnode import addressing, images, netns
+from mlops_platform.devcluster.realnode import addressing, imagebuild, netns
 from mlops_platform.devcluster.realnode.addressing import Block
 from mlops_platform.devcluster.realnode.node import NodeBinaries, RealNode
 
@@ -95,10 +95,10 @@ class Fabric:
             started.append(node)
         return started
 
-    def import_images(self, bins: NodeBinaries, recipes: list[images.Recipe]) -> None:
+    def import_images(self, bins: NodeBinaries, recipes: list[imagebuild.Recipe]) -> None:
         """The images built (or cached) and imported into every node."""
         for r in recipes:
-            images.archive(r)  # built before any node is asked
+            imagebuild.archive(r)  # built before any node is asked
         nodes = self.nodes()
         if not nodes:
             raise RuntimeError(f"cluster {self.cluster!r} has no real node to import images into")

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from mlops_platform.devcluster import binaries, logs, pids
-from mlops_platform.devcluster.realnode import configs, images, netns, pki
+from mlops_platform.devcluster.realnode import configs, imagebuild, images, netns, pki
 from mlops_platform.devcluster.realnode.addressing import Block
 
 NODE_PREFIX = "real-node-"
@@ -238,7 +238,7 @@ class RealNode:
                     ) from e
             time.sleep(0.2)
 
-    def import_images(self, bins: NodeBinaries, recipes: list[images.Recipe]) -> None:
+    def import_images(self, bins: NodeBinaries, recipes: list[imagebuild.Recipe]) -> None:
         """The recipes' images (built when missing) in the node's containerd. One this node imported
         at the same build (its cache key, kept in ``imported/<name>``) and still lists is not read
         again: ``ctr images import`` reads and hashes the whole archive even when nothing is new (the
@@ -251,7 +251,7 @@ class RealNode:
             key, marker = recipe.key(), done / recipe.name
             if recipe.ref in present and marker.is_file() and marker.read_text() == key:
                 continue
-            self.ctr(bins, "images", "import", str(images.archive(recipe)))
+            self.ctr(bins, "images", "import", str(imagebuild.archive(recipe)))
             marker.write_text(key)
         self.ctr(bins, "images", "label", images.PAUSE.ref, "io.cri-containerd.pinned=pinned")
 

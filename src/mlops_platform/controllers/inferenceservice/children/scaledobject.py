@@ -12,7 +12,8 @@ whose metrics dialect is ``none`` (the runtime table) has no server series the o
 trigger is the mesh's count alone, and the condition says so. One replica per
 ``requests_per_replica`` requests per second (the InferenceService's scale-to-zero policy, else
 ``--keda-requests-per-replica``); any request activates; ``cooldownPeriod`` is the policy's
-``cooldown_seconds``, else :data:`COOLDOWN_SECONDS`.
+``cooldown_seconds``, else :data:`COOLDOWN_SECONDS`, and so is ``initialCooldownPeriod`` (a new
+ScaledObject does not take a serving Deployment to zero before Prometheus has seen its traffic).
 ``AutoscalerReady`` follows the ScaledObject's ``Ready`` condition (KEDA's operator writes it);
 none is reported when no ScaledObject is wanted (the HPA child reports then).
 """
@@ -77,10 +78,14 @@ def _mesh_only(target: base.Target, ctx: base.BuildContext) -> str:
 
 
 def wakes(target: base.Target, ctx: base.BuildContext) -> str:
-    """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``)."""
+    """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``), truthfully: at
+    zero replicas no model server exports a request count, so only a mesh proxy in front of it
+    counts the requests that should wake it."""
     return (
-        f"KEDA ScaledObject {name(target)} scales it up on any request (Prometheus trigger at "
-        f"{ctx.keda_prometheus_url}, one replica per {requests_per_replica(target, ctx):g} requests/s)"
+        f"KEDA ScaledObject {name(target)} wakes it once Prometheus at {ctx.keda_prometheus_url} counts "
+        f"requests to it (then one replica per {requests_per_replica(target, ctx):g} requests/s); at zero "
+        "replicas only a mesh proxy in front of it counts them (istio_requests_total): without a mesh a "
+        f"request fails and wakes nothing (kubectl scale deployment {name(target)} --replicas=1 wakes it)"
         f"{_mesh_only(target, ctx)}"
     )
 
@@ -98,6 +103,10 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
             "minReplicaCount": 0,
             "maxReplicaCount": component.max_replicas,
             "cooldownPeriod": cooldown_seconds(target),
+            # a new ScaledObject (a service switched to minReplicas 0 while it serves) is not taken
+            # to zero before one cooldown: KEDA's default is at once when its first poll sees no
+            # request rate, and Prometheus may not have scraped the pods yet (seen live)
+            "initialCooldownPeriod": cooldown_seconds(target),
             "triggers": [
                 {
                     "type": "prometheus",
