@@ -63,9 +63,11 @@ unit: venv ## unit tests only (no cluster)
 # The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the fresh
 # test clusters start. The cluster tiers (integration, e2e, reliability) mostly wait on the control
 # plane's controllers (a fifth of a core on average), so they run in TEST_SHARDS groups side by side,
-# each on its own cluster (three: with the install e2e two groups would run 20 min), split by pytest-split from the measured durations in $(TEST_DURATIONS)
-# (refresh: `make test-durations`) with its least_duration algorithm (the greedy balance: the
-# in-order chunks left one group 4.5 min longer than the other). Group 1 prints as it runs; the others' output is kept in
+# each on its own cluster (three: with the install e2e two groups would run 20 min), split by whole
+# modules (mlops_platform.testing.modulesplit: a module's fixtures, a model store, an operator, a
+# monitoring stack, run once, not once per group that got one of its tests) from the durations
+# pytest-split measured in $(TEST_DURATIONS) (refresh: `make test-durations`), the costliest module
+# first to the least loaded group. Group 1 prints as it runs; the others' output is kept in
 # $(TEST_LOGS)/ and printed when they end.
 TEST_LOGS := .test-logs
 TEST_SHARDS ?= 3
@@ -91,7 +93,7 @@ test: venv binaries ## everything CI runs: lint and unit tests while fresh local
 	    for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i; done; exit 1; fi
 	@shard() { MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-$$1 $(BIN)/pytest -v --durations=15 -m '$(CLUSTER_TIERS)' \
 	    --ignore=$(OWN_CLUSTER_TESTS) \
-	    --splits $(TEST_SHARDS) --group $$1 --splitting-algorithm least_duration --durations-path $(TEST_DURATIONS); }; \
+	    --module-splits $(TEST_SHARDS) --module-group $$1 --module-durations $(TEST_DURATIONS); }; \
 	  lane() { r=0; $(MAKE) --no-print-directory bench-smoke || r=1; $(BIN)/pytest -v -m e2e $(OWN_CLUSTER_TESTS) || r=1; return $$r; }; \
 	  pids=(); for i in $(SHARD_IDS); do [ $$i -eq 1 ] || { shard $$i > $(TEST_LOGS)/cluster-tier-$$i.log 2>&1 & pids+=($$!); }; done; \
 	  lane > $(TEST_LOGS)/bench-smoke.log 2>&1 & bench=$$!; \

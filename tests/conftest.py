@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("mlops", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("mlops")
 
-pytest_plugins = ("mlops_platform.testing.plugin",)
+pytest_plugins = ("mlops_platform.testing.plugin", "mlops_platform.testing.modulesplit")
 _TIERS = ("unit", "integration", "e2e", "reliability")
 _HERE = Path(__file__).parent
 
