@@ -10,6 +10,11 @@ Contract:
   (``/v2/models/<model>/infer``) for MLServer, Triton and any runtime the client does not know;
   TorchServe's inference API (``/predictions/<model>``); ``--path`` says another; the model's name is
   the InferenceService's (what the storage initializer names it), ``--model`` another;
+- a predictor Service parked behind the activator (scaled to zero by KEDA: ``activator.contract``)
+  is reached through the activator's Service instead, with the parked Service's name as Host: the
+  API server's service proxy only proxies to pods of the Service's own namespace, so the parked
+  Service itself has no endpoint it would use; the activator holds the request until the model is
+  awake (``timeout``);
 - :func:`infer` returns the server's answer (any JSON decoded, else its text); a failure is
   :class:`InferError` with the server's own message (its status and body) or the API server's (no
   ready endpoint, no such object).
@@ -22,7 +27,9 @@ import json
 from typing import Any
 
 from mlops_platform import api
+from mlops_platform.activator import contract
 from mlops_platform.runtime.transport import client as rclient
+from mlops_platform.runtime.transport import resources
 
 V2 = "/v2/models/{model}/infer"
 #: the inference path of each built-in runtime (``{model}``: the model's name)
@@ -40,10 +47,21 @@ class Target:
     namespace: str
     service: str
     path: str
+    #: the activator's Service ``NAMESPACE/NAME`` while the Service is parked behind it, else None
+    activator: str | None = None
 
     @property
     def proxy_path(self) -> str:
+        if self.activator:
+            ns, name = self.activator.split("/", 1)
+            port = contract.PROXY_PORT_NAME
+            return f"/api/v1/namespaces/{ns}/services/http:{name}:{port}/proxy{self.path}"
         return f"/api/v1/namespaces/{self.namespace}/services/http:{self.service}:http/proxy{self.path}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The Host the activator tells the parked Service by (none otherwise)."""
+        return {"Host": f"{self.service}.{self.namespace}.svc"} if self.activator else {}
 
 
 def target(isvc: dict[str, Any], *, model: str | None = None, path: str | None = None) -> Target:
@@ -67,13 +85,17 @@ async def infer(
     *,
     model: str | None = None,
     path: str | None = None,
+    timeout: float | None = None,
 ) -> Any:
-    """Send ``body`` (JSON) to the InferenceService ``namespace/name``; its answer (decoded when JSON)."""
+    """Send ``body`` (JSON) to the InferenceService ``namespace/name``; its answer (decoded when JSON).
+    ``timeout``: seconds to wait for the answer (default: the client's; a model at zero answers once
+    woken)."""
     try:
         live = await c.get(api.RESOURCE, name, namespace)
     except rclient.ApiError as e:
         raise InferError(f"inferenceservice {namespace}/{name}: {e.status} {e.reason}: {e.message}") from None
     t = target(live, model=model, path=path)
+    t = dataclasses.replace(t, activator=await _parked_behind(c, t))
     try:
         text = await c.request_text(
             t.proxy_path,
@@ -81,6 +103,8 @@ async def infer(
             content=json.dumps(body).encode(),
             accept="application/json, */*",
             resource="services/proxy",
+            timeout=timeout,
+            headers=t.headers,
         )
     except rclient.ApiError as e:
         raise InferError(f"{t.service}{t.path}: {e.status} {e.reason}: {e.message}") from None
@@ -88,3 +112,17 @@ async def infer(
         return json.loads(text)  # any JSON: an object (v2), a list or a number (TorchServe's handlers)
     except json.JSONDecodeError:
         return text
+
+
+async def _parked_behind(c: rclient.Client, t: Target) -> str | None:
+    """The activator the predictor Service is parked behind, else None (also when the Service
+    cannot be read: the request then goes to it as usual and says what the API server says)."""
+    try:
+        svc = await c.get(resources.SERVICE, t.service, t.namespace)
+    except rclient.ApiError:
+        return None
+    meta = svc.get("metadata") or {}
+    if (meta.get("labels") or {}).get(contract.PARKED_KEY) != contract.PARKED_VALUE:
+        return None
+    activator = (meta.get("annotations") or {}).get(contract.SERVICE_ANNOTATION)
+    return activator if isinstance(activator, str) and "/" in activator else None

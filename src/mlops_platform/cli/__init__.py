@@ -13,6 +13,7 @@ import click
 
 from mlops_platform import __version__
 from mlops_platform.cli import (
+    activator_command,
     dev,
     infer_command,
     install_crd,
@@ -42,6 +43,7 @@ main.add_command(dev.dev)
 main.add_command(dev.demo)
 main.add_command(storage_migration.migrate_storage)
 main.add_command(install_crd.install_crd)
+main.add_command(activator_command.activator)
 
 
 @click.group(name="kubectl mlops", context_settings=HELP_SHOWS_DEFAULTS)

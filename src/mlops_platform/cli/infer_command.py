@@ -22,6 +22,12 @@ from mlops_platform.cli import options
 @click.option(
     "--path", help="the server's inference path (default: the runtime's; {model} is the model's name)"
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=300.0,
+    help="seconds to wait for the answer (a model at zero answers once woken)",
+)
 @options.kubeconfig_options(options.KUBECONFIG_DEFAULT)
 def infer_command(
     name: str,
@@ -30,6 +36,7 @@ def infer_command(
     body_file: TextIO | None,
     model: str | None,
     path: str | None,
+    timeout: float,
     kubeconfig: str | None,
     context: str | None,
 ) -> None:
@@ -57,7 +64,7 @@ def infer_command(
     async def send() -> Any:
         ns = namespace or why_command_io.default_namespace(kubeconfig, context)
         async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as c:
-            return await infer.infer(c, name, ns, request, model=model, path=path)
+            return await infer.infer(c, name, ns, request, model=model, path=path, timeout=timeout)
 
     try:
         answer = asyncio.run(send())

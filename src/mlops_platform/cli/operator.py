@@ -119,6 +119,11 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     help="requests per second per replica before KEDA adds one",
 )
 @settings.option(
+    "--activator",
+    "the activator's Service: a KEDA-scaled InferenceService at zero is parked behind it, which holds "
+    "its requests until KEDA has woken it (default: none; without it or a mesh a request at zero fails)",
+)
+@settings.option(
     "--storage-initializer-image",
     "the image of the init container that fetches s3/gs/http(s) models (python -m "
     "mlops_platform.storage); the install manifests pass the operator's own image",

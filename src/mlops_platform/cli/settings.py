@@ -39,6 +39,7 @@ class SettingsFlags:
     ingress_domain: str
     keda_prometheus_url: str
     keda_requests_per_replica: float
+    activator: str | None
     storage_initializer_image: str
 
 
@@ -66,6 +67,7 @@ def build_context(flags: SettingsFlags) -> BuildContext:
         ingress_domain=flags.ingress_domain,
         keda_prometheus_url=flags.keda_prometheus_url,
         keda_requests_per_replica=flags.keda_requests_per_replica,
+        activator=flags.activator,
         storage_initializer_image=flags.storage_initializer_image or base.DEFAULT_STORAGE_INITIALIZER_IMAGE,
     )
 
@@ -83,7 +85,7 @@ def runtime_table(runtime_config: str | None) -> ServingRuntimeTable:
 
 
 def check_gateway(param: click.Parameter, value: str | None) -> str | None:
-    """``--gateway NAMESPACE/NAME``: both parts DNS labels."""
+    """``--gateway`` or ``--activator`` ``NAMESPACE/NAME``: both parts DNS labels."""
     if value is None:
         return None
     label = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -105,6 +107,10 @@ _SHARED_FLAGS: dict[str, dict[str, Any]] = {
         "metavar": "NAMESPACE/NAME",
     },
     "--ingress-domain": {"default": "example.com"},
+    "--activator": {
+        "callback": lambda ctx, param, value: check_gateway(param, value),
+        "metavar": "NAMESPACE/NAME",
+    },
     "--runtime-config": {"type": click.Path(exists=True, dir_okay=False)},
     "--storage-initializer-image": {"default": DEFAULT_STORAGE_INITIALIZER_IMAGE},
 }

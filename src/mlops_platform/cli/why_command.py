@@ -29,6 +29,7 @@ def _prometheus(value: str) -> promapi.Server | None:
 @settings.option("--traffic-router", "the operator's --traffic-router (must match it)")
 @settings.option("--gateway", "the operator's --gateway (must match it)")
 @settings.option("--ingress-domain", "the operator's --ingress-domain")
+@settings.option("--activator", "the operator's --activator")
 @settings.option(
     "--runtime-config", "the operator's --runtime-config (runtimes it adds are otherwise unknown here)"
 )
@@ -54,6 +55,7 @@ def why_command(
     traffic_router: str,
     gateway: str | None,
     ingress_domain: str,
+    activator: str | None,
     runtime_config: str | None,
     storage_initializer_image: str,
     max_events: int,
@@ -78,6 +80,7 @@ def why_command(
         router=base.Router(traffic_router),
         gateway=gateway,
         ingress_domain=ingress_domain,
+        activator=activator,
         storage_initializer_image=storage_initializer_image,
     )
     try:

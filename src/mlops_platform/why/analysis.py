@@ -50,6 +50,8 @@ def settings_of(ctx: base.BuildContext) -> dict[str, str]:
         out["--gateway"] = ctx.gateway
     if ctx.ingress_domain != DEFAULT_INGRESS_DOMAIN:
         out["--ingress-domain"] = ctx.ingress_domain
+    if ctx.activator:
+        out["--activator"] = ctx.activator
     if ctx.storage_initializer_image != base.DEFAULT_STORAGE_INITIALIZER_IMAGE:
         out["--storage-initializer-image"] = ctx.storage_initializer_image
     return out

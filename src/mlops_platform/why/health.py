@@ -58,7 +58,7 @@ def _alert(rule: Obj) -> report.AlertReport:
         severity=str((rule.get("labels") or {}).get("severity", "")),
         since=str(first.get("activeAt", "")),
         value=str(first.get("value", "")),
-        summary=str((first.get("annotations") or rule.get("annotations") or {}).get("summary", "")),
+        summary=str((first.get("annotations") or {}).get("summary", "")),  # an active alert's
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from mlops_platform import api
+from mlops_platform.activator import contract
 from mlops_platform.api import internal, v1alpha1
 from mlops_platform.controllers.inferenceservice import (
     children,
@@ -2066,6 +2067,48 @@ async def test_keda_scales_a_zero_minimum_from_zero_instead_of_no_autoscaler() -
     await w.reconcile()
     assert D not in w.writes
     assert brief(w.status, "Ready") == ("True", "Serving")
+
+
+async def test_with_an_activator_a_service_at_zero_is_parked_and_keda_reads_its_held_requests() -> None:
+    ctx = base.BuildContext(activator="mlops-system/mlops-activator")
+    w = await world_with({"minReplicas": 0, "maxReplicas": 3}, mon="absent", ctx=ctx)
+    w.install_keda()
+    await w.converge()
+    svc = w.client.stored(resources.SERVICE, NS, PREDICTOR)
+    assert svc is not None and svc["metadata"]["labels"][contract.PARKED_KEY] == contract.PARKED_VALUE
+    so = w.client.stored(SO, NS, PREDICTOR)
+    assert so is not None and so["spec"]["pollingInterval"] == scaledobject.ACTIVATOR_POLLING_SECONDS
+    rate, held = so["spec"]["triggers"]
+    assert rate["type"] == "prometheus"
+    assert held == {
+        "type": "metrics-api",
+        "metadata": {
+            "url": f"http://mlops-activator.mlops-system.svc:9091/v1/held/{NS}/{PREDICTOR}",
+            "valueLocation": "held",
+            "targetValue": "10",
+            "activationTargetValue": "0",
+        },
+    }
+    ready = cond(w.status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ScaledToZero")
+    assert "held by the activator mlops-system/mlops-activator" in ready["message"]
+    # KEDA wakes it: once a replica is available the Service is the model's alone again
+    w.edit(DEP, PREDICTOR, lambda d: d["spec"].update(replicas=1))
+    w.mirror()
+    await w.reconcile()
+    svc = w.client.stored(resources.SERVICE, NS, PREDICTOR)
+    assert svc is not None and contract.PARKED_KEY not in svc["metadata"]["labels"]
+    assert brief(w.status, "Ready") == ("True", "Serving")
+
+
+async def test_without_keda_or_an_activator_nothing_is_parked() -> None:
+    for ctx, keda in ((base.BuildContext(activator="mlops-system/mlops-activator"), False), (None, True)):
+        w = await world_with({"minReplicas": 0, "maxReplicas": 3}, mon="absent", ctx=ctx)
+        if keda:
+            w.install_keda()
+        await w.converge()
+        svc = w.client.stored(resources.SERVICE, NS, PREDICTOR)
+        assert svc is not None and contract.PARKED_KEY not in svc["metadata"]["labels"]
 
 
 async def test_switching_from_an_hpa_to_keda_deletes_the_hpa_first() -> None:

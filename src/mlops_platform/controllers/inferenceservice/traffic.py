@@ -183,6 +183,8 @@ def rollout(
         live = dict(live_weights or {})
     p = canary_plan.plan(isvc, stable, canary, live.get(canary_key), route_applied)
     pred = base.predictor(isvc, keda=keda)
+    if ctx.activator and base.replica_owner(pred) is base.ReplicaOwner.KEDA and stable.ready == 0:
+        pred = dataclasses.replace(pred, parked=True)
     if p.canary is canary_plan.CanaryAction.DELETE:
         cand = base.Component(canary_key, "", "Canary", 0, 0, present=False)
     else:

@@ -173,16 +173,20 @@ class RawClient:
         content: bytes | None = None,
         content_type: str = "application/json",
         headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> str:
         """Send one request whose answer is not an API object and return its body as text: a GET of
         ``/metrics`` or ``/version``, of a pod's log (``accept="*/*"``: the log endpoint refuses
         ``text/plain``), or a POST of ``content`` through a service proxy (the answer is the
         backend's, any JSON or none; ``headers`` reach the backend too, e.g. a gateway's ``Host``).
-        A non-2xx answer raises :class:`ApiError` with its body."""
+        A non-2xx answer raises :class:`ApiError` with its body. ``timeout``: seconds for the whole
+        exchange instead of the client's (a model woken from zero answers after its start)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         sent = {"Accept": accept} | ({"Content-Type": content_type} if content is not None else {})
-        response = await self._http.send(method, path, content=content, headers=sent | dict(headers or {}))
+        response = await self._http.send(
+            method, path, content=content, headers=sent | dict(headers or {}), timeout=timeout
+        )
         self._record(method.lower(), resource, None, response.status, loop.time() - started)
         if response.status >= 300:
             codec.decode_answer(response)

@@ -98,6 +98,9 @@ class BuildContext:
     gateway: str | None = None
     #: HTTPRoute hostnames are ``<name>.<namespace>.<ingress_domain>`` (``--ingress-domain``)
     ingress_domain: str = "example.com"
+    #: the activator's Service, ``NAMESPACE/NAME`` (``--activator``): a KEDA-scaled component at zero
+    #: is parked behind it; None: none (a request at zero wakes nothing without a mesh)
+    activator: str | None = None
     #: the Prometheus a KEDA ScaledObject's trigger queries (``--keda-prometheus-url``)
     keda_prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     #: requests per second one replica takes before KEDA adds one (``--keda-requests-per-replica``)
@@ -133,6 +136,9 @@ class Component:
     present: bool = True
     #: KEDA's ScaledObject CRD is served: ``min_replicas`` 0 with a maximum scales from zero
     scale_to_zero: bool = False
+    #: scaled from zero by KEDA with no available replica while an activator is configured: its
+    #: Service's traffic goes to the activator, which holds it (``activator.contract``)
+    parked: bool = False
     #: the SHA-256 (hex) the storage initializer verifies the fetched artifact against; None: not checked
     model_sha256: str | None = None
     #: the model format (``--format`` of the storage initializer); None: not declared
@@ -141,9 +147,10 @@ class Component:
     storage: internal.ModelStorage = dataclasses.field(default_factory=internal.ModelStorage)
 
 
-def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Component:
+def predictor(isvc: internal.InferenceService, *, keda: bool = False, parked: bool = False) -> Component:
     """The stable component: the predictor's model URI within its ``minReplicas..maxReplicas``
-    (``keda``: KEDA is installed, so ``minReplicas: 0`` autoscales from zero)."""
+    (``keda``: KEDA is installed, so ``minReplicas: 0`` autoscales from zero; ``parked``: at zero
+    behind the activator)."""
     return Component(
         labels.PREDICTOR,
         isvc.model_uri,
@@ -151,6 +158,7 @@ def predictor(isvc: internal.InferenceService, *, keda: bool = False) -> Compone
         isvc.min_replicas,
         isvc.max_replicas,
         scale_to_zero=keda,
+        parked=parked,
         model_sha256=isvc.model_sha256,
         model_format=isvc.model_format,
         storage=isvc.storage,

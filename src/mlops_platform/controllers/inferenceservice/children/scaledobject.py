@@ -20,6 +20,7 @@ none is reported when no ScaledObject is wanted (the HPA child reports then).
 
 from __future__ import annotations
 
+from mlops_platform.activator import contract
 from mlops_platform.controllers.inferenceservice import alert_queries, alerts
 from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import objects
@@ -78,9 +79,15 @@ def _mesh_only(target: base.Target, ctx: base.BuildContext) -> str:
 
 
 def wakes(target: base.Target, ctx: base.BuildContext) -> str:
-    """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``), truthfully: at
-    zero replicas no model server exports a request count, so only a mesh proxy in front of it
-    counts the requests that should wake it."""
+    """What wakes a component scaled to zero (said on ``Ready=False/ScaledToZero``), truthfully: the
+    activator, which holds a request and counts it for KEDA; without one, at zero replicas no model
+    server exports a request count, so only a mesh proxy in front of it counts the requests."""
+    if ctx.activator:
+        return (
+            f"a request to it is held by the activator {ctx.activator}, and KEDA ScaledObject "
+            f"{name(target)} wakes it on the held count (then one replica per "
+            f"{requests_per_replica(target, ctx):g} requests/s from Prometheus at {ctx.keda_prometheus_url})"
+        )
     return (
         f"KEDA ScaledObject {name(target)} wakes it once Prometheus at {ctx.keda_prometheus_url} counts "
         f"requests to it (then one replica per {requests_per_replica(target, ctx):g} requests/s); at zero "
@@ -107,19 +114,40 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj | None:
             # to zero before one cooldown: KEDA's default is at once when its first poll sees no
             # request rate, and Prometheus may not have scraped the pods yet (seen live)
             "initialCooldownPeriod": cooldown_seconds(target),
-            "triggers": [
-                {
-                    "type": "prometheus",
-                    "metadata": {
-                        "serverAddress": ctx.keda_prometheus_url,
-                        "query": query(target, ctx),
-                        "threshold": f"{requests_per_replica(target, ctx):g}",
-                        "activationThreshold": "0",
-                    },
-                }
-            ],
+            "triggers": triggers(target, ctx),
+            **({"pollingInterval": ACTIVATOR_POLLING_SECONDS} if ctx.activator else {}),
         },
     }
+
+
+#: how often KEDA asks the activator (and Prometheus) while an activator is configured: a held
+#: request waits at most this long before KEDA scales its model up (KEDA's default is 30 s)
+ACTIVATOR_POLLING_SECONDS = 2
+
+
+def triggers(target: base.Target, ctx: base.BuildContext) -> list[base.Obj]:
+    """The server's request rate from Prometheus; with an activator, also its held requests."""
+    rate = {
+        "type": "prometheus",
+        "metadata": {
+            "serverAddress": ctx.keda_prometheus_url,
+            "query": query(target, ctx),
+            "threshold": f"{requests_per_replica(target, ctx):g}",
+            "activationThreshold": "0",
+        },
+    }
+    if not ctx.activator:
+        return [rate]
+    held = {
+        "type": "metrics-api",
+        "metadata": {
+            "url": contract.held_url(ctx.activator, target.isvc.namespace, name(target)),
+            "valueLocation": "held",
+            "targetValue": f"{requests_per_replica(target, ctx):g}",
+            "activationTargetValue": "0",
+        },
+    }
+    return [rate, held]
 
 
 def condition(

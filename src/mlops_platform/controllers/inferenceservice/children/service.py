@@ -14,6 +14,7 @@ Deployment's condition).
 
 from __future__ import annotations
 
+from mlops_platform.activator import contract
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.caching import kinds
@@ -39,10 +40,15 @@ def build(target: base.Target, ctx: base.BuildContext) -> base.Obj:
     if metrics is not None and rt.metrics_path:
         # the ServiceMonitor scrapes this named port; by name, so a runtime override follows
         ports.append({"name": METRICS_PORT, "port": metrics, "targetPort": METRICS_PORT, "protocol": "TCP"})
+    activator = ctx.activator if target.component.parked else None
+    annotations = {contract.SERVICE_ANNOTATION: activator} if activator else None
+    meta = base.metadata(target, ctx, name(target), annotations)
+    if activator:  # the activator takes its traffic (activator.contract)
+        meta["labels"][contract.PARKED_KEY] = contract.PARKED_VALUE
     return {
         "apiVersion": resources.SERVICE.api_version,
         "kind": resources.SERVICE.kind,
-        "metadata": base.metadata(target, ctx, name(target)),
+        "metadata": meta,
         "spec": {
             "type": "ClusterIP",
             "selector": _selector(target),
