@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
 
@@ -262,14 +262,7 @@ def node_tools(build: bool = True) -> dict[str, Path]:
         files += [cache_bin_dir() / "kubelet", cache_bin_dir() / "kube-proxy"]
         return [f for f in files if not f.is_file()]
 
-    if missing():
-        root = repo_root()
-        if not build or root is None:
-            how = "run `hack/build-control-plane --node-only`" if root else "use a source checkout"
-            raise FileNotFoundError(f"real node binaries missing: {', '.join(map(str, missing()))}: {how}")
-        subprocess.run([str(root / "hack" / "build-control-plane"), "--node-only"], check=True)
-        if missing():
-            raise FileNotFoundError(f"hack/build-control-plane --node-only did not produce {missing()}")
+    _ensure("real node binaries", missing, build, "build-control-plane", "--node-only")
     found = {t: node_tool_dir(t) for t in NODE_TOOLS}
     return found | {"kubelet": cache_bin_dir() / "kubelet", "kube-proxy": cache_bin_dir() / "kube-proxy"}
 
@@ -322,12 +315,20 @@ def monitoring(build: bool = True) -> dict[str, Path]:
         files = [monitoring_tool_dir(t) / f for t, fs in _MONITORING_FILES.items() for f in fs]
         return [f for f in files if not f.is_file()]
 
-    if missing():
-        root = repo_root()
-        if not build or root is None:
-            how = "run `hack/build-monitoring`" if root else "use a source checkout"
-            raise FileNotFoundError(f"monitoring binaries missing: {', '.join(map(str, missing()))}: {how}")
-        subprocess.run([str(root / "hack" / "build-monitoring")], check=True)
-        if missing():
-            raise FileNotFoundError(f"hack/build-monitoring did not produce {missing()}")
+    _ensure("monitoring binaries", missing, build, "build-monitoring")
     return {t: monitoring_tool_dir(t) for t in MONITORING_TOOLS}
+
+
+def _ensure(what: str, missing: Callable[[], list[Path]], build: bool, script: str, *flags: str) -> None:
+    """Nothing when ``missing()`` lists no file; else ``hack/<script> <flags>`` builds them when
+    ``build`` (in a source checkout), or ``FileNotFoundError`` names them and how to get them."""
+    if not missing():
+        return
+    root = repo_root()
+    command = " ".join([f"hack/{script}", *flags])
+    if not build or root is None:
+        how = f"run `{command}`" if root else "use a source checkout"
+        raise FileNotFoundError(f"{what} missing: {', '.join(map(str, missing()))}: {how}")
+    subprocess.run([str(root / "hack" / script), *flags], check=True)
+    if missing():
+        raise FileNotFoundError(f"{command} did not produce {missing()}")

@@ -87,10 +87,8 @@ async def _install(name: str, timeout: float, started: float) -> None:
     async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
         await apiextensions.install(c, crds, field_manager=FIELD_MANAGER, timeout=timeout)
         c.forget_discovery()
-        for obj in objs:
-            if obj["kind"] != "CustomResourceDefinition":
-                res = await c.resource_for(obj["apiVersion"], obj["kind"])
-                await c.apply(res, obj, field_manager=FIELD_MANAGER)
+        rest = [o for o in objs if o["kind"] != "CustomResourceDefinition"]
+        await c.apply_objects(rest, field_manager=FIELD_MANAGER)
         _log("waiting for the operator and the metrics API server", started)
         await wait.until(lambda: available(c), timeout=timeout, what="KEDA available")
         _log(f"ready: KEDA serves {APISERVICE}", started)

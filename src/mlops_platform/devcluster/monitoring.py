@@ -184,9 +184,7 @@ async def _install(name: str, timeout: float, started: float) -> None:
     async with rclient.Client.from_kubeconfig(cluster.kubeconfig_path(name)) as c:
         await apiextensions.install(c, crds(), field_manager=FIELD_MANAGER, timeout=timeout)
         c.forget_discovery()
-        for obj in objects_to_apply():
-            res = await c.resource_for(obj["apiVersion"], obj["kind"])
-            await c.apply(res, obj, field_manager=FIELD_MANAGER)
+        await c.apply_objects(objects_to_apply(), field_manager=FIELD_MANAGER)
         _log(f"waiting for Prometheus {NAMESPACE}/{PROMETHEUS} and kube-state-metrics", started)
         await wait.until(lambda: available(c), timeout=timeout, what=f"Prometheus {PROMETHEUS} available")
         _log(f"ready: Prometheus at {URL}", started)

@@ -64,5 +64,4 @@ async def populate(
 
 
 async def _apply(c: rclient.Client, obj: dict[str, Any]) -> None:
-    res = await c.resource_for(obj["apiVersion"], obj["kind"])
-    await c.apply(res, obj, field_manager=FIELD_MANAGER)
+    await c.apply_objects([obj], field_manager=FIELD_MANAGER)

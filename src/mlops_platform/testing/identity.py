@@ -19,9 +19,7 @@ FIELD_MANAGER = "mlops-platform-tests"
 
 
 async def apply_objects(admin: rclient.Client, objs: list[dict[str, Any]]) -> None:
-    for obj in objs:
-        res = await admin.resource_for(obj["apiVersion"], obj["kind"])
-        await admin.apply(res, obj, field_manager=FIELD_MANAGER)
+    await admin.apply_objects(objs, field_manager=FIELD_MANAGER)
 
 
 async def delete_objects(admin: rclient.Client, objs: list[dict[str, Any]]) -> None:

@@ -49,9 +49,7 @@ def kube_router_objects() -> list[dict[str, Any]]:
 
 
 async def install(c: rclient.Client, block: Block) -> None:
-    for obj in [*kube_router_objects(), *coredns_objects(block)]:
-        res = await c.resource_for(obj["apiVersion"], obj["kind"])
-        await c.apply(res, obj, field_manager=FIELD_MANAGER)
+    await c.apply_objects([*kube_router_objects(), *coredns_objects(block)], field_manager=FIELD_MANAGER)
 
 
 async def dns_available(c: rclient.Client) -> bool:

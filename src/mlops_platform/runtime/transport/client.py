@@ -21,7 +21,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal
 
 from mlops_platform.runtime.transport import codec
@@ -103,6 +103,14 @@ class Client(RawClient):
         return await self.request(
             "PUT", res.path(ns, name, subresource), body=obj, **self._meta(res, ns, name, subresource)
         )
+
+    async def apply_objects(self, objs: Iterable[JSON], *, field_manager: str) -> None:
+        """Server-side apply each of ``objs`` in order, its resource found by discovery
+        (:meth:`resource_for`): manifests of any kind, as ``kubectl apply --server-side`` does."""
+        for obj in objs:
+            await self.apply(
+                await self.resource_for(obj["apiVersion"], obj["kind"]), obj, field_manager=field_manager
+            )
 
     async def apply(
         self,
