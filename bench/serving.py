@@ -799,8 +799,8 @@ class Operator:
     log_path: Path
 
 
-def start_operator(kubeconfig: str, log_dir: Path) -> Operator:
-    """``mlops-platform run`` with the local cluster's flags, as the demo starts it."""
+def start_operator(kubeconfig: str, log_dir: Path, *extra: str) -> Operator:
+    """``mlops-platform run`` with the local cluster's flags, as the demo starts it, and ``extra``."""
     from mlops_platform.devcluster import demo
 
     cmd = [
@@ -810,6 +810,7 @@ def start_operator(kubeconfig: str, log_dir: Path) -> Operator:
         "--metrics-bind-address", "127.0.0.1:0",
         "--webhook-bind-address", "off",
         *demo.LOCAL_FLAGS,
+        *extra,
     ]  # fmt: skip
     log_path = log_dir / "operator.log"
     common.log(f"starting the operator (log {log_path})")
@@ -839,8 +840,9 @@ def stop_operator(op: Operator) -> None:
             op.proc.wait()
 
 
-async def prepare(c: Client, cluster: str) -> None:
-    """The namespace with the store's Secret and the load script; the CRD (v1 only) when missing."""
+async def prepare_namespace(c: Client, namespace: str) -> None:
+    """``namespace`` (after an earlier run's has gone) with the store's Secret; the CRD (v1 only)
+    when missing."""
     from mlops_platform import api
     from mlops_platform.devcluster.modelstore import install as modelstore
     from mlops_platform.runtime.transport import client as rclient
@@ -852,11 +854,18 @@ async def prepare(c: Client, cluster: str) -> None:
         if not e.not_found:
             raise
         await common.install_crd(c)
-    if await common.wait_while_terminating(c, NAMESPACE) is None:
+    if await common.wait_while_terminating(c, namespace) is None:
         await c.create(
-            resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            resources.NAMESPACE, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         )
-    await modelstore.grant(c, NAMESPACE)
+    await modelstore.grant(c, namespace)
+
+
+async def prepare(c: Client, cluster: str) -> None:
+    """The namespace with the store's Secret and the load script; the CRD (v1 only) when missing."""
+    from mlops_platform.runtime.transport import resources
+
+    await prepare_namespace(c, NAMESPACE)
     cm = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
