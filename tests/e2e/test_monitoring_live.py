@@ -51,6 +51,12 @@ from mlops_platform.testing import identity, probes, serving, wait
 from mlops_platform.testing.plugin import temporary_namespace
 
 FOR = "30s"
+#: requests per second of the tests' loads: what the metrics need (KEDA's 2 per replica wants both
+#: replicas), at a fraction of the CPU of back-to-back requests through the API server
+PACE = 10.0
+#: iris' error-ratio threshold: only failing requests fire it, and it resolves as soon as answered
+#: ones outnumber the failures in the rate window (at the default 5 %, 19 times as many)
+ERROR_RATIO = 0.5
 LATENCY_THRESHOLD = 0.001
 #: a request the iris model cannot answer: 3 features, it was trained on 4
 BAD_REQUEST = {"inputs": [{"name": "input-0", "shape": [1, 3], "datatype": "FP64", "data": [1.0, 2.0, 3.0]}]}
@@ -115,7 +121,9 @@ async def services(
             "spec": {"hard": {"pods": "1"}},
         }
         await admin_client.create(await admin_client.resource_for("v1", "ResourceQuota"), quota, squeezed_ns)
-        iris = _fast(serving.iris("iris", replicas=2), latencySeconds=LATENCY_THRESHOLD)
+        iris = _fast(
+            serving.iris("iris", replicas=2), latencySeconds=LATENCY_THRESHOLD, errorRatio=ERROR_RATIO
+        )
         await admin_client.create(api.RESOURCE, iris, ns)
         await admin_client.create(api.RESOURCE, _fast(serving.iris("lost", "s3://models/nothing-here/1")), ns)
         await admin_client.create(api.RESOURCE, _fast(serving.iris("squeezed", replicas=2)), squeezed_ns)
@@ -230,7 +238,7 @@ async def test_failing_requests_fire_the_error_ratio_alert_and_it_resolves_once_
     )
     # answered requests outweigh the failures in the rate window: the ratio falls under the threshold
     stopped = time.time()
-    async with serving.load(admin_client, ns, "iris") as traffic:
+    async with serving.load(admin_client, ns, "iris", rate=PACE) as traffic:
         await _until_state(admin_client, ns, "iris", alert_settings.HIGH_ERROR_RATIO, "inactive", FIRE_WITHIN)
     print(f"HighErrorRatio: resolved {time.time() - stopped:.0f}s after the failures stopped")
     assert traffic.errors == [], traffic.summary()
@@ -241,7 +249,7 @@ async def test_answers_slower_than_the_threshold_fire_the_latency_alert(
 ) -> None:
     ns = services.ns
     await serving.ready(admin_client, ns, "iris")
-    async with serving.load(admin_client, ns, "iris") as traffic:
+    async with serving.load(admin_client, ns, "iris", rate=PACE) as traffic:
         rule = await _until_state(
             admin_client, ns, "iris", alert_settings.HIGH_LATENCY, "firing", FIRE_WITHIN
         )
@@ -293,7 +301,7 @@ async def test_keda_scales_the_real_server_up_under_load_and_to_zero_once_idle(
     async def seen() -> bool:  # what KEDA's trigger will read: Prometheus has a rate for it
         return any(float(s["value"][1]) > 0 for s in await promapi.query(admin_client, SERVER, rate))
 
-    async with serving.load(admin_client, ns, "elastic") as traffic:
+    async with serving.load(admin_client, ns, "elastic", rate=PACE) as traffic:
         await wait.until(seen, timeout=180, interval=1.0, what="Prometheus has elastic's request rate")
         switched = time.monotonic()
         autoscaling = {"minReplicas": 0, "maxReplicas": 2, "scaleToZero": scale_to_zero}

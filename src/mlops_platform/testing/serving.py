@@ -120,12 +120,18 @@ class Load:
     answers: list[list[int]] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
 
-    async def run(self, send: Send) -> None:
+    async def run(self, send: Send, rate: float | None = None) -> None:
+        """Send until cancelled: back to back, or at most ``rate`` requests per second."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
             try:
                 self.answers.append(await send())
             except infer.InferError as e:
                 self.errors.append(str(e))
+            if rate:
+                due += 1 / rate
+                await asyncio.sleep(max(0.0, due - loop.time()))  # pacing, not synchronisation
 
     async def more(self, n: int, timeout: float = 60.0) -> None:
         """Wait until ``n`` more requests have been answered."""
@@ -143,15 +149,18 @@ class Load:
 
 
 @contextlib.asynccontextmanager
-async def load(c: rclient.Client, ns: str, name: str, send: Send | None = None) -> AsyncIterator[Load]:
+async def load(
+    c: rclient.Client, ns: str, name: str, send: Send | None = None, *, rate: float | None = None
+) -> AsyncIterator[Load]:
     """A continuous load on ``ns/name`` while the block runs: the quickstart request through the API
-    server (:func:`mlops_platform.infer.infer`), or ``send`` (another path to it, e.g. a gateway)."""
+    server (:func:`mlops_platform.infer.infer`), or ``send`` (another path to it, e.g. a gateway);
+    back to back, or paced at ``rate`` requests per second (what a metric needs, at less CPU)."""
 
     async def through_the_api_server() -> list[int]:
         return answer(await infer.infer(c, name, ns, v2(QUICKSTART)))
 
     result = Load()
-    async with background.task(result.run(send or through_the_api_server)):
+    async with background.task(result.run(send or through_the_api_server, rate)):
         yield result
 
 
