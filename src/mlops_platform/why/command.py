@@ -10,6 +10,7 @@ reads of anything else that fail are in the report
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from typing import Any
@@ -59,7 +60,7 @@ async def collect(
     client = rclient.Client.from_kubeconfig(kubeconfig, context=context)
     async with client:
         try:
-            snap = await reading.read(client, ns, name)
+            snap, found = await _read(client, ns, name, prometheus)
         except reading.NotFound as e:
             raise WhyError(str(e)) from None
         except rclient.ApiError as e:
@@ -68,10 +69,21 @@ async def collect(
             ) from None
         except rclient.TransportError as e:
             raise WhyError(f"cannot reach the API server at {client.base_url}: {e}") from None
-        found = None
-        if prometheus is not None and _monitored(snap, name):
-            found = await health.read(client, prometheus, ns, name)
     return analysis.analyze(snap, ctx, max_events=max_events, health=found)
+
+
+async def _read(
+    client: rclient.Client, ns: str, name: str, prometheus: promapi.Server | None
+) -> tuple[reading.Snapshot, report.HealthReport | None]:
+    """The snapshot, and what Prometheus says (asked beside it, not after: kept only for a monitored
+    InferenceService)."""
+    asked = asyncio.create_task(health.read(client, prometheus, ns, name)) if prometheus else None
+    try:
+        snap = await reading.read(client, ns, name)
+        return snap, await asked if asked is not None and _monitored(snap, name) else None
+    finally:
+        if asked is not None and not asked.done():
+            asked.cancel()
 
 
 def _monitored(snap: reading.Snapshot, name: str) -> bool:

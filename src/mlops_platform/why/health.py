@@ -7,7 +7,8 @@ ServiceMonitor's scrape pool; :func:`to_report` (pure) turns the answers into a
 :class:`~mlops_platform.why.report.HealthReport`: each alert's state (firing first), each target's
 health and last scrape error. Contract:
 
-- read only when the InferenceService has a live PrometheusRule or ServiceMonitor (monitoring on);
+- shown only when the InferenceService has a live PrometheusRule or ServiceMonitor (monitoring on;
+  ``why`` asks beside its other reads, not after them);
 - a Prometheus that cannot be read (none installed, no ready pod, RBAC) is the report's ``error``,
   never a failure of ``why``;
 - a group Prometheus has not loaded (yet) is ``loaded=False``: its alerts cannot fire.
@@ -15,6 +16,7 @@ health and last scrape error. Contract:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from mlops_platform import promapi
@@ -30,8 +32,10 @@ _ORDER = {"firing": 0, "pending": 1, "inactive": 2}
 async def read(c: rclient.Client, server: promapi.Server, namespace: str, name: str) -> report.HealthReport:
     group = alerts.group_name(namespace, name)
     try:
-        rules = await promapi.alert_rules(c, server, group)
-        targets = await promapi.targets(c, server, promapi.service_monitor_pool(namespace, name))
+        rules, targets = await asyncio.gather(
+            promapi.alert_rules(c, server, group),
+            promapi.targets(c, server, promapi.service_monitor_pool(namespace, name)),
+        )
     except promapi.PrometheusError as e:
         return report.HealthReport(str(server), group, loaded=False, error=str(e))
     return to_report(str(server), group, rules, targets)
