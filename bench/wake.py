@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import _common as common
 from bench import serving
+from mlops_platform.testing import activation
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client
@@ -57,52 +58,12 @@ def isvc(cooldown: int) -> dict[str, Any]:
     return obj
 
 
-async def install_activator(c: Client, cluster_name: str) -> str:
-    """The activator in :data:`ACTIVATOR_NS` on the real node, available; its ``--activator``."""
-    from mlops_platform.deploy import activator
-    from mlops_platform.devcluster import cluster
-    from mlops_platform.devcluster.realnode import configs, images
-    from mlops_platform.runtime import objects, wait
-    from mlops_platform.runtime.transport import resources
-
-    await asyncio.to_thread(cluster.import_images, cluster_name, [images.OPERATOR.name])
-    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ACTIVATOR_NS}}
-    objs = activator.objects(ACTIVATOR_NS, images.OPERATOR.ref, placement=configs.PLACEMENT)
-    await c.apply_objects([ns, *objs], field_manager="bench-wake")
-
-    async def available() -> bool:
-        live = await c.get(resources.DEPLOYMENT, activator.NAME, ACTIVATOR_NS)
-        return objects.condition_is(live, "Available")
-
-    await wait.until(available, timeout=180, what="the activator available")
-    return f"{ACTIVATOR_NS}/{activator.NAME}"
-
-
 async def _parked(c: Client) -> bool:
-    from mlops_platform.activator import contract
+    """At zero replicas and parked behind the activator."""
     from mlops_platform.runtime.transport import resources
 
     dep = await c.get(resources.DEPLOYMENT, SERVICE, NAMESPACE)
-    svc = await c.get(resources.SERVICE, SERVICE, NAMESPACE)
-    labels = svc["metadata"].get("labels") or {}
-    try:
-        await c.get(resources.ENDPOINT_SLICE, f"{SERVICE}-activator", NAMESPACE)
-    except Exception:
-        return False
-    return dep["spec"].get("replicas") == 0 and labels.get(contract.PARKED_KEY) == contract.PARKED_VALUE
-
-
-async def _activator_counts(c: Client) -> dict[str, float]:
-    from mlops_platform.deploy import activator
-
-    path = f"/api/v1/namespaces/{ACTIVATOR_NS}/services/http:{activator.NAME}:admin/proxy/metrics"
-    text = await c.request_text(path, resource="services/proxy")
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("mlops_activator_requests_total{"):
-            result = line.split('result="', 1)[1].split('"', 1)[0]
-            out[result] = float(line.split()[-1])
-    return out
+    return dep["spec"].get("replicas") == 0 and await activation.parked(c, NAMESPACE, SERVICE)
 
 
 async def one_wake(c: Client, burst: int) -> dict[str, Any]:
@@ -111,7 +72,7 @@ async def one_wake(c: Client, burst: int) -> dict[str, Any]:
     from mlops_platform.runtime.transport import resources
     from mlops_platform.testing import serving as testing_serving
 
-    before = await _activator_counts(c)
+    before = await activation.counts(c)
     t0 = time.time()
     scaled: list[float] = []
 
@@ -134,7 +95,7 @@ async def one_wake(c: Client, burst: int) -> dict[str, Any]:
         "items"
     ]
     times = serving.status_times(max(pods, key=lambda p: p["metadata"]["creationTimestamp"])) if pods else {}
-    after = await _activator_counts(c)
+    after = await activation.counts(c)
     return {
         "answered": sorted(answered),
         "keda_scaled": scaled[0] - t0 if scaled else None,
@@ -147,16 +108,13 @@ async def warm(c: Client, n: int) -> dict[str, Any]:
     from mlops_platform import infer
     from mlops_platform.runtime import wait
 
-    async def unparked() -> bool:
-        return not await _parked(c)
-
-    await wait.until(unparked, timeout=120, what="unparked")
-    before = await _activator_counts(c)
+    await wait.until(lambda: activation.unparked(c, NAMESPACE, SERVICE), timeout=120, what="unparked")
+    before = await activation.counts(c)
     started = time.monotonic()
     for _ in range(n):
         await infer.infer(c, NAME, NAMESPACE, serving.BODY)
     seconds = time.monotonic() - started
-    after = await _activator_counts(c)
+    after = await activation.counts(c)
     return {
         "requests": n,
         "per_second": n / seconds,
@@ -171,7 +129,7 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
     from mlops_platform.runtime.transport import resources
 
     async with rclient.Client.from_kubeconfig(kubeconfig) as c:
-        activator = await install_activator(c, a.name)
+        activator = await activation.install(c, a.name)
         await serving.prepare_namespace(c, NAMESPACE)
         op = serving.start_operator(kubeconfig, log_dir, "--activator", activator)
         try:

@@ -35,19 +35,16 @@ from typing import Any
 import pytest
 
 from mlops_platform import api, infer, promapi, why
-from mlops_platform.activator import contract
 from mlops_platform.controllers.inferenceservice import alert_queries, alert_settings, alerts
 from mlops_platform.controllers.inferenceservice.children import base, scaledobject
-from mlops_platform.deploy import activator as deploy_activator
-from mlops_platform.devcluster import cluster, demo, keda
+from mlops_platform.devcluster import demo, keda
 from mlops_platform.devcluster import monitoring as stack
 from mlops_platform.devcluster.modelstore import install as modelstore
-from mlops_platform.devcluster.realnode import configs, images
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import identity, probes, serving, wait
+from mlops_platform.testing import activation, probes, serving, wait
 from mlops_platform.testing.plugin import temporary_namespace
 
 FOR = "30s"
@@ -66,30 +63,13 @@ FIRE_WITHIN = 240.0
 SERVER = promapi.DEFAULT
 
 
-ACTIVATOR_NS = "mlops-activator"
-ACTIVATOR = f"{ACTIVATOR_NS}/{deploy_activator.NAME}"
-
-
 @pytest.fixture(scope="module")
 async def serving_settings(local_cluster_name: str, admin_client: rclient.Client) -> base.BuildContext:
     """KEDA, the monitoring stack and the activator (the operator's image) installed; the local
     cluster's settings with ``--activator`` (``ns`` and the operator: tests/e2e/conftest)."""
     await asyncio.to_thread(keda.install, local_cluster_name)
-    await asyncio.to_thread(cluster.import_images, local_cluster_name, [images.OPERATOR.name])
-    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ACTIVATOR_NS}}
-    objs = deploy_activator.objects(ACTIVATOR_NS, images.OPERATOR.ref, placement=configs.PLACEMENT)
-    await identity.apply_objects(admin_client, [ns, *objs])
-
-    async def available() -> bool:
-        live = await admin_client.get(resources.DEPLOYMENT, deploy_activator.NAME, ACTIVATOR_NS)
-        st = live.get("status") or {}
-        current = (
-            st.get("observedGeneration", 0) >= objects.generation(live) and st.get("updatedReplicas") == 1
-        )
-        return current and objects.condition_is(live, "Available")
-
-    await wait.until(available, timeout=180, what="the activator available")
-    return dataclasses.replace(demo.local_settings(), activator=ACTIVATOR)
+    activator = await activation.install(admin_client, local_cluster_name)
+    return dataclasses.replace(demo.local_settings(), activator=activator)
 
 
 def _fast(isvc: dict[str, Any], **alert_overrides: Any) -> dict[str, Any]:
@@ -349,40 +329,6 @@ async def _scaled_to(c: rclient.Client, ns: str, name: str, want: int) -> bool:
     return await _replicas(c, ns, name) == want
 
 
-async def _parking_slice(c: rclient.Client, ns: str, service: str) -> dict[str, Any] | None:
-    try:
-        return await c.get(resources.ENDPOINT_SLICE, f"{service}-activator", ns)
-    except rclient.ApiError as e:
-        if e.not_found:
-            return None
-        raise
-
-
-async def _parked(c: rclient.Client, ns: str, service: str) -> bool:
-    """The Service is labelled parked and its traffic goes to the activator (the parking slice)."""
-    svc = await c.get(resources.SERVICE, service, ns)
-    parked = (svc["metadata"].get("labels") or {}).get(contract.PARKED_KEY) == contract.PARKED_VALUE
-    slice_ = await _parking_slice(c, ns, service)
-    return parked and slice_ is not None and bool(slice_.get("endpoints"))
-
-
-async def _unparked(c: rclient.Client, ns: str, service: str) -> bool:
-    svc = await c.get(resources.SERVICE, service, ns)
-    return contract.PARKED_KEY not in (svc["metadata"].get("labels") or {}) and not await _parking_slice(
-        c, ns, service
-    )
-
-
-async def _activator_forwarded(c: rclient.Client) -> float:
-    """How many requests the activator has forwarded (its metrics, through the service proxy)."""
-    path = f"/api/v1/namespaces/{ACTIVATOR_NS}/services/http:{deploy_activator.NAME}:admin/proxy/metrics"
-    text = await c.request_text(path, resource="services/proxy")
-    line = next(
-        ln for ln in text.splitlines() if ln.startswith('mlops_activator_requests_total{result="forwarded"}')
-    )
-    return float(line.split()[-1])
-
-
 WAKES = 2
 
 
@@ -400,9 +346,11 @@ async def test_a_request_at_zero_is_held_by_the_activator_and_answered_then_it_s
         obj = await wait.for_condition(
             admin_client, api.RESOURCE, ns, "sleepy", "Ready", "False", "ScaledToZero", timeout=300
         )
-        assert f"held by the activator {ACTIVATOR}" in probes.condition(obj, "Ready")["message"]
+        assert f"held by the activator {activation.SERVICE}" in probes.condition(obj, "Ready")["message"]
         await wait.until(
-            lambda: _parked(admin_client, ns, service), timeout=60, what="parked behind the activator"
+            lambda: activation.parked(admin_client, ns, service),
+            timeout=60,
+            what="parked behind the activator",
         )
         started = time.monotonic()
         answer = await infer.infer(admin_client, "sleepy", ns, serving.v2(serving.QUICKSTART), timeout=300)
@@ -410,12 +358,14 @@ async def test_a_request_at_zero_is_held_by_the_activator_and_answered_then_it_s
         assert serving.answer(answer) == [1, 1]
         # the activator steps out once a replica is available: warm requests never reach it
         await wait.until(
-            lambda: _unparked(admin_client, ns, service), timeout=60, what="the activator out of the path"
+            lambda: activation.unparked(admin_client, ns, service),
+            timeout=60,
+            what="the activator out of the path",
         )
-        forwarded = await _activator_forwarded(admin_client)
+        forwarded = (await activation.counts(admin_client)).get("forwarded", 0)
         async with serving.load(admin_client, ns, "sleepy") as traffic:
             await traffic.more(30)
         assert traffic.errors == [], traffic.summary()
-        assert await _activator_forwarded(admin_client) == forwarded
+        assert (await activation.counts(admin_client)).get("forwarded", 0) == forwarded
         # idle past the cooldown: back to zero, and parked again (the loop's first wait)
     print(f"\nwake from zero through the activator: {', '.join(f'{w:.1f}s' for w in wakes)}")
