@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -23,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -245,6 +246,35 @@ def dev_cluster_down(name: str) -> None:
     cmd = [*cli_binary(), "dev", "down", "--name", name]
     log(f"taking the dev cluster down: {' '.join(cmd)}")
     subprocess.run(cmd, check=False)
+
+
+@contextlib.contextmanager
+def cluster_for(name: str | None, default: str, *, keep: bool = False) -> Iterator[tuple[str, str]]:
+    """(name, kubeconfig path) of the cluster a benchmark runs on: ``name``, an existing local
+    cluster, kept; else ``default``, started fresh (an earlier one taken down first) and taken down
+    after unless ``keep``."""
+    from mlops_platform.devcluster import cluster
+
+    if name is not None:
+        yield name, str(cluster.kubeconfig_path(name))
+        return
+    dev_cluster_down(default)
+    try:
+        yield default, dev_cluster_up(default)[0]
+    finally:
+        if not keep:
+            dev_cluster_down(default)
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """``python -m MODULE ARGS`` for a results page, without ``--json FILE`` (where the run was also
+    written, not how it was measured: a path of the machine)."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    if "--json" in args:
+        i = args.index("--json")
+        del args[i : i + 2]
+    args = [x for x in args if not x.startswith("--json=")]
+    return " ".join(["python -m", module, *args])
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1199,40 +1199,21 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.report:
         return write_report(json.loads(Path(a.report).read_text()), Path(a.out))
-    own = a.name is None
-    a.name = a.name or CLUSTER
     out, machine, arguments = common.results_dir(a, REPO)
-    from mlops_platform.devcluster import cluster
     from mlops_platform.devcluster.modelstore import install as modelstore
 
-    if own:
-        common.dev_cluster_down(a.name)
-    try:
-        if own:
-            kubeconfig, _ = common.dev_cluster_up(a.name)
-        else:
-            kubeconfig = str(cluster.kubeconfig_path(a.name))
+    with common.cluster_for(a.name, CLUSTER, keep=a.keep_cluster) as (a.name, kubeconfig):
         modelstore.install(a.name)
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
             result = asyncio.run(measure(a, kubeconfig, Path(tmp)))
-    finally:
-        if own and not a.keep_cluster:
-            common.dev_cluster_down(a.name)
-    result |= {"machine": machine, "arguments": arguments, "command": command(argv)}
+    result |= {
+        "machine": machine,
+        "arguments": arguments,
+        "command": common.command_line("bench.serving", argv),
+    }
     if a.json:
         common.write_json(a.json, result | {"figures": figures(result)})
     return write_report(result, out)
-
-
-def command(argv: list[str] | None) -> str:
-    """The command line for the Markdown, without ``--json FILE`` (where the run was also written, not
-    how it was measured: a path of the machine)."""
-    args = list(argv if argv is not None else sys.argv[1:])
-    if "--json" in args:
-        i = args.index("--json")
-        del args[i : i + 2]
-    args = [x for x in args if not x.startswith("--json=")]
-    return " ".join(["python -m bench.serving", *args])
 
 
 def write_report(result: Mapping[str, Any], out: Path) -> int:

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from bench import _common as common
 from bench import serving
-from mlops_platform.testing import activation
 
 if TYPE_CHECKING:
     from mlops_platform.runtime.transport.client import Client
@@ -61,6 +60,7 @@ def isvc(cooldown: int) -> dict[str, Any]:
 async def _parked(c: Client) -> bool:
     """At zero replicas and parked behind the activator."""
     from mlops_platform.runtime.transport import resources
+    from mlops_platform.testing import activation
 
     dep = await c.get(resources.DEPLOYMENT, SERVICE, NAMESPACE)
     return dep["spec"].get("replicas") == 0 and await activation.parked(c, NAMESPACE, SERVICE)
@@ -70,6 +70,7 @@ async def one_wake(c: Client, burst: int) -> dict[str, Any]:
     """Requests to the parked service at once; when each was answered, KEDA's scale-up, the pod's times."""
     from mlops_platform import infer
     from mlops_platform.runtime.transport import resources
+    from mlops_platform.testing import activation
     from mlops_platform.testing import serving as testing_serving
 
     before = await activation.counts(c)
@@ -107,6 +108,7 @@ async def one_wake(c: Client, burst: int) -> dict[str, Any]:
 async def warm(c: Client, n: int) -> dict[str, Any]:
     from mlops_platform import infer
     from mlops_platform.runtime import wait
+    from mlops_platform.testing import activation
 
     await wait.until(lambda: activation.unparked(c, NAMESPACE, SERVICE), timeout=120, what="unparked")
     before = await activation.counts(c)
@@ -127,6 +129,7 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
     from mlops_platform.runtime import wait
     from mlops_platform.runtime.transport import client as rclient
     from mlops_platform.runtime.transport import resources
+    from mlops_platform.testing import activation
 
     async with rclient.Client.from_kubeconfig(kubeconfig) as c:
         activator = await activation.install(c, a.name)
@@ -223,27 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
     p.add_argument("--json", help="also write every run to this file")
     a = p.parse_args(argv)
-    own = a.name is None
-    a.name = a.name or CLUSTER
     out, machine, arguments = common.results_dir(a, REPO)
-    from mlops_platform.devcluster import cluster, keda
+    from mlops_platform.devcluster import keda
     from mlops_platform.devcluster.modelstore import install as modelstore
 
-    if own:
-        common.dev_cluster_down(a.name)
-    try:
-        kubeconfig = common.dev_cluster_up(a.name)[0] if own else str(cluster.kubeconfig_path(a.name))
+    with common.cluster_for(a.name, CLUSTER, keep=a.keep_cluster) as (a.name, kubeconfig):
         keda.install(a.name)
         modelstore.install(a.name)
         with tempfile.TemporaryDirectory(prefix="bench-wake-") as tmp:
             result = asyncio.run(measure(a, kubeconfig, Path(tmp)))
-    finally:
-        if own and not a.keep_cluster:
-            common.dev_cluster_down(a.name)
     result |= {
         "machine": machine,
         "arguments": arguments,
-        "command": " ".join(["python -m bench.wake", *(argv or sys.argv[1:])]),
+        "command": common.command_line("bench.wake", argv),
     }
     if a.json:
         common.write_json(a.json, result | {"figures": figures(result)})

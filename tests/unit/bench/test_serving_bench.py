@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from bench import _common as common
 from bench import serving
 from bench._common import percentile
 
@@ -226,6 +227,7 @@ def test_usage_is_the_operators_cpu_and_the_machines_busy_cpus_between_two_readi
 
 def test_the_command_in_the_doc_leaves_out_where_the_json_went() -> None:
     assert (
-        serving.command(["--runs", "3", "--json", "/somewhere/x.json"]) == "python -m bench.serving --runs 3"
+        common.command_line("bench.serving", ["--runs", "3", "--json", "/somewhere/x.json"])
+        == "python -m bench.serving --runs 3"
     )
-    assert serving.command(["--json=/x.json"]) == "python -m bench.serving"
+    assert common.command_line("bench.serving", ["--json=/x.json"]) == "python -m bench.serving"
