@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 from mlops_platform.devcluster import chaos, cluster, crds, nodes, usage
-from mlops_platform.runtime import objects, quantity
+from mlops_platform.runtime import clock, objects, quantity
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
-from mlops_platform.testing import wait
+from mlops_platform.testing import controlplane, wait
 
 
 def _deployment(name: str, replicas: int, requests: dict[str, str] | None = None) -> dict[str, Any]:
@@ -232,3 +233,19 @@ async def test_dev_up_starts_again_a_component_that_is_not_running(
         return bool(answer["kind"] == "NodeMetricsList")
 
     await wait.until(served, timeout=60, what="the metrics API served by the restarted metrics-server")
+
+
+async def test_a_leader_elected_component_that_exited_is_started_again_and_leads(
+    admin_client: rclient.Client, local_cluster_name: str
+) -> None:
+    """kube-scheduler exits when it cannot renew its Lease (kube-apiserver down too long): what a
+    test that stopped kube-apiserver waits on (``testing.controlplane.leaders_back``) starts it
+    again, as the kubelet would, and returns once the new process renewed the Lease."""
+    spec = chaos.component_spec(local_cluster_name, "kube-scheduler")
+    before = cluster.component_pid(local_cluster_name, "kube-scheduler")
+    chaos.stop_component(local_cluster_name, "kube-scheduler")
+    since = clock.utcnow()
+    await controlplane.leaders_back(admin_client, local_cluster_name, [spec], since)
+    assert cluster.component_pid(local_cluster_name, "kube-scheduler") != before
+    lease = await admin_client.get(resources.LEASE, "kube-scheduler", "kube-system")
+    assert datetime.datetime.fromisoformat(lease["spec"]["renewTime"]) > since

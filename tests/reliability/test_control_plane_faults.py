@@ -56,7 +56,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from mlops_platform.devcluster import chaos, cluster
+from mlops_platform.devcluster import chaos
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.testing import background, isvc, operator, reliability, wait
 from mlops_platform.testing.scenario import Scenario, expected, model_uri, one_replica, work
@@ -93,7 +93,6 @@ API_TIMEOUT = 90.0
 #: stayed failing for 30-90 s after everything else (the operator and the writers) was served
 UNAWAITED_CHECK = "poststarthook/rbac/bootstrap-roles"
 #: the control-plane processes that exit when they cannot renew their leader Lease
-LEADER_ELECTED = ("kube-controller-manager", "kube-scheduler")
 #: how often the :class:`Supervisor` looks for exited processes (a kubelet's PLEG is 1 s)
 SUPERVISE_PERIOD = 0.5
 #: status codes a write retries: the restarted API server serves the CRD a moment after /readyz
@@ -252,10 +251,7 @@ class Supervisor:
         return self.operators.started[-1]
 
     def check(self) -> None:
-        for spec in self.components:
-            if not cluster.component_running(self.cluster_name, spec.name):
-                chaos.start_component(self.cluster_name, spec)
-                self.restarts[spec.name] += 1
+        self.restarts.update(chaos.start_exited(self.cluster_name, self.components))
         if self.operator.proc.poll() is not None:
             self.operators.add()
             self.restarts["operator"] += 1
@@ -269,7 +265,7 @@ class Supervisor:
 async def _supervised(scenario: Scenario, cluster_name: str, *flags: str) -> AsyncIterator[Supervisor]:
     """An operator process (``run`` with ``flags``) once ready, and a :class:`Supervisor` checking
     every ``SUPERVISE_PERIOD`` until the block exits (and once more then: the cluster is left whole)."""
-    components = [chaos.component_spec(cluster_name, name) for name in LEADER_ELECTED]
+    components = [chaos.component_spec(cluster_name, name) for name in chaos.LEADER_ELECTED]
     async with operator.replicas(scenario.kubeconfig, scenario.logs, *flags) as group:
         proc = group.add()
         await wait.until(proc.ready, timeout=API_TIMEOUT, what="the operator ready (synced, leading)")

@@ -13,11 +13,16 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx2 as httpx
 
 from mlops_platform.devcluster import cluster
+
+#: the components that exit when they cannot renew their leader Lease (kube-apiserver down longer
+#: than their renew deadline); in a cluster the kubelet starts them again
+LEADER_ELECTED = ("kube-controller-manager", "kube-scheduler")
 
 
 @dataclasses.dataclass
@@ -76,6 +81,15 @@ def start_component(name: str, stopped: StoppedComponent) -> int:
         )
     cluster.pid_file(name, stopped.name).write_text(str(proc.pid))
     return proc.pid
+
+
+def start_exited(name: str, specs: Iterable[StoppedComponent]) -> list[str]:
+    """Start again each component of ``specs`` that is not running, as the kubelet starts a static
+    pod again; return the names of those started."""
+    started = [spec for spec in specs if not cluster.component_running(name, spec.name)]
+    for spec in started:
+        start_component(name, spec)
+    return [spec.name for spec in started]
 
 
 def etcd_endpoint(name: str) -> str:

@@ -13,6 +13,9 @@ to other projects' test sessions): load it from a ``conftest.py`` with
 - ``namespace`` (function): a fresh namespace for one test, deleted afterwards.
 - ``local_cluster_name`` (session): the local cluster's name, for failure-injection tests.
 - ``kubectl`` (session): the pinned kubectl against the cluster under test.
+- after each test on the local control plane, kube-controller-manager and kube-scheduler are started
+  again if they exited (a test that stopped kube-apiserver long enough; the kubelet's part), with a
+  warning naming the test: the tests after it get a whole cluster.
 - ``minio_server`` / ``fake_gcs_server`` (session, started by the first test that asks; no cluster):
   a real MinIO (:class:`~mlops_platform.testing.objectstores.S3Server`) / fake-gcs-server
   (:class:`~mlops_platform.testing.objectstores.GCSServer`) on 127.0.0.1, stopped and its data
@@ -27,6 +30,7 @@ import os
 import re
 import shutil
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +41,7 @@ from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
 
 if TYPE_CHECKING:
+    from mlops_platform.devcluster import chaos
     from mlops_platform.testing import objectstores
 
 TEST_NAMESPACE_LABEL = "mlops.platform/test"
@@ -73,6 +78,30 @@ def local_cluster_name(kube_cluster: Path) -> str:
     if use_existing():
         pytest.skip("failure injection needs the local control plane, not an existing cluster")
     return os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
+
+
+@pytest.fixture(scope="session")
+def _leader_elected_specs(kube_cluster: Path) -> list[chaos.StoppedComponent]:
+    from mlops_platform.devcluster import chaos
+
+    name = os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
+    return [chaos.component_spec(name, component) for component in chaos.LEADER_ELECTED]
+
+
+@pytest.fixture(autouse=True)
+def _leader_elected_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    if use_existing() or "kube_cluster" not in request.fixturenames:
+        yield
+        return
+    from mlops_platform.devcluster import chaos
+
+    specs: list[chaos.StoppedComponent] = request.getfixturevalue("_leader_elected_specs")
+    yield
+    name = os.environ.get("MLOPS_TEST_CLUSTER", "mlops-test")
+    if started := chaos.start_exited(name, specs):
+        warnings.warn(
+            f"{', '.join(started)} exited during {request.node.nodeid}: started again", stacklevel=1
+        )
 
 
 Kubectl = Callable[..., Awaitable[tuple[int, str, str]]]

@@ -14,7 +14,7 @@ from mlops_platform.devcluster import chaos
 from mlops_platform.runtime.caching import informer as rinformer
 from mlops_platform.runtime.transport import apiextensions, resources
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import crds, requests, wait
+from mlops_platform.testing import controlplane, crds, requests, wait
 
 
 class Recorder:
@@ -91,9 +91,7 @@ async def test_converges_after_apiserver_restart_with_changes_while_the_watch_is
         await admin_client.create(resources.CONFIG_MAP, _cm(f"before-{n}"), namespace)
     await _converged(admin_client, namespace, informer)
 
-    stopped = chaos.stop_component(local_cluster_name, "kube-apiserver")
-    chaos.start_component(local_cluster_name, stopped)
-    await _wait_api(admin_client)
+    await controlplane.apiserver_restarted(admin_client, local_cluster_name)
     # changes while the informer's watch is down (it is still backing off)
     await admin_client.delete(resources.CONFIG_MAP, "before-0", namespace)
     await admin_client.patch(resources.CONFIG_MAP, "before-1", {"data": {"v": "9"}}, namespace=namespace)
@@ -114,13 +112,14 @@ async def test_relists_after_etcd_compaction_makes_the_watch_expire(
     await admin_client.create(
         resources.SECRET, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bump"}}, namespace
     )
-    stopped = chaos.stop_component(local_cluster_name, "kube-apiserver")
-    try:
-        revision = chaos.compact_etcd(local_cluster_name, endpoint)
-    finally:
-        chaos.start_component(local_cluster_name, stopped)
-    assert revision > int(informer.last_resource_version or 0)
-    await _wait_api(admin_client)
+    watched_from = int(informer.last_resource_version or 0)
+    compacted: list[int] = []
+    await controlplane.apiserver_restarted(
+        admin_client,
+        local_cluster_name,
+        while_down=lambda: compacted.append(chaos.compact_etcd(local_cluster_name, endpoint)),
+    )
+    assert compacted[0] > watched_from
     await admin_client.create(resources.CONFIG_MAP, _cm("b"), namespace)
     await admin_client.delete(resources.CONFIG_MAP, "a", namespace)
     await _converged(admin_client, namespace, informer)
@@ -138,14 +137,6 @@ async def test_resync_redelivers_cached_objects_without_requests(
     informer.resync()
     assert [e for e in rec.events if e[1] == "x"] == [("add", "x"), ("update", "x")]
     assert sum(informer.client.requests.values()) == before
-
-
-async def _wait_api(c: rclient.Client) -> None:
-    async def ready() -> bool:
-        await c.request("GET", "/readyz", resource="readyz", timeout=2)
-        return True
-
-    await wait.until(ready, timeout=90, interval=0.1, what="kube-apiserver ready again")
 
 
 def _labelled(name: str, bucket: str) -> dict[str, Any]:
