@@ -421,3 +421,27 @@ def test_monitoring_go_modules_pin_the_versions_in_versions_env() -> None:
     )
     assert 'cmd/prometheus"' in (ROOT / "hack/promtool/tools.go").read_text()
     assert binaries.monitoring_tool_dir("prometheus").name == f"prometheus-{v['PROMTOOL_VERSION']}"
+
+
+def test_a_cluster_interrupted_while_being_created_is_created_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Ctrl-C during ``kwokctl create cluster`` can leave an API server that serves but a cluster
+    without kwok's CRDs: the next ``up`` must not take it for a running one (populate then failed
+    with a discovery 404) but take it down and create it again."""
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+    monkeypatch.setattr(cluster.binaries, "find", lambda: binaries.Binaries({}))
+    downs: list[str] = []
+
+    class Recreated(Exception):
+        pass
+
+    def down(name: str) -> None:
+        downs.append(name)
+        raise Recreated
+
+    monkeypatch.setattr(cluster, "down", down)
+    cluster._creating_marker("x").touch()  # what _create leaves until kwokctl succeeded
+    with pytest.raises(Recreated):
+        cluster.up("x")
+    assert downs == ["x"]

@@ -83,6 +83,12 @@ def exists(name: str) -> bool:
     return (cluster_dir(name) / "kwok.yaml").is_file()
 
 
+def _creating_marker(name: str) -> Path:
+    """Present from before ``kwokctl create cluster`` until it succeeded: a cluster that has it was
+    interrupted while being created (a Ctrl-C) and is created again, not reused half-made."""
+    return workdir() / f"{name}.creating"
+
+
 async def _api_serves(name: str, timeout: float = 3.0) -> bool:
     """Whether the cluster's kube-apiserver passes ``/readyz``."""
     if not kubeconfig_path(name).is_file():
@@ -123,6 +129,9 @@ def up(
 
     _log("resolving control-plane binaries", started)
     bins = binaries.find()
+    if _creating_marker(name).exists():
+        _log(f"cluster {name!r} was interrupted while being created: re-creating it", started)
+        down(name)
     if exists(name) and _api_ready(name):
         _log(f"cluster {name!r} is already running", started)
         asyncio.run(_ports_bound(name, wait, bins, started))
@@ -292,6 +301,7 @@ def _create(
             pki_dir=cluster_dir(name) / "pki",
         )
     )
+    _creating_marker(name).touch()
     parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
     _log(f"creating cluster {name!r} ({parts}{', metrics-server' if metrics_server else ''})", started)
     proc = subprocess.Popen(
@@ -324,6 +334,7 @@ def _create(
         raise RuntimeError(
             f"kwokctl create cluster {name} failed (exit {proc.returncode}):\n" + "\n".join(tail)
         )
+    _creating_marker(name).unlink()
 
 
 def _kwokctl_message(line: str) -> str:
@@ -377,6 +388,7 @@ def down(name: str = DEFAULT_NAME) -> None:
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     (workdir() / f"{name}.kwokctl.yaml").unlink(missing_ok=True)
     (workdir() / f"{name}.audit-policy.yaml").unlink(missing_ok=True)
+    _creating_marker(name).unlink(missing_ok=True)
     fabric.release_block(workdir(), name)
     _log(f"cluster {name!r} is down; no process left")
 
