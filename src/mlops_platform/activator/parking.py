@@ -134,6 +134,15 @@ class Parking:
         for inf in (self.parked, self.mine):
             inf.add_event_handler(_Poke(self._changed))
 
+    def waiting_for(self) -> str | None:
+        """None once both watches have synced (parking can work), else which have not, and why."""
+        pending = [
+            f"{what} ({inf.last_error or 'listing'})"
+            for what, inf in (("parked Services' slices", self.parked), ("its own slices", self.mine))
+            if not inf.has_synced()
+        ]
+        return ", ".join(pending) or None
+
     async def run(self) -> None:
         tasks = [self.parked.start(), self.mine.start()]
         try:

@@ -24,18 +24,19 @@ async def run(
 ) -> None:
     room = waiting.Room()
     metrics = server.Metrics(prometheus_client.CollectorRegistry())
-    runners = [
-        web.AppRunner(
-            server.proxy_app(room, metrics, hold=hold, own=Target(namespace, service)), access_log=None
-        ),
-        web.AppRunner(server.admin_app(room, metrics), access_log=None),
-    ]
     async with rclient.Client.from_kubeconfig(kubeconfig, context=context) as client:
+        parker = parking.Parking(client, room, namespace, service, proxy_port)
+        runners = [
+            web.AppRunner(
+                server.proxy_app(room, metrics, hold=hold, own=Target(namespace, service)), access_log=None
+            ),
+            web.AppRunner(server.admin_app(room, metrics, parker.waiting_for), access_log=None),
+        ]
         for runner, port in zip(runners, (proxy_port, admin_port), strict=True):
             await runner.setup()
             await web.TCPSite(runner, bind_address, port).start()
         try:
-            await parking.Parking(client, room, namespace, service, proxy_port).run()
+            await parker.run()
         finally:
             for runner in runners:
                 with contextlib.suppress(Exception):

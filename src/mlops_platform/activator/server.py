@@ -9,15 +9,15 @@ Contract of :func:`proxy_app`:
   server gave it (status, headers but the hop-by-hop ones, streamed body);
 - an endpoint that refuses the connection is a 502 naming it (the next request may get another).
 
-:func:`admin_app`: ``GET /healthz``; ``GET /v1/held/{namespace}/{service}`` -> ``{"held": N}``, the
-requests held for that Service now (KEDA's ``metrics-api`` trigger: any held request wakes it);
-``GET /metrics``, the activator's Prometheus metrics.
+:func:`admin_app`: ``GET /healthz`` (alive); ``GET /readyz`` (its watches synced: it can park);
+``GET /v1/held/{namespace}/{service}`` -> ``{"held": N}``, the requests held for that Service now
+(KEDA's ``metrics-api`` trigger: any held request wakes it); ``GET /metrics``, its metrics.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
 import prometheus_client
@@ -112,8 +112,18 @@ def proxy_app(room: waiting.Room, metrics: Metrics, *, hold: float, own: target.
     return app
 
 
-def admin_app(room: waiting.Room, metrics: Metrics) -> web.Application:
+def admin_app(
+    room: waiting.Room, metrics: Metrics, ready: Callable[[], str | None] = lambda: None
+) -> web.Application:
+    """``ready``: None once the activator can park (its watches synced), else what it waits for."""
+
     async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        waiting_for = ready()
+        if waiting_for is not None:
+            return web.Response(status=503, text=f"not ready: {waiting_for}\n")
         return web.Response(text="ok\n")
 
     async def held(request: web.Request) -> web.Response:
@@ -129,6 +139,7 @@ def admin_app(room: waiting.Room, metrics: Metrics) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/held/{namespace}/{service}", held)
     app.router.add_get("/metrics", exported)
     return app

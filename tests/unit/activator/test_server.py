@@ -121,3 +121,22 @@ async def test_an_endpoint_that_refuses_is_a_502_naming_it(stack: Stack) -> None
         assert r.status == 502 and "endpoint 127.0.0.1:1 unreachable" in await r.text()
     async with aiohttp.ClientSession() as c, c.get(f"http://{stack.admin}/metrics") as r:
         assert 'mlops_activator_requests_total{result="unreachable"} 1.0' in await r.text()
+
+
+async def test_readyz_answers_503_naming_what_it_waits_for_until_it_can_park() -> None:
+    """The kubelet's readiness probe: an activator whose watches have not synced (a missing RBAC
+    rule: 403 on the list) gets no traffic and says why; /healthz (liveness) is 200 all along."""
+    waiting_for: list[str | None] = ["parked Services' slices (403 Forbidden)"]
+    metrics = server.Metrics(prometheus_client.CollectorRegistry())
+    admin, addr = await _serve(server.admin_app(waiting.Room(), metrics, lambda: waiting_for[0]))
+    try:
+        async with aiohttp.ClientSession() as c:
+            async with c.get(f"http://{addr}/readyz") as r:
+                assert r.status == 503 and "parked Services' slices (403 Forbidden)" in await r.text()
+            async with c.get(f"http://{addr}/healthz") as r:
+                assert r.status == 200
+            waiting_for[0] = None
+            async with c.get(f"http://{addr}/readyz") as r:
+                assert r.status == 200
+    finally:
+        await admin.cleanup()
