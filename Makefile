@@ -53,7 +53,7 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check (the CRD
 	$(BIN)/python -m mlops_platform.deploy.manifests --check
 	@helm=$$(hack/build-control-plane --print-helm); [ -x "$$helm" ] || hack/build-control-plane --helm-only; \
 	  echo "helm lint --strict charts/mlops-platform"; "$$helm" lint --strict charts/mlops-platform; \
-	  for set in webhook.certManager.enabled=false webhook.certManager.enabled=true; do \
+	  for set in webhook.certManager.enabled=false webhook.certManager.enabled=true activator.enabled=false; do \
 	    echo "helm template charts/mlops-platform --include-crds --set $$set"; \
 	    "$$helm" template mlops-platform charts/mlops-platform --include-crds --set "$$set" > /dev/null; done
 

@@ -1,5 +1,5 @@
-"""``mlops-platform activator``: the activator process (in progress, not wired into the install yet:
-docs/design.md, "Wake from zero without a mesh")."""
+"""``mlops-platform activator``: the activator process, which the install set runs beside a
+cluster-wide operator (docs/autoscaling.md, "Wake from zero without a mesh: the activator")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``mlops-platform manifests``: the install set (Namespace, CRD, RBAC, Deployment, PDB, Service)."""
+"""``mlops-platform manifests``: the install set (Namespace, CRD, RBAC, Deployments, PDB, Services)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,12 @@ def _tolerations(values: tuple[str, ...]) -> list[dict[str, object]]:
     multiple=True,
     help="KEY[=VALUE]:EFFECT a taint the operator's pods tolerate (repeatable)",
 )
+@click.option(
+    "--activator/--no-activator",
+    default=None,
+    help="the activator, which wakes a model KEDA scaled to zero on its first request "
+    "(default: with a cluster-wide operator; it watches every namespace, so not with --watch-namespace)",
+)
 def manifests(
     namespace: str,
     watch_namespaces: tuple[str, ...],
@@ -66,11 +72,14 @@ def manifests(
     replicas: int,
     node_selector: tuple[str, ...],
     tolerations: tuple[str, ...],
+    activator: bool | None,
 ) -> None:
-    """Print the full install set (Namespace, CRD, RBAC, Deployment, PDB, Service) as YAML."""
+    """Print the full install set (Namespace, CRD, RBAC, Deployments, PDB, Services) as YAML."""
     from mlops_platform.deploy import builders, defaults
     from mlops_platform.deploy import manifests as m
 
+    if activator and watch_namespaces:
+        raise click.UsageError("--activator watches every namespace: not with --watch-namespace")
     click.echo(
         m.render(
             namespace=namespace,
@@ -79,6 +88,7 @@ def manifests(
             replicas=replicas,
             node_selector=_node_selector(node_selector) or builders.NODE_SELECTOR,
             tolerations=_tolerations(tolerations),
+            activator=activator,
         ),
         nl=False,
     )

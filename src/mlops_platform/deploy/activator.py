@@ -2,8 +2,10 @@
 in ``namespace``, on the operator's own image (``mlops-platform activator``). The operator's
 ``--activator`` names the Service (``namespace/mlops-activator``).
 
-Not yet part of the operator's install set (the chart and ``install_objects``): the local cluster's
-e2e installs it (docs/design.md, "Wake from zero without a mesh").
+Part of the install set with a cluster-wide manager (:func:`~mlops_platform.deploy.install.install_objects`,
+the chart's ``activator.enabled``): docs/design.md, "Wake from zero without a mesh". One replica:
+KEDA reads the held requests from the Service (``/v1/held``), that is from one pod, so a second
+replica's held requests would be missed.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from mlops_platform.activator import contract
+from mlops_platform.deploy import builders
 
 NAME = "mlops-activator"
 _LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "activator"}
-_UID = 65532
+#: on every object, not in the selector: which install it belongs to (the operator's ``part-of``)
+_PART_OF = {"app.kubernetes.io/part-of": "mlops-platform"}
 Obj = dict[str, Any]
 
 #: what the activator reads and writes, and why
@@ -40,7 +44,7 @@ def objects(
     hold_seconds: float = 300.0,
 ) -> list[Obj]:
     """Everything the activator needs, in apply order."""
-    meta: Obj = {"name": NAME, "labels": dict(_LABELS)}
+    meta: Obj = {"name": NAME, "labels": {**_LABELS, **_PART_OF}}
     container = {
         "name": "activator",
         "image": image,
@@ -51,19 +55,16 @@ def objects(
             {"name": contract.PROXY_PORT_NAME, "containerPort": contract.PROXY_PORT},
             {"name": "admin", "containerPort": contract.ADMIN_PORT},
         ],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "admin"}, "periodSeconds": 2},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"}, "periodSeconds": 2},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "admin"}},
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": builders.container_security(),
     }
     pod: Obj = {
         "serviceAccountName": NAME,
+        "automountServiceAccountToken": True,
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": _UID, "runAsGroup": _UID},
+        "securityContext": builders.pod_security(),
         "containers": [container],
         **dict(placement or {}),
     }
@@ -89,7 +90,7 @@ def objects(
             "spec": {
                 "replicas": 1,
                 "selector": {"matchLabels": dict(_LABELS)},
-                "template": {"metadata": {"labels": dict(_LABELS)}, "spec": pod},
+                "template": {"metadata": {"labels": {**_LABELS, **_PART_OF}}, "spec": pod},
             },
         },
         {

@@ -32,7 +32,12 @@ def manager_selector(watch: str | None, several: bool) -> dict[str, str]:
 
 
 def manager_args(
-    namespace: str, watch: str | None, election_id: str, cert_manager: bool, image: str
+    namespace: str,
+    watch: str | None,
+    election_id: str,
+    cert_manager: bool,
+    image: str,
+    activator: str | None = None,
 ) -> list[str]:
     args = [
         "--leader-elect",
@@ -52,6 +57,9 @@ def manager_args(
     ]
     if watch is not None:
         args.append(f"--namespace={watch}")
+    if activator is not None:
+        # a KEDA-scaled model at zero replicas: its Service's traffic to this activator (NS/NAME)
+        args.append(f"--activator={activator}")
     return [*args, *cert_manager_args()] if cert_manager else args
 
 
@@ -98,16 +106,7 @@ def _container(
         "livenessProbe": probe("/healthz", 20, 3),
         "readinessProbe": probe(defaults.READINESS_PATH, 10, 3),
         "resources": {kind: dict(quantities) for kind, quantities in resources.items()},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": defaults.UID,
-            "runAsGroup": defaults.UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
@@ -118,6 +117,38 @@ def _container(
 
 #: the manager pods' default ``nodeSelector`` (the chart's value ``nodeSelector``)
 NODE_SELECTOR: Mapping[str, str] = {"kubernetes.io/os": "linux"}
+
+
+def pod_security() -> Obj:
+    """A pod's security context under Pod Security ``restricted`` (the install namespace enforces it)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": defaults.UID,
+        "runAsGroup": defaults.UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> Obj:
+    """A container's security context under Pod Security ``restricted``, its root file system read-only."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": defaults.UID,
+        "runAsGroup": defaults.UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def placement(node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, object]]) -> Obj:
+    """The pod spec's ``nodeSelector`` and ``tolerations`` fields; an empty one left out."""
+    return {
+        **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+        **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
+    }
 
 
 def pod_template(
@@ -146,20 +177,14 @@ def pod_template(
             "serviceAccountName": service_account,
             "automountServiceAccountToken": True,
             "enableServiceLinks": False,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": defaults.UID,
-                "runAsGroup": defaults.UID,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
+            "securityContext": pod_security(),
             "containers": [container],
             "volumes": [
                 {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
                 *([cert_manager_volume()] if cert_manager else []),
             ],
             "terminationGracePeriodSeconds": defaults.TERMINATION_GRACE_SECONDS,
-            **({"nodeSelector": dict(node_selector)} if node_selector else {}),
-            **({"tolerations": [dict(t) for t in tolerations]} if tolerations else {}),
+            **placement(node_selector, tolerations),
             "topologySpreadConstraints": spread,
         },
     }
@@ -177,11 +202,13 @@ def deployment(
     resources: Mapping[str, Mapping[str, str]],
     node_selector: Mapping[str, str] = NODE_SELECTOR,
     tolerations: Sequence[Mapping[str, object]] = (),
+    activator: str | None = None,
 ) -> Obj:
-    """One manager Deployment; ``maxSurge: 0`` keeps at most ``replicas`` pods (see docs/install.md)."""
+    """One manager Deployment; ``maxSurge: 0`` keeps at most ``replicas`` pods (see docs/install.md).
+    ``activator``: the activator's Service (``NS/NAME``) the manager parks models at zero behind."""
     selector = manager_selector(watch, several)
     election_id = f"{defaults.LEADER_ELECTION_ID}-{watch}" if several else defaults.LEADER_ELECTION_ID
-    args = manager_args(namespace, watch, election_id, cert_manager, image)
+    args = manager_args(namespace, watch, election_id, cert_manager, image, activator)
     container = _container(args, image, cert_manager, resources)
     return {
         "apiVersion": "apps/v1",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mlops_platform import __version__
 from mlops_platform.api import crd
-from mlops_platform.deploy import builders, defaults, install
+from mlops_platform.deploy import activator, builders, defaults, install
 from mlops_platform.runtime import generated
 from mlops_platform.runtime.objects import Obj
 
@@ -93,7 +93,8 @@ def _chart_objects(*, cert_manager: bool = False) -> list[Obj]:
     )
     for o in objs:
         if o["kind"] == "Deployment":
-            o["spec"]["replicas"] = _SENTINEL.format("replicas")
+            if o["metadata"]["name"] == defaults.NAME:  # the manager's (the activator's: one replica)
+                o["spec"]["replicas"] = _SENTINEL.format("replicas")
             pod = o["spec"]["template"]
             # the block values where nodeSelector is (tolerations: none by default, so not in the spec)
             assert "nodeSelector" in pod["spec"] and "tolerations" not in pod["spec"], pod["spec"]
@@ -129,7 +130,22 @@ def _templates() -> dict[str, str]:
                 + "{{- else }}\n" + default
                 + "{{- end }}\n"
             )  # fmt: skip
-    return {n: helm_template(t) for n, t in out.items()}
+    return {n: _helm_activator(n, helm_template(t)) for n, t in out.items()}
+
+
+#: the manager's ``--activator`` argument line in a template
+_ACTIVATOR_ARG = re.compile(r"^( *)- --activator=.*$", re.MULTILINE)
+_HELM_ACTIVATOR = ".Values.activator.enabled"
+
+
+def _helm_activator(name: str, text: str) -> str:
+    """The activator's templates, and the manager's ``--activator``, only with ``activator.enabled``."""
+    if activator.NAME in name:
+        body = text.removeprefix(defaults.HEADER)
+        return defaults.HEADER + "{{- if " + _HELM_ACTIVATOR + " }}\n" + body + "{{- end }}\n"
+    return _ACTIVATOR_ARG.sub(
+        lambda m: f"{m[1]}{{{{- if {_HELM_ACTIVATOR} }}}}\n{m[0]}\n{m[1]}{{{{- end }}}}", text
+    )
 
 
 def _nested(flat: dict[str, object]) -> dict[str, object]:
@@ -170,6 +186,10 @@ def _chart() -> dict[str, str]:
         "#   key to null to drop it (`--set-json 'nodeSelector={\"kubernetes.io/os\":null}'`).\n"
         "# tolerations: the manager pods' tolerations (none by default), e.g. of nodes tainted for them:\n"
         "#   [{key: example.com/operators, operator: Exists, effect: NoSchedule}].\n"
+        "# activator.enabled: the activator (one pod), which holds the requests to a model KEDA scaled to\n"
+        "#   zero until it has a ready replica, and the manager's --activator (docs/autoscaling.md).\n"
+        "#   Without it a request to a model at zero fails until something else scales it up.\n"
+        "#   nodeSelector and tolerations place it too.\n"
         "# webhook.certManager.enabled: the conversion webhook's certificate from cert-manager (an Issuer\n"
         "#   and a Certificate) instead of the operator's own; annotate the CRD for cert-manager's CA\n"
         "#   injector yourself (docs/install-cert-manager.md).\n"
@@ -178,6 +198,7 @@ def _chart() -> dict[str, str]:
                 {
                     **_nested(_HELM_VALUES),
                     **_HELM_BLOCK_VALUES,
+                    "activator": {"enabled": True},
                     "webhook": {"certManager": {"enabled": False}},
                 }
             ]
@@ -241,42 +262,63 @@ def _cert_manager_overlay() -> dict[str, str]:
 def _local_overlay() -> dict[str, str]:
     """``config/local``: ``config/default`` for the project's local cluster (docs/install.md, "On
     the local cluster"): the operator image built on the machine (``mlops-platform dev import-image
-    mlops-platform``) as the manager's and the storage initializer's, the pods on the real node (its
-    taint tolerated, its label selected). RFC 6902 patches, built from the Deployment itself."""
+    mlops-platform``) as the manager's, the storage initializer's and the activator's, the pods on the
+    real node (its taint tolerated, its label selected). RFC 6902 patches, built from the Deployments
+    themselves."""
     from mlops_platform.devcluster.realnode import configs, images  # the dev cluster's facts
 
-    (deployment,) = [o for o in install.install_objects() if o["kind"] == "Deployment"]
-    pod = deployment["spec"]["template"]["spec"]
-    args = pod["containers"][0]["args"]
+    deployments = {o["metadata"]["name"]: o for o in install.install_objects() if o["kind"] == "Deployment"}
+    assert set(deployments) == {defaults.NAME, activator.NAME}, set(deployments)
+
+    def on_the_real_node(deployment: Obj) -> list[Obj]:
+        pod = deployment["spec"]["template"]["spec"]
+        selector = {**pod["nodeSelector"], **configs.PLACEMENT["nodeSelector"]}
+        return [
+            {"op": "replace", "path": "/spec/template/spec/nodeSelector", "value": selector},
+            {
+                "op": "add",
+                "path": "/spec/template/spec/tolerations",
+                "value": configs.PLACEMENT["tolerations"],
+            },
+        ]
+
+    manager = deployments[defaults.NAME]
+    args = manager["spec"]["template"]["spec"]["containers"][0]["args"]
     (index,) = [i for i, a in enumerate(args) if a.startswith("--storage-initializer-image=")]
-    ops = [
-        {"op": "replace", "path": f"/spec/template/spec/containers/0/args/{index}",
-         "value": f"--storage-initializer-image={images.OPERATOR.ref}"},
-        {"op": "replace", "path": "/spec/template/spec/nodeSelector",
-         "value": {**pod["nodeSelector"], **configs.PLACEMENT["nodeSelector"]}},
-        {"op": "add", "path": "/spec/template/spec/tolerations", "value": configs.PLACEMENT["tolerations"]},
-    ]  # fmt: skip
-    name, _, tag = images.OPERATOR.ref.rpartition(":")
-    target = {"group": "apps", "version": "v1", "kind": "Deployment", "name": defaults.NAME}
-    return {
-        "deployment_patch.yaml": defaults.HEADER + generated.dump([ops]),
-        "kustomization.yaml": _kustomization(
-            ["../default"],
-            "# config/default on the project's local cluster: the operator image built on this machine,\n"
-            "# the pods on the real node: `kubectl apply --server-side -k config/local` (docs/install.md).\n",
-            images=[{"name": defaults.DEFAULT_IMAGE.rpartition(":")[0], "newName": name, "newTag": tag}],
-            patches=[{"path": "deployment_patch.yaml", "target": target}],
-        ),
+    initializer = {
+        "op": "replace",
+        "path": f"/spec/template/spec/containers/0/args/{index}",
+        "value": f"--storage-initializer-image={images.OPERATOR.ref}",
     }
+    patches = {
+        "deployment_patch.yaml": (defaults.NAME, [initializer, *on_the_real_node(manager)]),
+        "activator_patch.yaml": (activator.NAME, on_the_real_node(deployments[activator.NAME])),
+    }
+    name, _, tag = images.OPERATOR.ref.rpartition(":")
+    files = {file: defaults.HEADER + generated.dump([ops]) for file, (_, ops) in patches.items()}
+    files["kustomization.yaml"] = _kustomization(
+        ["../default"],
+        "# config/default on the project's local cluster: the operator image built on this machine,\n"
+        "# the pods on the real node: `kubectl apply --server-side -k config/local` (docs/install.md).\n",
+        images=[{"name": defaults.DEFAULT_IMAGE.rpartition(":")[0], "newName": name, "newTag": tag}],
+        patches=[
+            {"path": file, "target": {"group": "apps", "version": "v1", "kind": "Deployment", "name": target}}
+            for file, (target, _) in patches.items()
+        ],
+    )
+    return files
 
 
 def generated_files() -> dict[Path, str]:
     """Every committed generated file (path relative to the checkout) and its content."""
     rbac_dir, manager_dir, webhook_dir = defaults.RBAC_DIR, defaults.MANAGER_DIR, defaults.WEBHOOK_DIR
     objs = [o for o in install.install_objects() if o["kind"] != "CustomResourceDefinition"]  # in config/crd
-    by_dir: dict[Path, list[Obj]] = {rbac_dir: [], manager_dir: [], webhook_dir: []}
+    activator_dir = defaults.ACTIVATOR_DIR
+    by_dir: dict[Path, list[Obj]] = {rbac_dir: [], manager_dir: [], webhook_dir: [], activator_dir: []}
     for o in objs:
-        if "rbac" in o["apiVersion"] or o["kind"] == "ServiceAccount":
+        if o["metadata"]["name"] == activator.NAME:
+            by_dir[activator_dir].append(o)
+        elif "rbac" in o["apiVersion"] or o["kind"] == "ServiceAccount":
             by_dir[rbac_dir].append(o)
         elif o["kind"] == "PodDisruptionBudget" or o["metadata"]["name"] == defaults.WEBHOOK_SERVICE:
             by_dir[webhook_dir].append(o)
@@ -287,11 +329,12 @@ def generated_files() -> dict[Path, str]:
         rbac_dir: "# Least-privilege RBAC from the permissions the code declares (runtime.rbac.requires).\n",
         manager_dir: "# The Namespace (Pod Security restricted), Deployment and metrics Service.\n",
         webhook_dir: "# The conversion webhook's Service (every replica) and the PDB keeping one replica.\n",
+        activator_dir: "# The activator: it holds requests to a model at zero replicas until one is ready.\n",
     }
     for d, items in by_dir.items():
         out.update({d / n: text for n, text in _directory(items, comments[d]).items()})
     out[defaults.DEFAULT_DIR / "kustomization.yaml"] = _kustomization(
-        ["../crd", "../rbac", "../manager", "../webhook"],
+        ["../crd", "../rbac", "../manager", "../webhook", "../activator"],
         f"# The whole install in {defaults.DEFAULT_NAMESPACE}: "
         "`kubectl apply --server-side -k config/default`.\n"
         "# No `namespace:` transformer: the namespace is also in flags and binding subjects, so render\n"

@@ -64,6 +64,7 @@ WEBHOOK_DIR = Path("config/webhook")
 DEFAULT_DIR = Path("config/default")
 CERT_MANAGER_DIR = Path("config/cert-manager")
 LOCAL_DIR = Path("config/local")
+ACTIVATOR_DIR = Path("config/activator")
 CHART_DIR = Path("charts/mlops-platform")
 #: directories whose every ``*.yaml`` is generated (stale ones are reported and removed)
 OWNED_DIRS = (
@@ -72,6 +73,7 @@ OWNED_DIRS = (
     WEBHOOK_DIR,
     CERT_MANAGER_DIR,
     LOCAL_DIR,
+    ACTIVATOR_DIR,
     CHART_DIR / "templates",
     CHART_DIR / "crds",
 )

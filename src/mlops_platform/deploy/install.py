@@ -1,12 +1,14 @@
 """The install set in apply order (:func:`install_objects`) and as one multi-document YAML
 (:func:`render`): a manager (ServiceAccount, RBAC, Deployment, PodDisruptionBudget) per watched
-namespace, or one for the whole cluster, after the Namespace and the CRD.
+namespace, or one for the whole cluster, after the Namespace and the CRD; with a cluster-wide manager,
+the activator (:mod:`~mlops_platform.deploy.activator`), which the manager's ``--activator`` names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mlops_platform.deploy import activator as activator_objects
 from mlops_platform.deploy import builders, defaults, rbac
 from mlops_platform.runtime import generated
 from mlops_platform.runtime.objects import Obj
@@ -35,6 +37,7 @@ def install_objects(
     resources: Mapping[str, Mapping[str, str]] = defaults.RESOURCES,
     node_selector: Mapping[str, str] = builders.NODE_SELECTOR,
     tolerations: Sequence[Mapping[str, object]] = (),
+    activator: bool | None = None,
 ) -> list[Obj]:
     """Everything an install needs, in apply order (Namespace and CRD first).
 
@@ -43,10 +46,17 @@ def install_objects(
     certificate from cert-manager (which must be installed) instead of the operator's own.
     ``resources``: the manager container's requests and limits (:data:`defaults.RESOURCES`).
     ``node_selector`` / ``tolerations``: the manager pods' (:data:`builders.NODE_SELECTOR` / none;
-    empty: the field left out).
+    empty: the field left out). ``activator``: the activator (its own ServiceAccount, ClusterRole,
+    Deployment and Service, on the operator's image and placement) and ``--activator`` on the
+    manager, so that a model scaled to zero by KEDA is woken by its first request (docs/autoscaling.md);
+    by default with a cluster-wide manager only: the activator watches every namespace.
     """
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, not {replicas}")
+    if activator is None:
+        activator = watch_namespaces is None
+    elif activator and watch_namespaces is not None:
+        raise ValueError("activator: it watches the whole cluster, not with watch_namespaces")
     managers, several = _managers(watch_namespaces)
     out: list[Obj] = [
         builders.namespace_object(namespace),
@@ -74,6 +84,7 @@ def install_objects(
                 resources=resources,
                 node_selector=node_selector,
                 tolerations=tolerations,
+                activator=f"{namespace}/{activator_objects.NAME}" if activator else None,
             )
         )
         if replicas >= 2:
@@ -83,6 +94,9 @@ def install_objects(
                 )
             )
     out += [builders.metrics_service(namespace), builders.webhook_service(namespace)]
+    if activator:
+        placement = builders.placement(node_selector, tolerations)
+        out += activator_objects.objects(namespace, image, placement=placement)
     return out
 
 
@@ -93,6 +107,7 @@ def render(
     replicas: int = defaults.DEFAULT_REPLICAS,
     node_selector: Mapping[str, str] = builders.NODE_SELECTOR,
     tolerations: Sequence[Mapping[str, object]] = (),
+    activator: bool | None = None,
 ) -> str:
     """The install set as multi-document YAML, for ``kubectl apply --server-side -f -``."""
     objs = install_objects(
@@ -102,5 +117,6 @@ def render(
         replicas=replicas,
         node_selector=node_selector,
         tolerations=tolerations,
+        activator=activator,
     )
     return defaults.HEADER + generated.dump(objs)

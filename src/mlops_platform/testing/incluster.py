@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlops_platform.api import crd
-from mlops_platform.deploy import defaults
+from mlops_platform.deploy import activator, defaults
 from mlops_platform.devcluster import binaries, cluster, clusterconfig
 from mlops_platform.devcluster.realnode import configs, imagebuild, images
 from mlops_platform.runtime.transport import client as rclient
@@ -31,6 +31,7 @@ UPGRADE_TAG = f"{images.OPERATOR.tag}-upgrade"
 UPGRADE_IMAGE = images.OPERATOR.ref_with(UPGRADE_TAG)
 SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{defaults.NAME}"
 MANAGER_SELECTOR = f"app.kubernetes.io/name={defaults.NAME},app.kubernetes.io/component=manager"
+ACTIVATOR_SELECTOR = f"app.kubernetes.io/name={activator.NAME}"
 #: the chart's values that put the operator on the real node: its taint tolerated, its label selected
 PLACEMENT: dict[str, Any] = configs.PLACEMENT
 #: the same placement as ``deploy.install.install_objects`` arguments (the default selector kept)
@@ -93,6 +94,19 @@ async def rolled_out(client: rclient.Client, image: str, replicas: int, namespac
     )
 
 
+async def activator_ready(client: rclient.Client, image: str, namespace: str = NAMESPACE) -> bool:
+    """The install's activator: one pod of ``image``, Ready (its watches synced) on a real node."""
+    pods = (await client.list(resources.POD, namespace, label_selector=ACTIVATOR_SELECTOR))["items"]
+    real = set(await real_nodes(client))
+    return len(pods) == 1 and all(
+        p["spec"]["containers"][0]["image"] == image
+        and p["spec"].get("nodeName") in real
+        and not p["metadata"].get("deletionTimestamp")
+        and realnode.is_ready(p)
+        for p in pods
+    )
+
+
 async def real_nodes(client: rclient.Client) -> list[str]:
     label = ",".join(f"{k}={v}" for k, v in configs.PLACEMENT["nodeSelector"].items())
     return [n["metadata"]["name"] for n in (await client.list(resources.NODE, label_selector=label))["items"]]
@@ -126,7 +140,7 @@ async def leftovers(client: rclient.Client, namespace: str = NAMESPACE) -> list[
     for res in (CLUSTER_ROLE, CLUSTER_ROLE_BINDING):
         for obj in (await client.list(res))["items"]:
             name = obj["metadata"]["name"]
-            if name.startswith(f"{defaults.NAME}-"):
+            if name.startswith(f"{defaults.NAME}-") or name == activator.NAME:
                 left.append(f"{res.kind} {name}")
     return left
 
@@ -171,20 +185,25 @@ def chart_dir() -> Path:
 async def until_serving(
     client: rclient.Client, image: str, replicas: int = 2, namespace: str = NAMESPACE, timeout: float = 180
 ) -> None:
-    """:func:`rolled_out`, a leader, and the API server converting through the webhook Service; on a
-    timeout an AssertionError describing the pods."""
+    """:func:`rolled_out`, a leader, the API server converting through the webhook Service, and
+    :func:`activator_ready`; on a timeout an AssertionError describing the pods."""
 
     async def ok() -> bool:
         return (
             await rolled_out(client, image, replicas, namespace)
             and bool(await leader(client, namespace))
             and await crd.converts(client)
+            and await activator_ready(client, image, namespace)
         )
 
     try:
-        await wait.until(ok, timeout=timeout, what=f"{replicas} operator pods of {image} serving")
+        await wait.until(
+            ok, timeout=timeout, what=f"{replicas} operator pods and the activator of {image} serving"
+        )
     except TimeoutError as e:
-        raise AssertionError(f"{e}: {describe(await manager_pods(client, namespace))}") from e
+        pods = await manager_pods(client, namespace)
+        pods += (await client.list(resources.POD, namespace, label_selector=ACTIVATOR_SELECTOR))["items"]
+        raise AssertionError(f"{e}: {describe(pods)}") from e
 
 
 async def until_reconciled(client: rclient.Client, namespace: str, name: str) -> dict[str, Any]:

@@ -101,14 +101,19 @@ async def test_the_namespaced_install_set_passes_a_server_side_dry_run(
     ]
 
 
-def manager_pod(namespace: str) -> Obj:
-    """A Pod made from the Deployment's pod template, as the ReplicaSet controller would make it."""
-    [deploy] = [o for o in manifests.install_objects(namespace=namespace) if o["kind"] == "Deployment"]
+def manager_pod(namespace: str, deployment: str = "mlops-platform") -> Obj:
+    """A Pod made from a Deployment's pod template (the manager's by default), as the ReplicaSet
+    controller would make it."""
+    [deploy] = [
+        o
+        for o in manifests.install_objects(namespace=namespace)
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == deployment
+    ]
     template = copy.deepcopy(deploy["spec"]["template"])
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "manager-dry-run", "namespace": namespace, **template["metadata"]},
+        "metadata": {"name": f"{deployment}-dry-run", "namespace": namespace, **template["metadata"]},
         "spec": template["spec"],
     }
 
@@ -139,14 +144,19 @@ def _break(pod: Obj, how: str) -> Obj:
     return bad
 
 
-async def test_the_manager_pod_is_admitted_under_restricted(
-    admin_client: Client, operator_namespace: str
+@pytest.mark.parametrize("deployment", ["mlops-platform", "mlops-activator"])
+async def test_the_install_pods_are_admitted_under_restricted(
+    admin_client: Client, operator_namespace: str, deployment: str
 ) -> None:
+    """The manager's pod and the activator's, each with its own ServiceAccount."""
+    pod = manager_pod(operator_namespace, deployment)
     [sa] = [
-        o for o in manifests.install_objects(namespace=operator_namespace) if o["kind"] == "ServiceAccount"
+        o
+        for o in manifests.install_objects(namespace=operator_namespace)
+        if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == pod["spec"]["serviceAccountName"]
     ]
     await admin_client.create(resources.SERVICE_ACCOUNT, sa)  # a Pod needs its ServiceAccount to exist
-    admitted = await dry_run_create_pod(admin_client, manager_pod(operator_namespace))
+    admitted = await dry_run_create_pod(admin_client, pod)
     assert admitted["spec"]["securityContext"]["runAsNonRoot"] is True
     assert admitted["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 

@@ -310,10 +310,12 @@ def test_the_default_initializer_image_is_the_operators_own_image() -> None:
 @pytest.mark.parametrize("image", [manifests.DEFAULT_IMAGE, "registry.example/ops/mlops-platform:0.1.0"])
 def test_the_install_passes_the_operators_image_to_the_initializer(image: str) -> None:
     objs = manifests.install_objects(image=image)
-    [dep] = [o for o in objs if o["kind"] == "Deployment"]
-    [container] = dep["spec"]["template"]["spec"]["containers"]
+    deployments = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
+    [container] = deployments["mlops-platform"]["spec"]["template"]["spec"]["containers"]
     assert container["image"] == image
     assert f"--storage-initializer-image={image}" in container["args"]
+    [activator] = deployments["mlops-activator"]["spec"]["template"]["spec"]["containers"]
+    assert activator["image"] == image  # the activator is the operator's image too
 
 
 def test_the_operator_needs_no_secret_permission_for_model_credentials() -> None:

@@ -40,8 +40,13 @@ def by_key(objs: list[Obj]) -> dict[tuple[str, str, str], Obj]:
     return out
 
 
+def is_activators(o: Obj) -> bool:
+    return (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "activator"
+
+
 def of_kind(objs: list[Obj], kind: str) -> list[Obj]:
-    return [o for o in objs if o["kind"] == kind]
+    """The operator's own objects of ``kind`` (not the activator's: tested on their own)."""
+    return [o for o in objs if o["kind"] == kind and not is_activators(o)]
 
 
 def kustomize(directory: Path) -> list[Obj]:
@@ -248,8 +253,9 @@ def test_the_charts_node_selector_and_tolerations_are_values() -> None:
         None,
         {"webhook": {"certManager": {"enabled": True}}},
         {"nodeSelector": REAL_NODE_SELECTOR, "tolerations": REAL_NODE_TOLERATIONS},
+        {"activator": {"enabled": False}},
     ],
-    ids=["defaults", "cert-manager", "real-node"],
+    ids=["defaults", "cert-manager", "real-node", "no-activator"],
 )
 def test_helm_lint_strict_passes(values: Obj | None) -> None:
     report = helmchart.lint(ROOT / deploy_defaults.CHART_DIR, values)
@@ -599,3 +605,58 @@ def test_config_local_is_the_install_set_with_the_local_image_on_the_real_node()
         check=True,
     ).stdout
     assert by_key(list(yaml.safe_load_all(out))) == by_key(expected)
+
+
+# -- the activator -----------------------------------------------------------------------------------
+
+
+def test_a_cluster_wide_install_runs_the_activator_and_the_manager_names_it(objs: list[Obj]) -> None:
+    from mlops_platform.deploy import activator
+
+    mine = [o for o in objs if is_activators(o)]
+    assert [o["kind"] for o in mine] == [
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"
+    ]  # fmt: skip
+    assert {o["metadata"].get("namespace", "mlops-system") for o in mine} == {"mlops-system"}
+    assert next(o for o in mine if o["kind"] == "ClusterRole")["rules"] == [r for r, _ in activator.RULES]
+    [deploy] = of_kind(objs, "Deployment")
+    assert (
+        "--activator=mlops-system/mlops-activator"
+        in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    [svc] = [o for o in mine if o["kind"] == "Service"]
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"proxy": 8012, "admin": 9091}
+    # the activator's Service listens where the activator's flags say, and selects its pod
+    [apod] = [o["spec"]["template"] for o in mine if o["kind"] == "Deployment"]
+    assert svc["spec"]["selector"].items() <= apod["metadata"]["labels"].items()
+    [container] = apod["spec"]["containers"]
+    assert (
+        "--service=mlops-activator" in container["args"] and "--namespace=mlops-system" in container["args"]
+    )
+
+
+def test_the_activators_pod_meets_the_restricted_profile(objs: list[Obj]) -> None:
+    [apod] = [o["spec"]["template"]["spec"] for o in objs if o["kind"] == "Deployment" and is_activators(o)]
+    assert apod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert apod["securityContext"]["runAsNonRoot"] is True
+    [c] = apod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True and sc["runAsNonRoot"] is True
+    assert "volumes" not in apod and all("hostPort" not in p for p in c["ports"])
+
+
+def test_namespaced_installs_have_no_activator_and_asking_for_one_is_an_error() -> None:
+    objs = manifests.install_objects(watch_namespaces=["team-a"])
+    assert not [o for o in objs if is_activators(o)]
+    [deploy] = of_kind(objs, "Deployment")
+    assert not [a for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"] if "activator" in a]
+    with pytest.raises(ValueError, match="activator"):
+        manifests.install_objects(watch_namespaces=["team-a"], activator=True)
+
+
+def test_the_charts_activator_enabled_value() -> None:
+    chart = ROOT / deploy_defaults.CHART_DIR
+    off = helmchart.template(chart, {"activator": {"enabled": False}, "namespace": "ops"})
+    assert _without_crd(off) == _without_crd(manifests.install_objects(namespace="ops", activator=False))
+    assert not [o for o in off if is_activators(o)]
