@@ -36,6 +36,8 @@ from mlops_platform.devcluster.realnode import configs
 from mlops_platform.devcluster.realnode.addressing import Block
 
 CGROUP_FS = Path("/sys/fs/cgroup")
+#: how long the host's end of a fabric may take to go once its namespace is deleted
+LINK_GONE_TIMEOUT = 10.0
 #: the v1 hierarchies kubelet checks (and the unified one of a hybrid host)
 CGROUP_HIERARCHIES = (
     "cpu",
@@ -118,8 +120,18 @@ def fabric_down(block: Block) -> None:
     """Remove the fabric: deleting its namespace destroys its veth end, and the host's end with it."""
     with contextlib.suppress(RuntimeError):
         run("ip", "netns", "del", fabric_name(block))
-    if Path("/sys/class/net", host_link(block)).exists():
-        run("ip", "link", "del", host_link(block))
+    link = Path("/sys/class/net", host_link(block))
+    if link.exists():
+        try:
+            run("ip", "link", "del", host_link(block))
+        except RuntimeError:
+            # the kernel destroys a deleted namespace's devices asynchronously: the host's end may
+            # go between the check and the delete ("Cannot find device"); fail only if it stays
+            deadline = time.monotonic() + LINK_GONE_TIMEOUT
+            while link.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if link.exists():
+                raise
     # `ip netns add` mounted /run/netns (shared, on itself) at its first use: unmount it once empty
     runs = Path("/run/netns")
     if runs.is_dir() and not any(runs.iterdir()) and _is_mountpoint(runs):
