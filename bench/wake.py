@@ -131,8 +131,10 @@ async def measure(a: argparse.Namespace, kubeconfig: str, log_dir: Path) -> dict
     from mlops_platform.runtime.transport import resources
     from mlops_platform.testing import activation
 
-    async with rclient.Client.from_kubeconfig(kubeconfig) as c:
-        activator = await activation.install(c, a.name)
+    async with (
+        rclient.Client.from_kubeconfig(kubeconfig) as c,
+        activation.installed(c, a.name) as activator,
+    ):
         await serving.prepare_namespace(c, NAMESPACE)
         op = serving.start_operator(kubeconfig, log_dir, "--activator", activator)
         try:

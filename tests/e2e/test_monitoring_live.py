@@ -64,12 +64,15 @@ SERVER = promapi.DEFAULT
 
 
 @pytest.fixture(scope="module")
-async def serving_settings(local_cluster_name: str, admin_client: rclient.Client) -> base.BuildContext:
+async def serving_settings(
+    local_cluster_name: str, admin_client: rclient.Client
+) -> AsyncIterator[base.BuildContext]:
     """KEDA, the monitoring stack and the activator (the operator's image) installed; the local
-    cluster's settings with ``--activator`` (``ns`` and the operator: tests/e2e/conftest)."""
+    cluster's settings with ``--activator`` (``ns`` and the operator: tests/e2e/conftest). The
+    activator is removed after the module."""
     await asyncio.to_thread(keda.install, local_cluster_name)
-    activator = await activation.install(admin_client, local_cluster_name)
-    return dataclasses.replace(demo.local_settings(), activator=activator)
+    async with activation.installed(admin_client, local_cluster_name) as activator:
+        yield dataclasses.replace(demo.local_settings(), activator=activator)
 
 
 def _fast(isvc: dict[str, Any], **alert_overrides: Any) -> dict[str, Any]:

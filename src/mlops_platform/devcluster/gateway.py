@@ -58,12 +58,6 @@ _LABELS = {"app.kubernetes.io/name": "traefik", "app.kubernetes.io/part-of": "ml
 EXTRA_CRDS = ("grpcroutes", "backendtlspolicies")
 _GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
 GROUP = "gateway.networking.k8s.io"
-CLUSTER_ROLE = rclient.Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
-)
-CLUSTER_ROLE_BINDING = rclient.Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
-)
 GATEWAY_CLASS_RESOURCE = rclient.Resource(GROUP, "v1", "gatewayclasses", "GatewayClass", namespaced=False)
 GATEWAY_RESOURCE = rclient.Resource(GROUP, "v1", "gateways", "Gateway")
 Obj = dict[str, Any]
@@ -234,8 +228,8 @@ async def _install(name: str, timeout: float, started: float) -> None:
             await c.create(resources.NAMESPACE, namespace())
         for res, obj in (
             (resources.SERVICE_ACCOUNT, service_account()),
-            (CLUSTER_ROLE, cluster_role()),
-            (CLUSTER_ROLE_BINDING, cluster_role_binding()),
+            (resources.CLUSTER_ROLE, cluster_role()),
+            (resources.CLUSTER_ROLE_BINDING, cluster_role_binding()),
             (resources.DEPLOYMENT, deployment()),
             (resources.SERVICE, service()),
             (GATEWAY_CLASS_RESOURCE, gateway_class()),

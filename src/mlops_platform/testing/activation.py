@@ -1,10 +1,12 @@
 """The activator on the local cluster, for the e2e and ``bench.wake``: installed from the operator's
-image (:func:`install`), whether a Service is parked behind it (:func:`parked`, :func:`unparked`),
+image (:func:`installed`), whether a Service is parked behind it (:func:`parked`, :func:`unparked`),
 and its own request counts (:func:`counts`, read through the API server's service proxy)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from mlops_platform.activator import contract
@@ -21,23 +23,35 @@ SERVICE = f"{NAMESPACE}/{activator.NAME}"
 FIELD_MANAGER = "mlops-platform-tests"
 
 
-async def install(c: rclient.Client, cluster_name: str, *, timeout: float = 180.0) -> str:
-    """The activator in :data:`NAMESPACE` on the real node, rolled out and available; :data:`SERVICE`."""
+@contextlib.asynccontextmanager
+async def installed(c: rclient.Client, cluster_name: str, *, timeout: float = 180.0) -> AsyncIterator[str]:
+    """The activator in :data:`NAMESPACE` on the real node, rolled out and available, for the block
+    (:data:`SERVICE` yielded); afterwards its namespace and its cluster-wide RBAC are deleted (an
+    install set in the same cluster has a ClusterRole and binding of the same name)."""
     await asyncio.to_thread(cluster.import_images, cluster_name, [images.OPERATOR.name])
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     objs = activator.objects(NAMESPACE, images.OPERATOR.ref, placement=configs.PLACEMENT)
-    await c.apply_objects([ns, *objs], field_manager=FIELD_MANAGER)
+    try:
+        await c.apply_objects([ns, *objs], field_manager=FIELD_MANAGER)
 
-    async def available() -> bool:
-        live = await c.get(resources.DEPLOYMENT, activator.NAME, NAMESPACE)
-        st = live.get("status") or {}
-        current = (
-            st.get("observedGeneration", 0) >= objects.generation(live) and st.get("updatedReplicas") == 1
-        )
-        return current and objects.condition_is(live, "Available")
+        async def available() -> bool:
+            live = await c.get(resources.DEPLOYMENT, activator.NAME, NAMESPACE)
+            st = live.get("status") or {}
+            current = (
+                st.get("observedGeneration", 0) >= objects.generation(live) and st.get("updatedReplicas") == 1
+            )
+            return current and objects.condition_is(live, "Available")
 
-    await wait.until(available, timeout=timeout, what="the activator available")
-    return SERVICE
+        await wait.until(available, timeout=timeout, what="the activator available")
+        yield SERVICE
+    finally:
+        for res, name, namespace in (
+            (resources.NAMESPACE, NAMESPACE, None),
+            (resources.CLUSTER_ROLE_BINDING, activator.NAME, None),
+            (resources.CLUSTER_ROLE, activator.NAME, None),
+        ):
+            with contextlib.suppress(rclient.ApiError):  # never created (a failed apply): 404
+                await c.delete(res, name, namespace)
 
 
 async def _parking_slice(c: rclient.Client, ns: str, service: str) -> dict[str, Any] | None:

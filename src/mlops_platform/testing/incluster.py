@@ -39,12 +39,6 @@ PLACEMENT_ARGS: dict[str, Any] = {
     "node_selector": {"kubernetes.io/os": "linux", **configs.PLACEMENT["nodeSelector"]},
     "tolerations": configs.PLACEMENT["tolerations"],
 }
-CLUSTER_ROLE = rclient.Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
-)
-CLUSTER_ROLE_BINDING = rclient.Resource(
-    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
-)
 
 
 def import_images(cluster_name: str) -> list[str]:
@@ -137,7 +131,7 @@ async def leftovers(client: rclient.Client, namespace: str = NAMESPACE) -> list[
     except rclient.ApiError as e:
         if not e.not_found:
             raise
-    for res in (CLUSTER_ROLE, CLUSTER_ROLE_BINDING):
+    for res in (resources.CLUSTER_ROLE, resources.CLUSTER_ROLE_BINDING):
         for obj in (await client.list(res))["items"]:
             name = obj["metadata"]["name"]
             if name.startswith(f"{defaults.NAME}-") or name == activator.NAME:

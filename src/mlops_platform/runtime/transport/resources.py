@@ -15,6 +15,10 @@ NETWORK_POLICY = Resource("networking.k8s.io", "v1", "networkpolicies", "Network
 LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 EVENT = Resource("events.k8s.io", "v1", "events", "Event")
 ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+CLUSTER_ROLE = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)
+CLUSTER_ROLE_BINDING = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
 CRD = Resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
 )
