@@ -211,12 +211,16 @@ async def _shows(admin: rclient.Client, namespace: str, rule: str, timeout: floa
     """Without ``rule`` the InferenceService in ``namespace`` says so (:data:`EXPECT`)."""
     message, reason = EXPECT[rule]
     if message:
+        seen: list[dict[str, Any]] = [{}]
 
         async def condition() -> dict[str, Any] | None:
-            cond = await _reconciled(admin, namespace)
+            seen[0] = cond = await _reconciled(admin, namespace)
             return cond if cond.get("status") == "False" and message in cond.get("message", "") else None
 
-        cond = await wait.until(condition, timeout=timeout, what=f"Reconciled=False naming {message!r}")
+        try:
+            cond = await wait.until(condition, timeout=timeout, what=f"Reconciled=False naming {message!r}")
+        except TimeoutError as e:  # what the status said instead
+            raise AssertionError(f"{e}; the last Reconciled condition: {seen[0]}") from e
         assert cond["reason"] in ("Forbidden", "ReconcileFailed"), cond
     if reason:
         resource = rule.split(".")[0]

@@ -278,3 +278,20 @@ async def test_events_carry_the_id_of_the_reconcile_that_recorded_them(
     with logs.log_context(reconcile_id="ccc"):
         plain.event(pod(), "Normal", "Created", "Create", "x")
     assert not plain._entries or all(not e.correlation for e in plain._entries.values())
+
+
+async def test_a_refusal_and_its_end_are_told_once_per_namespace(
+    recorder: EventRecorder, sink: FakeSink
+) -> None:
+    """The write comes after the owner's reconcile: the owner learns of a 403 (and of its end) from
+    the listener, once when it starts and once when it ends, not at every refused Event."""
+    heard: list[tuple[str, bool]] = []
+    recorder.add_denial_listener(lambda ns, denied: heard.append((ns, denied)))
+    sink.failures = [ApiError(403, "Forbidden", "events is forbidden")] * 2
+    recorder.event(pod("a"), "Normal", "One", "A", "")
+    recorder.event(pod("b"), "Normal", "Two", "A", "")
+    await recorder.flush()
+    assert heard == [("ns", True)] and "ns" in recorder.denied
+    recorder.event(pod("c"), "Normal", "Three", "A", "")
+    await recorder.flush()
+    assert heard == [("ns", True), ("ns", False)] and "ns" not in recorder.denied

@@ -12,6 +12,7 @@ from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request
+from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -71,6 +72,12 @@ def setup(
             ctl.enqueue_all()
 
     mgr.cache.add_error_listener(denial_changed)
+    if isinstance(rec.recorder, events.EventRecorder):
+        # an Event is written after the reconcile that made it: a refusal (or the end of one) must
+        # bring that namespace's InferenceServices back, or "cannot create events" never shows
+        rec.recorder.add_denial_listener(
+            lambda namespace, _: ctl.enqueue_all(lambda req: req.namespace == namespace)
+        )
     return rec
 
 

@@ -140,8 +140,28 @@ class EventRecorder:
         #: the last 401/403 writing Events, per namespace (dropped after a later success there), so
         #: owners can surface "cannot create events" on their objects instead of only in the log
         self.denied: dict[str, ApiError] = {}
+        self._denial_listeners: list[Callable[[str, bool], None]] = []
 
     # -- public API -------------------------------------------------------------------------------
+
+    def add_denial_listener(self, listener: Callable[[str, bool], None]) -> None:
+        """Call ``listener(namespace, denied)`` when writing Events in a namespace starts being
+        refused (401/403) or succeeds again: the write happens after the owner's reconcile, which
+        would otherwise never learn of it."""
+        self._denial_listeners.append(listener)
+
+    def _denial(self, namespace: str, error: ApiError | None) -> None:
+        was = namespace in self.denied
+        if error is None:
+            self.denied.pop(namespace, None)
+        else:
+            self.denied[namespace] = error
+        if was != (error is not None):
+            for listener in list(self._denial_listeners):
+                try:
+                    listener(namespace, error is not None)
+                except Exception:
+                    log.exception("event denial listener failed", extra={"namespace": namespace})
 
     def start(self) -> None:
         """Start the background writer (idempotent)."""
@@ -314,7 +334,7 @@ class EventRecorder:
         except Exception as e:
             entry.failures += 1
             if isinstance(e, ApiError) and e.status in (401, 403):
-                self.denied[entry.namespace] = e
+                self._denial(entry.namespace, e)
             transient = not isinstance(e, ApiError) or e.status >= 500 or e.status == 429
             if transient and entry.failures < MAX_TRIES and not self._force:
                 log.warning("error writing event %s (will retry): %s", name, e)
@@ -324,7 +344,7 @@ class EventRecorder:
                 entry.abandoned = True
             return
         entry.failures = 0
-        self.denied.pop(entry.namespace, None)
+        self._denial(entry.namespace, None)
         entry.written = count
         self.writes += 1
         if entry.count > entry.written:
