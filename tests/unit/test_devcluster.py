@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlops_platform.devcluster import binaries, cluster, clusterconfig, nodes
+from mlops_platform.devcluster import binaries, cluster, clusterconfig, kwokctl, nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -343,14 +343,14 @@ async def test_a_component_that_exited_before_it_listened_is_started_again_once_
         pid.write_text("999999999")  # no such process
         calls: list[tuple[str, ...]] = []
 
-        def kwokctl(bins: Any, *args: str, check: bool = True) -> Any:
+        def kwokctl_run(workdir: Path, bins: Any, *args: str, check: bool = True) -> Any:
             calls.append(args)
             assert not pid.exists(), "kwokctl starts only components without a live PID"
             pid.write_text(str(os.getpid()))  # running again
             server.listen()
             return subprocess.CompletedProcess(args, 0, "", "")
 
-        monkeypatch.setattr(cluster, "_kwokctl", kwokctl)
+        monkeypatch.setattr(kwokctl, "run", kwokctl_run)
         with pytest.raises(TimeoutError, match="not listening: metrics-server"):
             await cluster._ports_bound("x", 0.5, binaries.Binaries({}), 0.0)
         assert calls == []  # not while kube-apiserver does not serve: it would exit again
@@ -373,11 +373,11 @@ async def test_a_component_that_keeps_exiting_fails_the_start_with_its_log(
     monkeypatch.setattr(cluster, "_api_serves", api_serves)
     calls: list[tuple[str, ...]] = []
 
-    def kwokctl(bins: Any, *args: str, check: bool = True) -> Any:
+    def kwokctl_run(workdir: Path, bins: Any, *args: str, check: bool = True) -> Any:
         calls.append(args)  # starts it, and it exits again at once
         return subprocess.CompletedProcess(args, 0, "", "")
 
-    monkeypatch.setattr(cluster, "_kwokctl", kwokctl)
+    monkeypatch.setattr(kwokctl, "run", kwokctl_run)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         _one_component_cluster(tmp_path, silent.getsockname()[1])
@@ -430,7 +430,7 @@ def test_a_cluster_interrupted_while_being_created_is_created_again(
     without kwok's CRDs: the next ``up`` must not take it for a running one (populate then failed
     with a discovery 404) but take it down and create it again."""
     monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
-    monkeypatch.setattr(cluster.binaries, "find", lambda: binaries.Binaries({}))
+    monkeypatch.setattr(binaries, "find", lambda: binaries.Binaries({}))
     downs: list[str] = []
 
     class Recreated(Exception):

@@ -18,7 +18,6 @@ import asyncio
 import collections
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -32,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from mlops_platform.devcluster import binaries, clusterconfig, logs, nodes, pids, populate
+from mlops_platform.devcluster import binaries, clusterconfig, kwokctl, logs, nodes, pids, populate
 from mlops_platform.devcluster.realnode import fabric, lifecycle
 from mlops_platform.runtime import wait as rwait
 from mlops_platform.runtime.transport import client as rclient
@@ -63,20 +62,6 @@ def audit_logs(name: str) -> list[Path]:
     without it."""
     logs = cluster_dir(name) / "logs"
     return sorted(logs.glob("audit-*.log")) + [p for p in [logs / "audit.log"] if p.exists()]
-
-
-def _env(bins: binaries.Binaries | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["KWOK_WORKDIR"] = str(workdir())
-    if bins is not None:
-        env["PATH"] = os.pathsep.join([*bins.path_dirs, env.get("PATH", "")])
-    return env
-
-
-def _kwokctl(bins: binaries.Binaries, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(bins["kwokctl"]), *args], env=_env(bins), text=True, capture_output=True, check=check
-    )
 
 
 def exists(name: str) -> bool:
@@ -139,8 +124,16 @@ def up(
         with _ports_lock(name, started):
             if exists(name):
                 _log(f"starting the stopped cluster {name!r}", started)
-                result = _kwokctl(
-                    bins, "start", "cluster", "--name", name, "--wait", f"{int(wait)}s", check=False
+                result = kwokctl.run(
+                    workdir(),
+                    bins,
+                    "start",
+                    "cluster",
+                    "--name",
+                    name,
+                    "--wait",
+                    f"{int(wait)}s",
+                    check=False,
                 )
                 if result.returncode != 0:
                     _log(f"restart failed ({result.stderr.strip()[-300:]}); re-creating {name!r}", started)
@@ -260,7 +253,9 @@ async def _ports_bound(name: str, timeout: float, bins: binaries.Binaries, start
                 last = _log_tail(name, c, lines=1)[-300:]
                 _log(f"{c} is not running (its log's last line: {last}); starting it again", started)
                 pid_file(name, c).unlink(missing_ok=True)  # kwokctl starts what has no live PID
-            result = await asyncio.to_thread(_kwokctl, bins, "start", "cluster", "--name", name, check=False)
+            result = await asyncio.to_thread(
+                kwokctl.run, workdir(), bins, "start", "cluster", "--name", name, check=False
+            )
             if result.returncode != 0:
                 raise RuntimeError(f"kwokctl start cluster {name} failed: {result.stderr.strip()[-500:]}")
         listed = ", ".join(f"{c}:{p}" for c, ps in missing.items() for p in ps)
@@ -304,53 +299,8 @@ def _create(
     _creating_marker(name).touch()
     parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok"
     _log(f"creating cluster {name!r} ({parts}{', metrics-server' if metrics_server else ''})", started)
-    proc = subprocess.Popen(
-        [
-            str(bins["kwokctl"]),
-            "create",
-            "cluster",
-            "--name",
-            name,
-            "--config",
-            str(config_file),
-            "--kubeconfig",
-            "",
-            "--wait",
-            f"{int(wait)}s",
-        ],
-        env=_env(bins),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    tail: list[str] = []
-    for line in proc.stdout:
-        line = line.rstrip()
-        tail = [*tail[-40:], line]
-        if line:
-            _log(f"  kwokctl: {_kwokctl_message(line)}", started)
-    if proc.wait() != 0:
-        raise RuntimeError(
-            f"kwokctl create cluster {name} failed (exit {proc.returncode}):\n" + "\n".join(tail)
-        )
+    kwokctl.create(workdir(), bins, name, config_file, wait, lambda msg: _log(msg, started))
     _creating_marker(name).unlink()
-
-
-def _kwokctl_message(line: str) -> str:
-    """kwokctl logs JSON lines; show their message and small attributes."""
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return line[:200]
-    if not isinstance(rec, dict):
-        return line[:200]
-    extra = " ".join(
-        f"{k}={v}"
-        for k, v in rec.items()
-        if k not in ("time", "level", "source", "msg") and not isinstance(v, dict) and len(str(v)) < 60
-    )
-    return f"{rec.get('msg', '')} {extra}".strip()[:200]
 
 
 def _pids(name: str) -> Iterator[int]:
@@ -371,7 +321,7 @@ def down(name: str = DEFAULT_NAME) -> None:
     lifecycle.stop(workdir(), name, cluster_dir(name))
     if exists(name):
         bins = binaries.find(build=False, names=("kwokctl", "kubectl"))
-        result = _kwokctl(bins, "delete", "cluster", "--name", name, check=False)
+        result = kwokctl.run(workdir(), bins, "delete", "cluster", "--name", name, check=False)
         if result.returncode != 0:
             _log(f"kwokctl delete cluster failed: {result.stderr.strip()[-300:]}")
     deadline = time.monotonic() + 20
