@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -264,6 +264,24 @@ def cluster_for(name: str | None, default: str, *, keep: bool = False) -> Iterat
     finally:
         if not keep:
             dev_cluster_down(default)
+
+
+def stamped(
+    a: argparse.Namespace,
+    result: dict[str, Any],
+    provenance: tuple[dict[str, Any], dict[str, Any]],
+    module: str,
+    argv: list[str] | None,
+    figures: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """``result`` with what its page says of the run: the machine and arguments
+    (:func:`results_dir`'s ``provenance``) and the command line; written to ``a.json`` with its
+    ``figures`` when that was asked."""
+    machine, arguments = provenance
+    out = result | {"machine": machine, "arguments": arguments, "command": command_line(module, argv)}
+    if a.json:
+        write_json(a.json, out | {"figures": figures(out)})
+    return out
 
 
 def command_line(module: str, argv: list[str] | None) -> str:

@@ -1206,13 +1206,7 @@ def main(argv: list[str] | None = None) -> int:
         modelstore.install(a.name)
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
             result = asyncio.run(measure(a, kubeconfig, Path(tmp)))
-    result |= {
-        "machine": machine,
-        "arguments": arguments,
-        "command": common.command_line("bench.serving", argv),
-    }
-    if a.json:
-        common.write_json(a.json, result | {"figures": figures(result)})
+    result = common.stamped(a, result, (machine, arguments), "bench.serving", argv, figures)
     return write_report(result, out)
 
 

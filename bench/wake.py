@@ -237,13 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         modelstore.install(a.name)
         with tempfile.TemporaryDirectory(prefix="bench-wake-") as tmp:
             result = asyncio.run(measure(a, kubeconfig, Path(tmp)))
-    result |= {
-        "machine": machine,
-        "arguments": arguments,
-        "command": common.command_line("bench.wake", argv),
-    }
-    if a.json:
-        common.write_json(a.json, result | {"figures": figures(result)})
+    result = common.stamped(a, result, (machine, arguments), "bench.wake", argv, figures)
     text = render(result)
     out.mkdir(parents=True, exist_ok=True)
     (out / "wake.md").write_text(text)

@@ -32,16 +32,13 @@ from mlops_platform.runtime.transport import resources
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-PARKED_KEY, PARKED_VALUE = contract.PARKED_KEY, contract.PARKED_VALUE
-PARKED = f"{PARKED_KEY}={PARKED_VALUE}"
+PARKED = f"{contract.PARKED_KEY}={contract.PARKED_VALUE}"
 SERVICE_NAME = "kubernetes.io/service-name"
 MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
 MANAGER = "activator.mlops.platform"
 FIELD_MANAGER = "mlops-activator"
 #: the Service port (by name) the activator serves: the model server's HTTP port
 PORT_NAME = "http"
-#: the activator's own Service port of its proxy
-ACTIVATOR_PORT_NAME = contract.PROXY_PORT_NAME
 
 
 def ready_endpoints(slices: Iterable[Obj], port_name: str = PORT_NAME) -> list[str]:
@@ -65,7 +62,11 @@ def parking_slice(target: Target, service_uid: str, activator: list[str], port: 
         "metadata": {
             "name": f"{target.service}-activator",
             "namespace": target.namespace,
-            "labels": {SERVICE_NAME: target.service, MANAGED_BY: MANAGER, PARKED_KEY: PARKED_VALUE},
+            "labels": {
+                SERVICE_NAME: target.service,
+                MANAGED_BY: MANAGER,
+                contract.PARKED_KEY: contract.PARKED_VALUE,
+            },
             "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Service", "name": target.service, "uid": service_uid}
             ],
@@ -161,7 +162,7 @@ class Parking:
         if not (self.parked.has_synced() and self.mine.has_synced()):
             return
         activator = [
-            e.rsplit(":", 1)[0] for e in ready_endpoints(self.mine.store.list(), ACTIVATOR_PORT_NAME)
+            e.rsplit(":", 1)[0] for e in ready_endpoints(self.mine.store.list(), contract.PROXY_PORT_NAME)
         ]
         p = plan(self.parked.store.list(), activator)
         for t, ready in p.ready.items():

@@ -49,10 +49,6 @@ class Room:
     def held(self, target: Target) -> int:
         return self._held[target]
 
-    def holding(self) -> dict[Target, int]:
-        """Every Service with requests held now, and how many."""
-        return {t: n for t, n in self._held.items() if n}
-
     def _pick(self, target: Target) -> str:
         ready = self._ready[target]
         turn = next(self._turns.setdefault(target, itertools.count()))
@@ -77,5 +73,6 @@ class Room:
             return self._pick(target)
         finally:
             self._held[target] -= 1
-            if not self._held[target]:
+            if not self._held[target]:  # nobody waits for it now: forget its count and its event
                 del self._held[target]
+                self._changed.pop(target, None)

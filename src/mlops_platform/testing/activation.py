@@ -50,8 +50,11 @@ async def installed(c: rclient.Client, cluster_name: str, *, timeout: float = 18
             (resources.CLUSTER_ROLE_BINDING, activator.NAME, None),
             (resources.CLUSTER_ROLE, activator.NAME, None),
         ):
-            with contextlib.suppress(rclient.ApiError):  # never created (a failed apply): 404
+            try:
                 await c.delete(res, name, namespace)
+            except rclient.ApiError as e:
+                if not e.not_found:  # never created (a failed apply): nothing to delete
+                    raise
 
 
 async def _parking_slice(c: rclient.Client, ns: str, service: str) -> dict[str, Any] | None:

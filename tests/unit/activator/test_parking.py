@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.activator import parking
+from mlops_platform.activator import contract, parking
 from mlops_platform.activator.target import Target
 
 IRIS = Target("ml", "iris-predictor")
@@ -20,7 +20,7 @@ def own_slice(t: Target, endpoints: list[tuple[str, bool]], name: str = "") -> d
             "labels": {
                 parking.SERVICE_NAME: t.service,
                 parking.MANAGED_BY: "endpointslice-controller.k8s.io",
-                parking.PARKED_KEY: parking.PARKED_VALUE,
+                contract.PARKED_KEY: contract.PARKED_VALUE,
             },
         },
         "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 8082}],

@@ -12,7 +12,6 @@ from mlops_platform.runtime.control import controller as rcontroller
 from mlops_platform.runtime.control import manager as rmanager
 from mlops_platform.runtime.control import predicates
 from mlops_platform.runtime.control.reconcile import Request
-from mlops_platform.runtime.observability import events
 from mlops_platform.runtime.queue import workqueue
 from mlops_platform.runtime.transport import client as rclient
 from mlops_platform.runtime.transport import resources
@@ -55,13 +54,8 @@ def setup(
     """
     ctx = settings or base.BuildContext()
     _cache_what_the_reconciler_reads(mgr.cache)
-    rec = reconciler.InferenceServiceReconciler(
-        mgr.cache,
-        mgr.client,
-        mgr.event_recorder("mlops-platform", correlation_annotation=labels.RECONCILE_ID_ANNOTATION),
-        mgr.optional_kinds,
-        ctx,
-    )
+    recorder = mgr.event_recorder("mlops-platform", correlation_annotation=labels.RECONCILE_ID_ANNOTATION)
+    rec = reconciler.InferenceServiceReconciler(mgr.cache, mgr.client, recorder, mgr.optional_kinds, ctx)
     ctl = _controller(mgr, rec, workers)
     mgr.add(ctl)
 
@@ -72,12 +66,9 @@ def setup(
             ctl.enqueue_all()
 
     mgr.cache.add_error_listener(denial_changed)
-    if isinstance(rec.recorder, events.EventRecorder):
-        # an Event is written after the reconcile that made it: a refusal (or the end of one) must
-        # bring that namespace's InferenceServices back, or "cannot create events" never shows
-        rec.recorder.add_denial_listener(
-            lambda namespace, _: ctl.enqueue_all(lambda req: req.namespace == namespace)
-        )
+    # an Event is written after the reconcile that made it: a refusal (or the end of one) must bring
+    # that namespace's InferenceServices back, or "cannot create events" never shows
+    recorder.add_denial_listener(lambda namespace, _: ctl.enqueue_all(lambda req: req.namespace == namespace))
     return rec
 
 
