@@ -14,8 +14,8 @@ Contract:
 - When an object was edited in a spoke that cannot say everything, the hub-only settings it could
   not see (v1's memory target and scale-to-zero policy, formats, extra resources) are kept from
   the annotation, as far as they still apply (the candidate's format, checksum and storage while
-  its URI stays): an edit in an old version does not silently reset
-  what a newer version set.
+  its URI stays, and its analysis while its URI stays and no percent is set by hand): an edit in an
+  old version does not silently reset what a newer version set.
 - Bad input raises :class:`ConversionError` naming the field; it never raises anything else for a
   JSON object (the webhook turns it into a ``Failure`` result).
 - Pure: no I/O, deterministic, the input is not modified.

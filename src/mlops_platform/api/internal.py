@@ -55,6 +55,60 @@ class ModelStorage:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AnalysisStep:
+    """One step of an analysis: the candidate's ``weight`` (percent) for ``interval`` (as written, a
+    PromQL range such as ``1m30s``; ``seconds`` the same in seconds)."""
+
+    weight: int
+    interval: str
+    seconds: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ErrorRatioCheck:
+    """Bounds of the candidate's error ratio: absolute (``max``) and/or the stable's plus a margin."""
+
+    max: float | None = None
+    max_above_stable: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LatencyCheck:
+    """Bounds of the candidate's latency (seconds): absolute and/or a multiple of the stable's."""
+
+    quantile: float = 0.99
+    max_seconds: float | None = None
+    max_times_stable: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueryCheck:
+    """A custom PromQL check; ``comparison`` is one of ``v1_analysis.COMPARISONS``."""
+
+    name: str
+    query: str
+    comparison: str
+    threshold: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Analysis:
+    """Progressive delivery of a canary (``spec.canary.analysis``, ``docs/progressive-delivery.md``).
+
+    ``spec_hash`` identifies the canary spec it runs for (``v1_analysis.spec_hash``: the candidate's
+    model and this analysis, but not ``paused``); a new one restarts the analysis."""
+
+    steps: tuple[AnalysisStep, ...]
+    min_requests: int = 20
+    failure_limit: int = 1
+    error_ratio: ErrorRatioCheck | None = None
+    latency: LatencyCheck | None = None
+    queries: tuple[QueryCheck, ...] = ()
+    paused: bool = False
+    spec_hash: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Traffic:
     """A canary: ``percent`` of requests to the candidate ``version`` (routing: the canary issue).
 
@@ -71,6 +125,8 @@ class Traffic:
     #: how the candidate's model is downloaded: its own ``spec.canary.model.storage``, else the
     #: predictor's (resolved by the API: builders read this one)
     storage: ModelStorage = ModelStorage()
+    #: progressive delivery (v1beta1/v1 ``spec.canary.analysis``); None: the percent is set by hand
+    analysis: Analysis | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

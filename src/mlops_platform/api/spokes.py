@@ -208,6 +208,9 @@ def keep_hub_only(spoke: str, fresh: JSON, kept: JSON) -> JSON:
             for key in ("format", "sha256", "storage"):  # what v1alpha1 cannot say of its candidate
                 if key in was_canary_model:
                     canary["model"][key] = was_canary_model[key]
+            if "analysis" in was_canary and not canary.get("trafficPercent"):
+                # its analysis too, unless the edit set a percent by hand (which v1 refuses beside one)
+                canary["analysis"] = was_canary["analysis"]
         was_res = was.get("resources") or {}
         for part in ("requests", "limits"):
             extra = {k: v for k, v in (was_res.get(part) or {}).items() if k not in ("cpu", "memory", GPU)}

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from mlops_platform.api import internal, isvc_status, modeluri, v1_rules, v1alpha1
+from mlops_platform.api import internal, isvc_status, modeluri, v1_analysis, v1_rules, v1alpha1
 
 GROUP = v1alpha1.GROUP
 VERSION = "v1"
@@ -217,13 +217,26 @@ class Predictor(PredictorBase):
 
 
 class Canary(_Base):
-    """A candidate model served beside the predictor (same runtime and resources) with a traffic share.
-    Its model downloads with its own ``storage``, else the predictor's."""
+    """A candidate model served beside the predictor (same runtime and resources) with a traffic share,
+    set by hand (``trafficPercent``) or step by step by an ``analysis`` of its live metrics. Its model
+    downloads with its own ``storage``, else the predictor's."""
 
     model: ModelField
     traffic_percent: Annotated[
-        int, Meta(ge=0, le=100, description="Percent of requests (0-100) routed to the candidate.")
+        int,
+        Meta(
+            ge=0,
+            le=100,
+            description="Percent of requests (0-100) routed to the candidate; 0 with an analysis.",
+        ),
     ] = 0
+    analysis: v1_analysis.AnalysisField = None
+
+
+#: a canary field, with its cross-field rules
+CanaryField = Annotated[
+    Canary | None, Meta(extra_json_schema={"x-kubernetes-validations": v1_analysis.CANARY_RULES})
+]
 
 
 class Alerts(_Base):
@@ -261,7 +274,7 @@ class InferenceServiceSpec(_Base):
     """The desired model service."""
 
     predictor: Predictor
-    canary: Canary | None = None
+    canary: CanaryField = None
     monitoring: Monitoring | None = None
     network_policy: NetworkPolicy | None = None
     routing: Routing | None = None

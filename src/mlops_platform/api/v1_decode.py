@@ -11,7 +11,7 @@ import re
 from types import MappingProxyType
 from typing import Any
 
-from mlops_platform.api import internal, modeluri, v1, v1_rules, v1alpha1
+from mlops_platform.api import internal, modeluri, v1, v1_analysis, v1_rules, v1alpha1
 from mlops_platform.runtime import quantity
 
 
@@ -37,8 +37,13 @@ def validate(isvc: v1.InferenceService) -> None:
             "spec.predictor.autoscaling.scaleToZero needs spec.predictor.autoscaling.minReplicas: 0"
         )
     _validate_model(p.model, "spec.predictor.model")
-    if isvc.spec.canary is not None:
-        _validate_model(isvc.spec.canary.model, "spec.canary.model")
+    canary = isvc.spec.canary
+    if canary is not None:
+        _validate_model(canary.model, "spec.canary.model")
+        try:
+            v1_analysis.validate_canary(canary.traffic_percent, canary.analysis)
+        except v1_analysis.AnalysisError as e:
+            raise v1.ValidationError(str(e)) from None
     r = p.resources
     for part in ("requests", "limits"):
         for name in getattr(r, part, None) or {}:
@@ -163,6 +168,9 @@ def to_internal(isvc: v1.InferenceService) -> internal.InferenceService:
             canary.model.format,
             canary.model.sha256,
             _storage(canary.model.storage or p.model.storage),
+            analysis=None
+            if canary.analysis is None
+            else v1_analysis.to_internal(canary.analysis, v1_analysis.spec_hash(canary)),
         ),
         monitoring=internal.Monitoring(
             mon.enabled,

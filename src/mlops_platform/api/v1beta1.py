@@ -60,7 +60,7 @@ class InferenceServiceSpec(_Base):
     """The desired model service."""
 
     predictor: Predictor
-    canary: v1.Canary | None = None
+    canary: v1.CanaryField = None
     extensions: v1alpha1.Extensions = None
 
 

@@ -278,10 +278,78 @@ def _predictor(draw: st.DrawFn, version: str) -> JSON:
     return p
 
 
+_INTERVALS = ("10s", "30s", "1m", "2m30s", "1h", "24h")
+
+
+@st.composite
+def _bounds(draw: st.DrawFn, keys: tuple[str, str], values: st.SearchStrategy[float]) -> JSON:
+    """One or both of ``keys`` (the schema requires at least one)."""
+    chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2, unique=True))
+    return {k: draw(values) for k in chosen}
+
+
+@st.composite
+def _query(draw: st.DrawFn, name: str) -> JSON:
+    query = draw(
+        st.sampled_from(
+            [
+                "sum(rate(http_errors{$(selector)}[$(window)]))",
+                'max(up{namespace="$(namespace)", job="$(name)"})',
+                "avg(x{$(stableSelector)})",
+                "vector(1)",
+            ]
+        )
+    )
+    comparison = draw(st.sampled_from(["LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual"]))
+    return {
+        "name": name,
+        "query": query,
+        "comparison": comparison,
+        "threshold": draw(st.sampled_from([0, 0.5, 3])),
+    }
+
+
+@st.composite
+def _analysis(draw: st.DrawFn) -> JSON:
+    """``spec.canary.analysis`` (v1beta1, v1): not decreasing weights, at least one check."""
+    weights = sorted(draw(st.lists(st.integers(1, 99), min_size=1, max_size=4)))
+    steps: list[JSON] = []
+    for weight in weights:
+        step: JSON = {"weight": weight}
+        if draw(st.booleans()):
+            step["interval"] = draw(st.sampled_from(_INTERVALS))
+        steps.append(step)
+    out: JSON = {"steps": steps}
+    for key, values in (
+        ("interval", st.sampled_from(_INTERVALS)),
+        ("minRequests", st.integers(0, 1000)),
+        ("failureLimit", st.integers(1, 5)),
+        ("paused", st.booleans()),
+    ):
+        if draw(st.booleans()):
+            out[key] = draw(values)
+    checks = draw(st.lists(st.sampled_from(["errorRatio", "latency", "queries"]), min_size=1, unique=True))
+    if "errorRatio" in checks:
+        out["errorRatio"] = draw(_bounds(("max", "maxAboveStable"), st.sampled_from([0, 0.01, 1])))
+    if "latency" in checks:
+        latency = draw(_bounds(("maxSeconds", "maxTimesStable"), st.sampled_from([1, 1.2, 2.5])))
+        if draw(st.booleans()):
+            latency["quantile"] = draw(st.sampled_from([0.5, 0.95, 0.999]))
+        out["latency"] = latency
+    if "queries" in checks:
+        names = draw(st.lists(st.sampled_from(["errors", "p99", "saturation"]), min_size=1, unique=True))
+        out["queries"] = [draw(_query(n)) for n in names]
+    return out
+
+
 @st.composite
 def _canary(draw: st.DrawFn) -> JSON:
     canary: JSON = {"model": draw(_model())}
     if draw(st.booleans()):
+        canary["analysis"] = draw(_analysis())
+        if draw(st.booleans()):
+            canary["trafficPercent"] = 0  # the only percent beside an analysis
+    elif draw(st.booleans()):
         canary["trafficPercent"] = draw(st.integers(0, 100))
     return canary
 
