@@ -96,10 +96,7 @@ def rule_groups(
     rules = _replica_rules(ctx, namespace, deployment, min_replicas)
     if server is None:
         return [{"name": group_name(namespace, name), "rules": rules}]
-    query = alert_queries.Query(
-        alert_queries.selector(namespace=namespace, **{alert_settings.ISVC_LABEL: name})[1:-1],
-        settings.rate_window,
-    )
+    query = request_query(namespace, name, settings.rate_window)
     rules += _request_rules(ctx, server, query)
     if canary_model_uri is not None:
         rules += _canary_rules(ctx, server, query, canary_model_uri)
@@ -186,13 +183,6 @@ def _request_rules(ctx: _RuleContext, server: alert_queries.Server, q: alert_que
     ]
 
 
-def _of(q: alert_queries.Query, component: str) -> alert_queries.Query:
-    """``q`` restricted to one component's series."""
-    return dataclasses.replace(
-        q, sel=f"{q.sel}, {alert_settings.COMPONENT_LABEL}={alert_queries.quote(component)}"
-    )
-
-
 def _literal(text: str) -> str:
     """``text`` as literal alert-template text: ``{{`` (e.g. in a model URI) opens no action."""
     return text.replace("{{", '{{ "{{" }}')
@@ -223,8 +213,11 @@ def _canary_rules(
       warning: the stable still serves, the action is to roll the candidate back.
     """
     s = ctx.settings
-    canary, stable = _of(q, alert_settings.CANARY_COMPONENT), _of(q, alert_settings.STABLE_COMPONENT)
-    baseline = f"(({server.errors(stable)}) >= 0) or vector(0)"
+    canary, stable = (
+        q.component(alert_settings.CANARY_COMPONENT),
+        q.component(alert_settings.STABLE_COMPONENT),
+    )
+    baseline = server.error_baseline(stable)
     expr = (
         f"({server.errors(canary)} > ({baseline}) + {alert_queries.num(s.canary_error_margin)})"
         f" and ({server.requests(canary)} > 0)"
