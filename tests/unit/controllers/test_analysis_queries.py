@@ -1,0 +1,197 @@
+"""The analysis' built-in checks take the PrometheusRule's own expressions (one source, per metrics
+dialect), for the candidate and the stable model by their component label; promtool evaluates them
+on the synthetic series of the alert tests; custom queries get their variables."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.unit.controllers import test_alerts
+
+from mlops_platform.api import internal
+from mlops_platform.controllers.inferenceservice import (
+    alert_queries,
+    alert_settings,
+    alerts,
+    analysis_queries,
+)
+from mlops_platform.controllers.inferenceservice import analysis_checks as checks
+from mlops_platform.devcluster import binaries
+
+NS, NAME = "ml", "bert"
+DIALECTS = tuple(sorted(alert_queries.SERVERS))
+STEP = internal.AnalysisStep(25, "5m", 300)  # the rule's window: the same text
+SETTINGS = alert_settings.AlertSettings()
+FULL = internal.Analysis(
+    steps=(STEP,),
+    min_requests=10,
+    error_ratio=internal.ErrorRatioCheck(0.01, 0.01),
+    latency=internal.LatencyCheck(SETTINGS.latency_quantile, 1.0, 1.2),
+    spec_hash="h",
+)
+
+
+def queries(
+    a: internal.Analysis = FULL, dialect: str = "seldon", step: internal.AnalysisStep = STEP
+) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for q in analysis_queries.step_queries(a, step, namespace=NS, name=NAME, dialect=dialect):
+        out.setdefault((q.check, q.side), []).append(q.expr)
+    return out
+
+
+def rules(dialect: str) -> dict[str, dict[str, Any]]:
+    groups = alerts.rule_groups(
+        name=NAME,
+        namespace=NS,
+        framework=dialect,
+        deployment=f"{NAME}-predictor",
+        min_replicas=1,
+        settings=SETTINGS,
+        canary_model_uri="s3://models/bert/8",
+    )
+    return {r["alert"]: r for g in groups for r in g["rules"]}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_error_ratio_and_requests_are_the_canary_alerts_own_expressions(dialect: str) -> None:
+    q = queries(dialect=dialect)
+    canary_alert = rules(dialect)[alert_settings.CANARY_ERROR_RATIO]["expr"]
+    [candidate] = q[(checks.ERROR_RATIO, checks.CANDIDATE)]
+    [stable] = q[(checks.ERROR_RATIO, checks.STABLE)]
+    [requests] = q[(checks.REQUESTS, checks.CANDIDATE)]
+    assert f"({candidate} > ({stable}) + 0.01)" in canary_alert
+    assert f"and ({requests} > 0)" in canary_alert
+    assert (
+        'mlops_platform_component="canary"' in candidate and 'mlops_platform_component="predictor"' in stable
+    )
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_latency_values_are_the_latency_alerts_own_expressions_by_component(dialect: str) -> None:
+    alert = rules(dialect)[alert_settings.HIGH_LATENCY]["expr"]
+    q = queries(dialect=dialect)
+    for side, component in ((checks.CANDIDATE, "canary"), (checks.STABLE, "predictor")):
+        values = q[(checks.LATENCY, side)]
+        assert values, side
+        for value in values:  # the alert's value of the whole service, restricted to one component
+            whole = value.replace(f', {alert_settings.COMPONENT_LABEL}="{component}"', "")
+            assert whole != value and whole in alert, (side, value)
+    server = alert_queries.SERVERS[dialect]
+    service = alerts.request_query(NS, NAME, SETTINGS.rate_window)
+    assert alert == server.latency(service, SETTINGS.latency_seconds, SETTINGS.latency_quantile)
+    assert len(server.latencies(service, 0.5)) == (2 if dialect == "seldon" else 1)
+
+
+def test_the_window_is_the_steps_interval_and_only_what_is_checked_is_asked() -> None:
+    a = internal.Analysis(steps=(internal.AnalysisStep(10, "1m30s", 90),), min_requests=0,
+                          error_ratio=internal.ErrorRatioCheck(max=0.05), spec_hash="h")  # fmt: skip
+    q = queries(a, step=a.steps[0])
+    assert list(q) == [(checks.ERROR_RATIO, checks.CANDIDATE)]
+    assert "[1m30s]" in q[(checks.ERROR_RATIO, checks.CANDIDATE)][0]
+    a = internal.Analysis(steps=a.steps, latency=internal.LatencyCheck(0.9, max_seconds=1), spec_hash="h")
+    assert sorted(queries(a, step=a.steps[0])) == [
+        (checks.LATENCY, checks.CANDIDATE),
+        (checks.REQUESTS, checks.CANDIDATE),
+    ]
+    assert "histogram_quantile(0.9," in queries(a, step=a.steps[0])[(checks.LATENCY, checks.CANDIDATE)][0]
+
+
+def test_custom_queries_get_their_variables() -> None:
+    a = internal.Analysis(
+        steps=(STEP,),
+        min_requests=0,
+        queries=(
+            internal.QueryCheck(
+                "depth",
+                "max(q{$(selector)}[$(window)]) / max(q{$(stableSelector)}) + on() "
+                'up{namespace="$(namespace)", job="$(name)"} + $(unknown)',
+                "LessThan",
+                2,
+            ),
+        ),
+        spec_hash="h",
+    )
+    [expr] = queries(a)[("depth", checks.QUERY)]
+    candidate = 'namespace="ml", mlops_platform_inferenceservice="bert", mlops_platform_component="canary"'
+    stable = candidate.replace('"canary"', '"predictor"')
+    assert expr == (
+        f'max(q{{{candidate}}}[5m]) / max(q{{{stable}}}) + on() up{{namespace="ml", job="bert"}} + $(unknown)'
+    )
+
+
+def test_a_runtime_without_request_metrics_has_only_custom_checks() -> None:
+    with pytest.raises(analysis_queries.Unavailable, match="'none' has no request metrics"):
+        queries(dialect=alert_queries.NO_REQUEST_METRICS)
+    custom = (internal.QueryCheck("x", "vector(1)", "LessThan", 2),)
+    a = internal.Analysis(steps=(STEP,), min_requests=0, queries=custom, spec_hash="h")
+    assert queries(a, dialect=alert_queries.NO_REQUEST_METRICS) == {("x", checks.QUERY): ["vector(1)"]}
+    with pytest.raises(analysis_queries.Unavailable):  # a request minimum needs the request metrics
+        queries(internal.Analysis(steps=(STEP,), queries=a.queries, spec_hash="h"), dialect="none")
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    return binaries.promtool()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_promtool_evaluates_them_per_component(promtool: Path, tmp_path: Path, dialect: str) -> None:
+    """Candidate: 6 of 60 requests failed every 30 s scrape, answered in 0.25 s; stable: 1 of 60,
+    in 0.125 s. The candidate's ratio is 0.1, the stable's 0.01/0.0167, 2 requests a second."""
+    step = internal.AnalysisStep(10, "1m", 60)
+    a = internal.Analysis(
+        steps=(step,),
+        error_ratio=internal.ErrorRatioCheck(max_above_stable=0.01),
+        latency=internal.LatencyCheck(0.5, max_times_stable=1.2),
+        spec_hash="h",
+    )
+    series = [
+        *test_alerts.traffic(dialect, ok=54, failed=6, seconds=0.25, labels=test_alerts.target("canary")),
+        *test_alerts.traffic(dialect, ok=59, failed=1, seconds=0.125, labels=test_alerts.target("predictor")),
+        # another InferenceService's canary, failing everything: never selected
+        *test_alerts.traffic(
+            dialect, ok=0, failed=60, seconds=9, labels=test_alerts.target("canary", "other")
+        ),
+    ]
+    stable_ratio = 1 / 60
+    # TorchServe's latency counter adds up answered requests only, over all requests
+    means = {"candidate": 54 * 0.25 / 60, "stable": 59 * 0.125 / 60} if dialect == "torchserve" else {
+        "candidate": 0.25, "stable": 0.125}  # fmt: skip
+    expected: dict[tuple[str, str], list[float]] = {
+        (checks.REQUESTS, checks.CANDIDATE): [2.0],
+        (checks.ERROR_RATIO, checks.CANDIDATE): [0.1],
+        (checks.ERROR_RATIO, checks.STABLE): [stable_ratio],
+        # MLServer: the REST p50 (all requests in the (0.1, 0.5] bucket: 0.3) and the mean
+        (checks.LATENCY, checks.CANDIDATE): [0.3, means["candidate"]]
+        if dialect == "seldon"
+        else [means["candidate"]],
+        (checks.LATENCY, checks.STABLE): [0.3, means["stable"]] if dialect == "seldon" else [means["stable"]],
+    }
+    tests = [  # each value within 1e-9 (promtool compares exactly; rate() extrapolates in floats)
+        {
+            "expr": f"abs(({q.expr}) - {value!r}) < bool 1e-9",
+            "eval_time": "10m",
+            "exp_samples": [{"labels": "{}", "value": 1}],
+        }
+        for q, value in zip(
+            analysis_queries.step_queries(a, step, namespace=NS, name=NAME, dialect=dialect),
+            [v for key in expected for v in expected[key]],
+            strict=True,
+        )
+    ]
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": []}))
+    doc = {
+        "rule_files": [rules_file.name],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "30s", "input_series": series, "promql_expr_test": tests}],
+    }
+    test = tmp_path / "test.yaml"
+    test.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
