@@ -14,6 +14,7 @@ import click
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from mlops_platform import promclient
     from mlops_platform.runtime.transport.kubeconfig import KubeconfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -187,3 +188,64 @@ def cannot_listen(error: OSError, **flags: str) -> click.ClickException:
 def take(cls: type[D], flags: dict[str, Any]) -> D:
     """The flags named like the dataclass ``cls``'s fields, as a ``cls``; taken out of ``flags``."""
     return cls(**{field.name: flags.pop(field.name) for field in dataclasses.fields(cls)})
+
+
+def prometheus_options(f: F) -> F:
+    """The ``--prometheus*`` flags of the operator's Prometheus queries (the canary analysis; not on
+    ``run`` until the reconciler acts on analyses), into ``promclient.Options`` (:func:`take`);
+    flags that do not go together are a usage error naming them (:func:`prometheus_endpoint`)."""
+    from mlops_platform import promapi
+
+    return stack(
+        click.option(
+            "--prometheus",
+            default=str(promapi.DEFAULT),
+            show_default=True,
+            metavar="NAMESPACE/SERVICE:PORT",
+            help="the Prometheus Service the canary analysis asks, through the API server's service "
+            "proxy (works from outside the cluster, with the operator's own credentials)",
+        ),
+        click.option(
+            "--prometheus-url",
+            metavar="URL",
+            help="ask Prometheus at this http(s) URL instead, on connections of its own (an operator in "
+            "the cluster: https://prometheus-operated.monitoring.svc:9090)",
+        ),
+        click.option(
+            "--prometheus-ca-file",
+            type=click.Path(dir_okay=False),
+            help="CA bundle verifying an https --prometheus-url (default: the system's)",
+        ),
+        click.option(
+            "--prometheus-insecure-skip-tls-verify",
+            is_flag=True,
+            help="do not verify an https --prometheus-url's certificate",
+        ),
+        click.option(
+            "--prometheus-bearer-token-file",
+            type=click.Path(dir_okay=False),
+            help="bearer token for --prometheus-url, re-read on a 401 (a ServiceAccount token file)",
+        ),
+        click.option(
+            "--prometheus-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=5.0,
+            show_default=True,
+            help="seconds a query may take in all, retries included",
+        ),
+        click.option(
+            "--prometheus-retries",
+            type=click.IntRange(0, 10),
+            default=2,
+            show_default=True,
+            help="retries of a query that got no answer (connection, 5xx, 429)",
+        ),
+    )(f)
+
+
+def prometheus_endpoint(flags: promclient.Options) -> promclient.Endpoint:
+    """Where ``flags`` say Prometheus is; a usage error naming the flag else."""
+    try:
+        return flags.endpoint()
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
