@@ -4,6 +4,8 @@ on the synthetic series of the alert tests; custom queries get their variables."
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,14 @@ import pytest
 import yaml
 from tests.unit.controllers import test_alerts
 
+from mlops_platform import promapi, promclient
 from mlops_platform.api import internal
+from mlops_platform.api.analysis_status import AnalysisStatus
 from mlops_platform.controllers.inferenceservice import (
     alert_queries,
     alert_settings,
     alerts,
+    analysis,
     analysis_queries,
 )
 from mlops_platform.controllers.inferenceservice import analysis_checks as checks
@@ -195,3 +200,109 @@ def test_promtool_evaluates_them_per_component(promtool: Path, tmp_path: Path, d
     test.write_text(yaml.safe_dump(doc, sort_keys=False))
     out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- measuring a step ---------------------------------------------------------------------------------
+
+
+class FakeClient:
+    """Answers each query by the first matching key found in it (an exception is raised)."""
+
+    def __init__(self, answers: dict[str, list[promapi.Sample] | Exception]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def query(self, promql: str) -> list[promapi.Sample]:
+        self.asked.append(promql)
+        for key, answer in self.answers.items():
+            if key in promql:
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+        return []
+
+
+def one(value: float) -> list[promapi.Sample]:
+    return [promapi.Sample({}, value)]
+
+
+CHECKED = internal.Analysis(
+    steps=(STEP,),
+    min_requests=10,
+    error_ratio=internal.ErrorRatioCheck(0.05),
+    latency=internal.LatencyCheck(0.99, max_seconds=1.0),
+    queries=(internal.QueryCheck("depth", "max(queue_depth{$(selector)})", "LessThan", 5),),
+    spec_hash="h",
+)
+
+
+async def measured(answers: dict[str, list[promapi.Sample] | Exception], dialect: str = "seldon") -> Any:
+    client = FakeClient(answers)
+    out = await analysis_queries.measure(client, CHECKED, STEP, namespace=NS, name=NAME, dialect=dialect)
+    return out, client
+
+
+async def test_a_step_is_measured_with_every_query_at_once() -> None:
+    sample, client = await measured({
+        "model_infer_request_failure_total{namespace=\"ml\", mlops_platform_inferenceservice=\"bert\", "
+        "mlops_platform_component=\"canary\"}[5m])) / ": one(0.01),
+        "histogram_quantile": one(0.4),
+        "model_infer_request_duration_sum": one(float("nan")),  # 0/0: no request: no value
+        "queue_depth": one(3),
+        "success_total": one(2.0),  # the request rate (the ratio's key came first)
+    })  # fmt: skip
+    assert isinstance(sample, checks.Sample) and not sample.invalid and not sample.failed
+    assert sample.values == {
+        (checks.REQUESTS, checks.CANDIDATE): (2.0,),
+        (checks.ERROR_RATIO, checks.CANDIDATE): (0.01,),
+        (checks.LATENCY, checks.CANDIDATE): (0.4,),
+        ("depth", checks.QUERY): (3.0,),
+    }
+    assert len(client.asked) == 5
+    verdict = checks.judge(CHECKED, STEP, sample)
+    assert verdict.outcome is checks.Outcome.PASSED, verdict.message
+
+
+async def test_one_unanswered_query_means_nothing_was_measured() -> None:
+    down = promclient.QueryError(
+        "unreachable", "Prometheus monitoring/prometheus-operated:9090: no answer within 5s"
+    )
+    sample, _ = await measured({"queue_depth": down})
+    assert sample == checks.Unreachable(str(down))
+
+
+async def test_a_refused_or_failed_query_and_several_series_are_said() -> None:
+    sample, _ = await measured({
+        "histogram_quantile": promclient.QueryError("failed", "Prometheus p: execution: too many samples"),
+        "queue_depth": [promapi.Sample({"pod": "a"}, 1), promapi.Sample({"pod": "b"}, 2)],
+    })  # fmt: skip
+    assert sample.failed == {checks.LATENCY: "Prometheus p: execution: too many samples"}
+    assert sample.invalid == {"depth": "gives 2 series, not one value: aggregate them (sum, max, ...)"}
+    sample, _ = await measured({"queue_depth": promclient.QueryError("invalid", "bad_data: parse error")})
+    assert sample.invalid == {"depth": "bad_data: parse error"}
+
+
+async def test_a_runtime_without_request_metrics_cannot_be_measured() -> None:
+    sample, client = await measured({}, dialect=alert_queries.NO_REQUEST_METRICS)
+    assert not client.asked and "no request metrics" in sample.invalid[checks.REQUESTS]
+    assert checks.judge(CHECKED, STEP, sample).outcome is checks.Outcome.INVALID
+
+
+async def test_the_loop_the_reconciler_will_run_decide_measure_decide() -> None:
+    """At the end of a step's interval: decide asks for a measurement, measure asks Prometheus, decide
+    judges it (what the wiring will do in a reconcile; nothing else is needed from it)."""
+    a = dataclasses.replace(CHECKED, steps=(internal.AnalysisStep(10, "1m", 60), STEP))
+    start = datetime.datetime(2026, 12, 24, tzinfo=datetime.UTC)
+    status = AnalysisStatus(
+        "Progressing", "h", step_index=0, weight=10, step_start_time="2026-12-24T00:00:00Z"
+    )
+    inp = analysis.Inputs(a, status, start + datetime.timedelta(seconds=61), settled=True)
+    first = analysis.decide(inp)
+    assert first.measure and not first.changed
+    ratio = 'mlops_platform_component="canary"}[1m])) / '  # the ratio; the request rate has no " / "
+    client = FakeClient({ratio: one(0.0), "success_total": one(1.0), "depth": one(1), "quantile": one(0.2)})
+    sample = await analysis_queries.measure(client, a, a.steps[0], namespace=NS, name=NAME, dialect="seldon")
+    assert all("[1m]" in q for q in client.asked if "rate(" in q)  # the step's own window
+    second = analysis.decide(dataclasses.replace(inp, measurement=sample))
+    assert second.transition is not None and second.transition.reason == "StepPassed"
+    assert (second.status.step_index, second.weight, second.changed) == (1, 25, True)

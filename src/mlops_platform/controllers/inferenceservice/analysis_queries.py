@@ -13,13 +13,22 @@ interval as the rate window; and the custom queries with their ``$(variables)`` 
 
 A runtime whose dialect has no request metrics (``none``) cannot have built-in checks nor a request
 minimum: :func:`step_queries` raises :class:`Unavailable` (the analysis then fails, saying so).
+
+:func:`measure` asks Prometheus (:class:`mlops_platform.promclient.QueryClient`) for a step's queries
+at once and gives the state machine its :class:`~.analysis_checks.Sample`, or
+:class:`~.analysis_checks.Unreachable` when Prometheus did not answer one of them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import math
 import re
+from collections.abc import Sequence
+from typing import Protocol
 
+from mlops_platform import promapi, promclient
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import alert_queries, alert_settings, alerts
 from mlops_platform.controllers.inferenceservice import analysis_checks as checks
@@ -79,3 +88,52 @@ def step_queries(
     }
     out += [PromQuery(c.name, checks.QUERY, _expand(c.query, variables)) for c in a.queries]
     return tuple(out)
+
+
+class Querier(Protocol):
+    """What :func:`measure` needs of a :class:`~mlops_platform.promclient.QueryClient`."""
+
+    async def query(self, promql: str) -> list[promapi.Sample]: ...
+
+
+async def measure(
+    client: Querier,
+    a: internal.Analysis,
+    step: internal.AnalysisStep,
+    *,
+    namespace: str,
+    name: str,
+    dialect: str,
+) -> checks.Sample | checks.Unreachable:
+    """The values of ``step``'s window: every query at once, each within the client's deadline."""
+    try:
+        queries = step_queries(a, step, namespace=namespace, name=name, dialect=dialect)
+    except Unavailable as e:
+        return checks.Sample({}, invalid={checks.REQUESTS: str(e)})
+    return sample_of(
+        queries, await asyncio.gather(*(client.query(q.expr) for q in queries), return_exceptions=True)
+    )
+
+
+def sample_of(
+    queries: Sequence[PromQuery], answers: Sequence[list[promapi.Sample] | BaseException]
+) -> checks.Sample | checks.Unreachable:
+    """The answers to ``queries`` as a sample: NaN is no value (0/0: no request in the window), a
+    custom query giving several series cannot be judged, and one query without an answer means
+    nothing was measured."""
+    values: dict[tuple[str, str], tuple[float, ...]] = {}
+    invalid: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for q, answer in zip(queries, answers, strict=True):
+        if isinstance(answer, promclient.QueryError):
+            if answer.kind == promclient.UNREACHABLE:
+                return checks.Unreachable(str(answer))
+            (invalid if answer.kind == promclient.INVALID else failed)[q.check] = str(answer)
+        elif isinstance(answer, BaseException):
+            raise answer
+        elif q.side == checks.QUERY and len(answer) > 1:
+            invalid[q.check] = f"gives {len(answer)} series, not one value: aggregate them (sum, max, ...)"
+        else:
+            found = tuple(s.value for s in answer if not math.isnan(s.value))
+            values[(q.check, q.side)] = values.get((q.check, q.side), ()) + found
+    return checks.Sample(values, invalid, failed)
