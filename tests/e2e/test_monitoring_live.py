@@ -58,7 +58,7 @@ LATENCY_THRESHOLD = 0.001
 #: a request the iris model cannot answer: 3 features, it was trained on 4
 BAD_REQUEST = {"inputs": [{"name": "input-0", "shape": [1, 3], "datatype": "FP64", "data": [1.0, 2.0, 3.0]}]}
 #: the longest an alert may take to fire once its condition holds: its ``for``, one rule evaluation,
-#: and the scrapes that make a rate (the ServiceMonitor scrapes every 30s) with slack for a loaded machine
+#: and the scrapes that make a rate (the local cluster scrapes every 10s) with slack for a loaded machine
 FIRE_WITHIN = 240.0
 SERVER = promapi.DEFAULT
 
@@ -90,7 +90,9 @@ class Services:
 async def services(
     admin_client: rclient.Client, serving_operator: rmanager.Manager
 ) -> AsyncIterator[Services]:
-    """The three InferenceServices, created at once (their alerts' clocks start together)."""
+    """The alerts' three InferenceServices, created at once (their alerts' clocks start together),
+    and the KEDA tests' two (``elastic`` Ready and ``sleepy`` at zero by the time their tests run,
+    instead of each test waiting for its own start)."""
     async with (
         temporary_namespace(admin_client, "monitoring-live") as ns,
         temporary_namespace(admin_client, "monitoring-squeezed") as squeezed_ns,
@@ -110,6 +112,9 @@ async def services(
         await admin_client.create(api.RESOURCE, iris, ns)
         await admin_client.create(api.RESOURCE, _fast(serving.iris("lost", "s3://models/nothing-here/1")), ns)
         await admin_client.create(api.RESOURCE, _fast(serving.iris("squeezed", replicas=2)), squeezed_ns)
+        # one fixed replica first (no HPA of ours, which would scale it on CPU): the second is KEDA's
+        await admin_client.create(api.RESOURCE, serving.iris("elastic", replicas=1), ns)
+        await admin_client.create(api.RESOURCE, _sleepy(), ns)
         yield Services(ns, squeezed_ns)
 
 
@@ -273,10 +278,9 @@ async def _replicas(c: rclient.Client, ns: str, name: str) -> int:
 
 
 async def test_keda_scales_the_real_server_up_under_load_and_to_zero_once_idle(
-    admin_client: rclient.Client, ns: str
+    admin_client: rclient.Client, services: Services
 ) -> None:
-    # one fixed replica first (no HPA of ours, which would scale it on CPU): the second is KEDA's
-    await admin_client.create(api.RESOURCE, serving.iris("elastic", replicas=1), ns)
+    ns = services.ns
     await serving.ready(admin_client, ns, "elastic")
     scale_to_zero = {"requestsPerReplica": ELASTIC_RATE, "cooldownSeconds": ELASTIC_COOLDOWN}
     rate = alert_queries.SERVERS["seldon"].requests(alerts.request_query(ns, "elastic"))
@@ -335,14 +339,18 @@ async def _scaled_to(c: rclient.Client, ns: str, name: str, want: int) -> bool:
 WAKES = 2
 
 
-async def test_a_request_at_zero_is_held_by_the_activator_and_answered_then_it_steps_out(
-    admin_client: rclient.Client, ns: str
-) -> None:
+def _sleepy() -> dict[str, Any]:
     sleepy = serving.iris("sleepy")
     sleepy["spec"]["predictor"]["autoscaling"] = {
         "minReplicas": 0, "maxReplicas": 1, "scaleToZero": {"cooldownSeconds": ELASTIC_COOLDOWN},
     }  # fmt: skip
-    await admin_client.create(api.RESOURCE, sleepy, ns)
+    return sleepy
+
+
+async def test_a_request_at_zero_is_held_by_the_activator_and_answered_then_it_steps_out(
+    admin_client: rclient.Client, services: Services
+) -> None:
+    ns = services.ns
     service = "sleepy-predictor"
     wakes = []
     for _ in range(WAKES):

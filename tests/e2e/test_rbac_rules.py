@@ -87,6 +87,10 @@ EXPECT: dict[str, tuple[str | None, str | None]] = {
 #: so removing one shows nothing on an InferenceService (the webhook's own tests cover them)
 WEBHOOK_ONLY = {"secrets"}
 
+#: how long a case's manager waits for its caches before it starts degraded (or fails, without its
+#: primary kind): the cases' conditions can show only after it
+CACHE_SYNC_TIMEOUT = 20
+
 
 @dataclasses.dataclass
 class Case:
@@ -154,7 +158,11 @@ async def _start_case(admin: rclient.Client, kubeconfig: Path, rule_name: str) -
     c = identity.client_with_token(kubeconfig, token)
     elect = rule_name.startswith("leases.")
     lease = "mlops-platform" if elect else ""
-    mgr = rmanager.Manager(c, operator.options(ns, lease=lease, cache_sync_timeout=5, **operator.FAST_LEASE))
+    # 17 managers start at once, each listing its kinds (the InferenceServices through the conversion
+    # webhook): under make test's load a primary LIST took over 5 s, and a manager whose primary kind
+    # is not synced when the wait ends fails instead of starting degraded
+    options = operator.options(ns, lease=lease, cache_sync_timeout=CACHE_SYNC_TIMEOUT, **operator.FAST_LEASE)
+    mgr = rmanager.Manager(c, options)
     controller.setup(mgr, workers=2)
     task = asyncio.create_task(mgr.run())
     every_child = {"networkPolicy": {"enabled": True}}  # every child kind is exercised
@@ -207,8 +215,11 @@ async def _event_notes(admin: rclient.Client, ns: str, reason: str) -> list[str]
     return [e.get("note", "") for e in items if e["reason"] == reason and e["regarding"]["name"] == "m"]
 
 
-async def _shows(admin: rclient.Client, namespace: str, rule: str, timeout: float) -> None:
-    """Without ``rule`` the InferenceService in ``namespace`` says so (:data:`EXPECT`)."""
+async def _shows(
+    admin: rclient.Client, namespace: str, rule: str, timeout: float, task: asyncio.Task[None] | None = None
+) -> None:
+    """Without ``rule`` the InferenceService in ``namespace`` says so (:data:`EXPECT`); ``task`` is
+    the case's manager when it runs in this process (its end, if it ended, is part of a failure)."""
     message, reason = EXPECT[rule]
     if message:
         seen: list[dict[str, Any]] = [{}]
@@ -219,8 +230,11 @@ async def _shows(admin: rclient.Client, namespace: str, rule: str, timeout: floa
 
         try:
             cond = await wait.until(condition, timeout=timeout, what=f"Reconciled=False naming {message!r}")
-        except TimeoutError as e:  # what the status said instead
-            raise AssertionError(f"{e}; the last Reconciled condition: {seen[0]}") from e
+        except TimeoutError as e:  # what the status said instead, and whether the manager still runs
+            ended = ""
+            if task is not None and task.done():
+                ended = f"; the manager ended: {task.exception() if not task.cancelled() else 'cancelled'!r}"
+            raise AssertionError(f"{e}; the last Reconciled condition: {seen[0]}{ended}") from e
         assert cond["reason"] in ("Forbidden", "ReconcileFailed"), cond
     if reason:
         resource = rule.split(".")[0]
@@ -239,7 +253,8 @@ SHOWN = [r for r, (m, e) in EXPECT.items() if m or e]
 async def test_removing_a_rule_shows_on_the_inferenceservice(
     rule: str, cases: dict[str, Case], admin_client: rclient.Client
 ) -> None:
-    await _shows(admin_client, cases[rule].namespace, rule, timeout=60)
+    case = cases[rule]
+    await _shows(admin_client, case.namespace, rule, timeout=CACHE_SYNC_TIMEOUT + 60, task=case.task)
 
 
 @pytest.mark.parametrize("rule", SHOWN)
@@ -296,8 +311,9 @@ async def test_in_the_cluster_without_the_lease_rule_no_lease_and_no_status(
 async def test_without_list_on_inferenceservices_the_manager_fails_naming_it(cases: dict[str, Case]) -> None:
     case = cases["inferenceservices.mlops.platform"]
     with pytest.raises(rcache.CacheSyncTimeout, match=r"inferenceservices\.mlops\.platform"):
-        await asyncio.wait_for(asyncio.shield(case.task), 30)
-    assert "403" in str(case.manager.cache.errors()["inferenceservices.mlops.platform"])
+        await asyncio.wait_for(asyncio.shield(case.task), CACHE_SYNC_TIMEOUT + 30)
+    errors = case.manager.cache.errors()
+    assert "403" in str(errors.get("inferenceservices.mlops.platform")), errors
 
 
 async def test_without_the_lease_rule_the_replica_never_leads_nor_reports_ready(
@@ -306,7 +322,9 @@ async def test_without_the_lease_rule_the_replica_never_leads_nor_reports_ready(
     case = cases["leases.coordination.k8s.io"]
     # the others' isvcs got a status by now; this one never does, and the manager is not ready
     await wait.until(
-        lambda: _reconciled(admin_client, cases["pods"].namespace), timeout=60, what="a peer reconciled"
+        lambda: _reconciled(admin_client, cases["pods"].namespace),
+        timeout=CACHE_SYNC_TIMEOUT + 60,
+        what="a peer reconciled",
     )
     assert case.manager.elector is not None
     assert not case.manager.elector.is_leader()

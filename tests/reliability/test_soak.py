@@ -22,6 +22,7 @@ Asserted:
 - no leaked tasks or watches: once the churn stopped and the queue drained, the operator's
   ``mlops_platform_asyncio_tasks`` and ``mlops_platform_watches_open`` are back at their pre-churn
   levels (within ``TASKS_SLACK`` / ``WATCHES_SLACK``), and so are its open file descriptors;
+- the churn's size: at least ``MIN_OPS`` operations (the full run: half its pace);
 - requests bounded: the operator's ``rest_client_requests_total`` grew by at most
   ``REQUESTS_PER_OP`` per churn operation;
 - the end state: :func:`reliability.converge`, every deleted InferenceService gone with its
@@ -59,6 +60,11 @@ OPS_PER_SECOND = 10.0
 #: the test's own process) takes up to 0.8 s, as under make test's two groups and bench-smoke at once
 #: (4 in flight gave 4.1 operations/s there, 9.5/s alone with the same seed)
 WRITERS = 8
+#: operations the churn must have done: the full run's bound needs half the pace at least (asserted
+#: through the bound as well); the reduced run's checks are counted ones (caches, /metrics names,
+#: tasks), so it needs material for them, not a pace: its writes go through the conversion webhook
+#: served by the test process, which shares the 2 cores with make test's other groups (3.8/s seen)
+MIN_OPS = reliability.scale(int(OPS_PER_SECOND / 2 * SECONDS), 30)
 LIVE = reliability.scale(30, 10)
 #: a leak worth finding keeps something per operation: an InferenceService as cached (~5 KiB with its
 #: managedFields), its Deployment (~8 KiB), a queue or backoff entry, an Event series, a metric label
@@ -334,7 +340,7 @@ async def test_bounded_soak(scenario: Scenario) -> None:
         f"{sees} per 1000 operations); before: {before}; after: {after}; {requests_per_op:.2f} requests "
         f"per operation; converged {converged.seconds:.1f} s, drained {drained_s:.1f} s after the churn"
     )
-    assert rate >= OPS_PER_SECOND / 2, f"the churn ran at {rate:.1f} operations/s only"
+    assert ops >= MIN_OPS, f"the churn did {ops} operations only ({rate:.1f}/s)"
     assert slope <= bound, (
         f"seed {seed}: RSS grows {slope:.2f} MiB per 1000 operations (bound {bound:.2f}): "
         f"{[(s.ops, round(s.rss_mib, 1)) for s in fitted]}"

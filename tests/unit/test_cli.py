@@ -57,7 +57,7 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         "--network-policy-egress-cidr", "10.1.2.3/8", "--alert-error-ratio", "0.1",
         "--traffic-router", "gateway-api", "--gateway", "gw/main", "--storage-initializer-image", "i:1",
         "--webhook-bind-address", "off", "--webhook-dns-name", "a.svc", "--log-level", "debug",
-        "--cache-sync-timeout", "20", "--webhook-shutdown-delay", "5",
+        "--cache-sync-timeout", "20", "--webhook-shutdown-delay", "5", "--scrape-interval", "15s",
     ]  # fmt: skip
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == 0, result.output
@@ -89,6 +89,7 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         "gw/main",
     )
     assert context.storage_initializer_image == "i:1"
+    assert context.scrape_interval == "15s"
     assert hook == webhook.WebhookFlags(
         webhook_bind_address="off",
         webhook_secret="mlops-system/mlops-platform-webhook-tls",
@@ -105,6 +106,7 @@ def test_run_defaults_give_the_default_settings(served: list[tuple[Any, ...]]) -
     assert result.exit_code == 0, result.output
     [(_, _, context, _)] = served
     assert context.storage_initializer_image == settings.DEFAULT_STORAGE_INITIALIZER_IMAGE
+    assert context.scrape_interval == base.DEFAULT_SCRAPE_INTERVAL
     assert (context.router, context.ingress_namespace_labels, context.monitoring) == (
         base.Router.AUTO,
         None,
@@ -135,6 +137,18 @@ def test_webhook_hands_its_flags_over(served: list[tuple[Any, ...]]) -> None:
 def test_the_webhook_flags_are_checked_naming_the_flag(flags: dict[str, Any], message: str) -> None:
     with pytest.raises(click.BadParameter, match=message):
         webhook.build(None, dataclasses.replace(WEBHOOK_FLAGS, **flags), None)
+
+
+@pytest.mark.parametrize("value", ["soon", "0s", "30"])
+@pytest.mark.parametrize("command", ["run", "why"])
+def test_a_bad_scrape_interval_is_refused_naming_the_flag(
+    served: list[tuple[Any, ...]], command: str, value: str
+) -> None:
+    args = [command, *(["iris"] if command == "why" else []), "--scrape-interval", value]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2, result.output
+    assert "--scrape-interval" in result.output and repr(value) in result.output, result.output
+    assert served == []
 
 
 def test_python_dash_m_runs_the_command() -> None:
@@ -213,6 +227,7 @@ def test_dev_why_is_why_with_the_local_operators_flags(monkeypatch: pytest.Monke
     kubeconfig, context, namespace, name, ctx = seen[0]
     assert (kubeconfig, context, namespace, name) == (str(cluster.kubeconfig_path("c1")), None, "ml", "iris")
     assert ctx.storage_initializer_image == images.OPERATOR.ref
+    assert ctx.scrape_interval == demo.local_settings().scrape_interval == demo.SCRAPE_INTERVAL
     assert ctx.servers == demo.local_settings().servers
     assert ctx.servers["seldon"].image == "mlops.local/mlserver:1.7.1"
 

@@ -72,6 +72,11 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     default="monitoring",
     help="namespace whose pods may scrape the metrics port (NetworkPolicy)",
 )
+@settings.option(
+    "--scrape-interval",
+    "how often Prometheus scrapes each predictor pod: the ServiceMonitors' interval (a Prometheus "
+    "duration); alerts and KEDA's trigger see a change within about two of them",
+)
 @click.option(
     "--alert-error-ratio",
     type=click.FloatRange(0, 1, min_open=True),

@@ -30,6 +30,7 @@ def _prometheus(value: str) -> promapi.Server | None:
 @settings.option("--gateway", "the operator's --gateway (must match it)")
 @settings.option("--ingress-domain", "the operator's --ingress-domain")
 @settings.option("--activator", "the operator's --activator")
+@settings.option("--scrape-interval", "the operator's --scrape-interval")
 @settings.option(
     "--runtime-config", "the operator's --runtime-config (runtimes it adds are otherwise unknown here)"
 )
@@ -56,6 +57,7 @@ def why_command(
     gateway: str | None,
     ingress_domain: str,
     activator: str | None,
+    scrape_interval: str,
     runtime_config: str | None,
     storage_initializer_image: str,
     max_events: int,
@@ -64,8 +66,8 @@ def why_command(
     """Why NAME is (not) serving: conditions, what the operator would change now, pods, Events.
 
     Reads the API only (read-only RBAC: docs/why.md). The child comparison assumes the operator's
-    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain/--runtime-config/
-    --storage-initializer-image when they differ.
+    default settings; pass the operator's --traffic-router/--gateway/--ingress-domain/--scrape-interval/
+    --runtime-config/--storage-initializer-image when they differ.
     """
     from mlops_platform import why
     from mlops_platform.controllers.inferenceservice import runtime_overrides
@@ -81,6 +83,7 @@ def why_command(
         gateway=gateway,
         ingress_domain=ingress_domain,
         activator=activator,
+        scrape_interval=scrape_interval,
         storage_initializer_image=storage_initializer_image,
     )
     try:

@@ -52,6 +52,8 @@ def settings_of(ctx: base.BuildContext) -> dict[str, str]:
         out["--ingress-domain"] = ctx.ingress_domain
     if ctx.activator:
         out["--activator"] = ctx.activator
+    if ctx.scrape_interval != base.DEFAULT_SCRAPE_INTERVAL:
+        out["--scrape-interval"] = ctx.scrape_interval
     if ctx.storage_initializer_image != base.DEFAULT_STORAGE_INITIALIZER_IMAGE:
         out["--storage-initializer-image"] = ctx.storage_initializer_image
     return out

@@ -715,6 +715,20 @@ def test_alert_overrides_and_operator_labels_reach_the_rule() -> None:
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
 
 
+def test_the_scrape_interval_is_the_operators_and_a_long_one_widens_the_keda_trigger_window() -> None:
+    t = make()
+    default = monitoring.build_monitor(t, CTX)
+    assert default is not None and default["spec"]["endpoints"][0]["interval"] == "30s"
+    fast = base.BuildContext(scrape_interval="10s")
+    monitor = monitoring.build_monitor(t, fast)
+    assert monitor is not None and monitor["spec"]["endpoints"][0]["interval"] == "10s"
+    elastic = of_runtime("triton", keda=True, minReplicas=0, maxReplicas=3)
+    # a rate needs two samples in its window: one minute holds two of 30 s, not two of 45 s
+    assert "[1m]" in scaledobject.query(elastic, fast)
+    assert "[1m]" in scaledobject.query(elastic, CTX)
+    assert "[90s]" in scaledobject.query(elastic, base.BuildContext(scrape_interval="45s"))
+
+
 @pytest.mark.parametrize(
     ("extensions", "field"),
     [

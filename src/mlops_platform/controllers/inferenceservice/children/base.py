@@ -55,6 +55,8 @@ ChildCondition = conditions.Condition
 #: the operator's own image reference, as the install manifests spell it (``deploy.manifests``,
 #: which this layer must not import): the storage initializer runs ``python -m mlops_platform.storage``
 DEFAULT_STORAGE_INITIALIZER_IMAGE = f"mlops-platform:{__version__}"
+#: ``--scrape-interval``'s default: the Prometheus Operator's own default scrape interval
+DEFAULT_SCRAPE_INTERVAL = "30s"
 
 
 def _no_labels() -> Mapping[str, str]:
@@ -87,6 +89,9 @@ class BuildContext:
     #: namespaces (by label) besides the InferenceService's own that may reach the serving ports
     #: (mesh or ingress gateways); None: only the own namespace
     ingress_namespace_labels: Mapping[str, str] | None = None
+    #: how often Prometheus scrapes a predictor pod, the ServiceMonitor's ``interval``
+    #: (``--scrape-interval``; alerts and KEDA's trigger see a change within about two of them)
+    scrape_interval: str = DEFAULT_SCRAPE_INTERVAL
     #: the namespace whose pods may scrape the metrics port (kubernetes.io/metadata.name label)
     monitoring_namespace: str = "monitoring"
     #: when set, egress of the predictor pods is limited to these CIDRs plus DNS; empty: unrestricted

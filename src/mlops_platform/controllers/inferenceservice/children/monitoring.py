@@ -33,7 +33,6 @@ CONDITION = "MonitoringReady"
 GROUP = "monitoring.coreos.com"
 PROMETHEUS_RULE = kinds.Kind(GROUP, "PrometheusRule", "prometheusrules", ("v1",), optional=True)
 SERVICE_MONITOR = kinds.Kind(GROUP, "ServiceMonitor", "servicemonitors", ("v1",), optional=True)
-SCRAPE_INTERVAL = "30s"
 
 
 name = base.service_name
@@ -101,7 +100,7 @@ def build_monitor(target: base.Target, ctx: base.BuildContext) -> base.Obj | Non
                 {
                     "port": service.METRICS_PORT,
                     "path": rt.metrics_path,
-                    "interval": SCRAPE_INTERVAL,
+                    "interval": ctx.scrape_interval,
                     "scheme": "http",
                 }
             ],

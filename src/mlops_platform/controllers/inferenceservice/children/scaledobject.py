@@ -20,8 +20,10 @@ none is reported when no ScaledObject is wanted (the HPA child reports then).
 
 from __future__ import annotations
 
+import math
+
 from mlops_platform.activator import contract
-from mlops_platform.controllers.inferenceservice import alert_queries, alerts
+from mlops_platform.controllers.inferenceservice import alert_queries, alert_settings, alerts
 from mlops_platform.controllers.inferenceservice.children import base, deployment
 from mlops_platform.runtime import objects
 from mlops_platform.runtime.caching import kinds
@@ -52,8 +54,15 @@ def query(target: base.Target, ctx: base.BuildContext) -> str:
     if not server_metrics(target, ctx):
         return mesh
     dialect = alert_queries.SERVERS[ctx.server(isvc).metrics_dialect]
-    server = dialect.requests(alerts.request_query(isvc.namespace, isvc.name))
+    server = dialect.requests(alerts.request_query(isvc.namespace, isvc.name, trigger_window(ctx)))
     return f"({server}) or {mesh}"
+
+
+def trigger_window(ctx: base.BuildContext) -> str:
+    """The server rate's window: one minute, or two scrapes when ``--scrape-interval`` is longer
+    than 30 s (a rate needs two samples in its window; fewer, and the trigger never fires)."""
+    seconds = max(60, math.ceil(2 * alert_settings.parse_duration(ctx.scrape_interval)))
+    return "1m" if seconds == 60 else f"{seconds}s"
 
 
 def requests_per_replica(target: base.Target, ctx: base.BuildContext) -> float:
