@@ -1,7 +1,6 @@
-"""The status of a canary analysis (``status.analysis`` once the reconciler acts on analyses: these
-types are not a field of :class:`~mlops_platform.api.isvc_status.InferenceServiceStatus` yet, so the
-CRD's status schema is unchanged; attaching them is one field, and their ``Meta`` descriptions are
-what ``kubectl explain`` will show).
+"""The status of a canary analysis (``status.analysis``, a field of
+:class:`~mlops_platform.api.isvc_status.InferenceServiceStatus`; their ``Meta`` descriptions are what
+``kubectl explain`` shows).
 
 The status is the analysis' only memory, so that a restarted operator resumes where the last one
 was (``controllers.inferenceservice.analysis``): the phase, the step and when its interval began,
@@ -12,7 +11,8 @@ state machine can compare the status it decides with the one it read: equal mean
 Size: at most :data:`HISTORY_LIMIT` transitions, each with its values in its message, messages of
 at most :data:`MAX_MESSAGE` characters, and the values of the last judged interval structured (at
 most 1 + 2 + 5 measurements: requests, the built-in checks, ``MAX_QUERIES`` custom ones): under
-4 KiB in the worst case (a unit test checks it), about 1 KiB in a usual one.
+4 KiB in the worst case (a unit test checks it; the status' budget is 16 KiB), about 1 KiB in a
+usual one.
 """
 
 from __future__ import annotations
@@ -70,14 +70,14 @@ class Hold(_Base, frozen=True):
     reason: Annotated[
         _REASON, Meta(description="PrometheusUnreachable, NotEnoughRequests, NoData or QueryFailed.")
     ]
-    message: Annotated[str, Meta(max_length=MAX_MESSAGE)]
-    since: _TIME
+    message: Annotated[str, Meta(max_length=MAX_MESSAGE, description="What is missing, in a sentence.")]
+    since: Annotated[_TIME, Meta(description="When the step began to hold for this reason (RFC 3339).")]
 
 
 class Transition(_Base, frozen=True):
     """One change of the analysis; its message says the values that decided it (it is an Event too)."""
 
-    time: _TIME
+    time: Annotated[_TIME, Meta(description="When it happened (RFC 3339).")]
     phase: Annotated[Phase, Meta(description="The phase it went to.")]
     reason: Annotated[_REASON, Meta(description="Why, in CamelCase (StepPassed, CheckFailed, ...).")]
     from_: Annotated[Phase | None, Meta(description="The phase it came from (absent: none).")] = (
@@ -85,7 +85,9 @@ class Transition(_Base, frozen=True):
     )
     step_index: Annotated[int, Meta(ge=0, description="The step (0: the first) it went to.")] = 0
     weight: Annotated[int, Meta(ge=0, le=100, description="The candidate's weight it asked for.")] = 0
-    message: Annotated[str, Meta(max_length=MAX_MESSAGE)] = ""
+    message: Annotated[
+        str, Meta(max_length=MAX_MESSAGE, description="What happened, with the values that decided it.")
+    ] = ""
 
 
 class AnalysisStatus(_Base, frozen=True):
@@ -129,6 +131,21 @@ def decode(raw: Any) -> AnalysisStatus | None:
 
 
 def encode(status: AnalysisStatus) -> dict[str, Any]:
-    """``status.analysis`` as written."""
-    out: dict[str, Any] = msgspec.to_builtins(status)
+    """``status.analysis`` as written, and as the API server returns it: every field with a schema
+    default (not None) is written out, as the server would fill it in, so that the status read back
+    equals the one decided and steady state writes nothing."""
+    out: dict[str, Any] = _explicit(status)
     return out
+
+
+def _explicit(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        out = msgspec.to_builtins(value)
+        for f in msgspec.structs.fields(value):
+            v = getattr(value, f.name)
+            if v is not None:
+                out[f.encode_name] = _explicit(v)
+        return out
+    if isinstance(value, tuple):
+        return [_explicit(v) for v in value]
+    return value

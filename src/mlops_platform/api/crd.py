@@ -158,6 +158,8 @@ def _convert(node: JSON, defs: dict[str, JSON], path: str) -> JSON:
     node.pop("title", None)
     if node.get("default", 0) in (None, ""):  # "unset" in Python (omit_defaults), not a value
         del node["default"]
+    if isinstance(node.get("default"), tuple):  # an immutable list's default is a list
+        node["default"] = list(node["default"])
     values = node.pop("additionalProperties", False)
     if isinstance(values, dict):  # dict[str, X]
         node["additionalProperties"] = _convert(values, defs, f"{path}.*")

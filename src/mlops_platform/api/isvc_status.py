@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from mlops_platform.api import analysis_status
+
 
 class Condition(msgspec.Struct, rename="camel", omit_defaults=True):
     """A metav1.Condition: one aspect of the service's observed state."""
@@ -103,3 +105,7 @@ class InferenceServiceStatus(msgspec.Struct, rename="camel", omit_defaults=True)
         ]
         | None
     ) = None
+    analysis: Annotated[
+        analysis_status.AnalysisStatus | None,
+        Meta(description="The canary analysis (spec.canary.analysis): its phase, step and last transitions."),
+    ] = None

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.unit.controllers import test_analysis_checks
 
 from mlops_platform import api
 from mlops_platform.activator import contract
-from mlops_platform.api import internal, v1alpha1
+from mlops_platform.api import analysis_status, internal, v1alpha1
 from mlops_platform.controllers.inferenceservice import (
     children,
     labels,
@@ -2011,7 +2012,9 @@ async def test_the_status_stays_within_its_byte_budget_whatever_upstream_says() 
     w.client.fail("apply", "services", status=500, message=huge)
     with contextlib.suppress(Exception):
         await w.reconcile()
-    size = len(json.dumps(w.status).encode())
+    # and the worst canary analysis status (issue 42) beside it
+    worst = {**w.status, "analysis": analysis_status.encode(test_analysis_checks.worst_case())}
+    size = len(json.dumps(worst).encode())
     print(f"status: {size} bytes, {len(w.status['conditions'])} conditions")
     assert len(w.status["conditions"]) >= 10
     assert size <= reconciler.status.STATUS_BUDGET_BYTES

@@ -120,7 +120,7 @@ def merge_conditions(conds: Iterable[base.ChildCondition | None]) -> list[base.C
 
 #: the most bytes a status may take (JSON), whatever the children and upstream controllers say:
 #: at most ~14 conditions of bounded messages, two traffic entries, a few scalars (docs/api.md)
-STATUS_BUDGET_BYTES = 12 * 1024
+STATUS_BUDGET_BYTES = 16 * 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
