@@ -41,6 +41,8 @@ from typing import TypeGuard
 from mlops_platform import api
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import (
+    analysis_measure,
+    analysis_run,
     children,
     conditions,
     labels,
@@ -94,6 +96,12 @@ class _Basis:
     canary_failure: tuple[str, str] | None
     problems: list[tuple[str, rclient.ApiError]]
     inputs: tuple[object, ...]
+    #: the canary analysis' decision, and the InferenceService as the builders see it (``built``)
+    progress: analysis_run.Progress
+
+    @property
+    def built(self) -> internal.InferenceService:
+        return self.progress.isvc
 
 
 class InferenceServiceReconciler:
@@ -104,6 +112,7 @@ class InferenceServiceReconciler:
         recorder: slot_sync.Recorder | events.EventRecorder,
         optional_kinds: crdwatch.OptionalKinds,
         ctx: base.BuildContext,
+        analysis: analysis_run.AnalysisRun | None = None,
     ) -> None:
         self.cache = cache
         self.client = client
@@ -123,6 +132,8 @@ class InferenceServiceReconciler:
         )
         #: per InferenceService, the inputs under which its last reconcile's decisions hold
         self.settled = settled_inputs.SettledInputs()
+        #: the canary analyses (issue 42); without a Prometheus client every measurement holds
+        self.analysis = analysis or analysis_run.AnalysisRun(analysis_measure.Measurer(None))
 
     async def reconcile(self, request: Request) -> Result:
         key = (request.namespace or "", request.name)
@@ -131,16 +142,20 @@ class InferenceServiceReconciler:
             return Result()  # gone: the garbage collector removes the children
         started = time.perf_counter()
         isvc = await self._decode(key, raw)
-        plan = self._rollout(isvc)
-        slots = base.slots(isvc, children.CHILDREN, plan.components, plan.route)
-        basis = self._basis(key, raw, isvc, plan, slots)
+        dialect = self.ctx.server(isvc).metrics_dialect
+        progress = self.analysis.run(key, raw, isvc, self._rollout, dialect)
+        built = progress.isvc  # the spec as the canary analysis' status has it built (analysis_run)
+        plan = self._rollout(built)
+        slots = base.slots(built, children.CHILDREN, plan.components, plan.route)
+        basis = self._basis(key, raw, isvc, plan, slots, progress)
         if self.settled.holds(key, basis.inputs):
-            return Result()  # the inputs of a reconcile that found nothing to write: nothing to do
-        run = await self.slot_sync.sync(raw, isvc, slots)
-        after = self._rollout(isvc, run.written_objects())  # the rollout as our writes left it
+            # the inputs of a reconcile that found nothing to write: nothing to do but the analysis' clock
+            return progress.result(Result())
+        run = await self.slot_sync.sync(raw, built, slots)
+        after = self._rollout(built, run.written_objects())  # the rollout as our writes left it
         written = await self._write_status(basis, run, after)
         self._log(run, written, started)
-        return self._settle(basis, run, after, written)
+        return progress.result(self._settle(basis, run, after, written))
 
     # -- read and decide ----------------------------------------------------------------------------
 
@@ -150,6 +165,7 @@ class InferenceServiceReconciler:
         raw = self.cache.get(ISVC, request.namespace, request.name)
         if raw is None or objects.deleting(raw):
             self.settled.forget(key)
+            self.analysis.measurer.forget(key)
             return None
         return self.own_status.read(raw)
 
@@ -178,6 +194,7 @@ class InferenceServiceReconciler:
         isvc: internal.InferenceService,
         plan: traffic.Rollout,
         slots: list[base.Slot],
+        progress: analysis_run.Progress,
     ) -> _Basis:
         """The rest of what the reconcile decides from, from the cache: the pods' failures and what
         cannot be read or recorded; and all of it as inputs."""
@@ -185,8 +202,9 @@ class InferenceServiceReconciler:
         pod_failure, canary_failure = pods_and_slices.failures(pods)
         problems = self._permission_problems(isvc.namespace)
         version = objects.meta(raw).get("resourceVersion")
-        inputs = self._inputs(version, slots, (pod_failure, canary_failure, plan), problems)
-        return _Basis(key, raw, isvc, plan, slots, pod_failure, canary_failure, problems, inputs)
+        observed = (pod_failure, canary_failure, plan, progress.inputs())
+        inputs = self._inputs(version, slots, observed, problems)
+        return _Basis(key, raw, isvc, plan, slots, pod_failure, canary_failure, problems, inputs, progress)
 
     def _inputs(
         self,
@@ -271,7 +289,7 @@ class InferenceServiceReconciler:
             run.failures.append(status.Failure(what, err))
             self.recorder.event(raw, "Warning", "PermissionDenied", "Reconcile", f"{what}: {err}")
         new_status = status.compute(
-            basis.isvc,
+            basis.built,
             raw.get("status") or {},
             run.observed,
             run.failures,
@@ -279,6 +297,7 @@ class InferenceServiceReconciler:
             self.ctx,
             status.Canary(after, basis.canary_failure),
         )
+        basis.progress.apply(new_status, raw.get("status") or {})
         sent = time.perf_counter()
         try:
             written = await self._apply_status(raw, new_status)
@@ -287,6 +306,9 @@ class InferenceServiceReconciler:
             raise
         if written is not None:
             run.request_ms["status"] = round((time.perf_counter() - sent) * 1000, 1)
+            event = basis.progress.event()
+            if event is not None:  # the analysis' transition, once its status is written
+                self.recorder.event(raw, event[0], event[1], "Analysis", event[2])
         return written
 
     async def _apply_status(self, raw: Obj, new: Obj) -> Obj | None:
@@ -358,7 +380,7 @@ class InferenceServiceReconciler:
         # cluster carry what was decided), so that is settled too; the echo filter drops those
         # events, and anything else that changes (a controller's status) is a new input.
         version = objects.meta(answer).get("resourceVersion")
-        observed = (basis.pod_failure, basis.canary_failure, after)
+        observed = (basis.pod_failure, basis.canary_failure, after, basis.progress.inputs())
         inputs = self._inputs(version, basis.slots, observed, basis.problems, run)
         self.settled.settle(key, inputs, basis.isvc)
         return Result()

@@ -63,6 +63,11 @@ class Rollout:
     route: base.Route
     #: what the live route does now (not what it is being asked to do)
     split: tuple[Share, ...]
+    #: the candidate's weight on the live route (the replicas router: its share of ready endpoints
+    #: while the predictor Service selects it, else 0)
+    live_canary: int = 0
+    #: the router has applied the live route's current generation
+    applied: bool = True
 
     @property
     def canary(self) -> base.Component:
@@ -203,7 +208,8 @@ def rollout(
             storage=storage,
         )
     route = base.Route(router, {k: w for k, w in p.weights.items() if w > 0})
-    return Rollout(p, (pred, cand), route, _effective(isvc, router, stable, canary, live, pred, cand))
+    split = _effective(isvc, router, stable, canary, live, pred, cand)
+    return Rollout(p, (pred, cand), route, split, live.get(canary_key, 0), route_applied)
 
 
 def _candidate_artifact(
