@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from mlops_platform import cli
+from mlops_platform import cli, promclient
 from mlops_platform.cli import operator, settings, webhook
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime.control import storagemigration as sm
@@ -58,10 +58,14 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
         "--traffic-router", "gateway-api", "--gateway", "gw/main", "--storage-initializer-image", "i:1",
         "--webhook-bind-address", "off", "--webhook-dns-name", "a.svc", "--log-level", "debug",
         "--cache-sync-timeout", "20", "--webhook-shutdown-delay", "5", "--scrape-interval", "15s",
+        "--prometheus", "mon/prom:9091", "--prometheus-timeout", "3", "--prometheus-retries", "1",
     ]  # fmt: skip
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == 0, result.output
-    [(process, leases, context, hook)] = served
+    [(process, leases, context, hook, prometheus)] = served
+    assert prometheus == promclient.Options(
+        prometheus="mon/prom:9091", prometheus_timeout=3.0, prometheus_retries=1
+    )
     assert process == operator.ProcessFlags(
         kubeconfig="k.yaml",
         context="ctx",
@@ -104,7 +108,8 @@ def test_run_hands_every_flag_to_its_step(served: list[tuple[Any, ...]]) -> None
 def test_run_defaults_give_the_default_settings(served: list[tuple[Any, ...]]) -> None:
     result = CliRunner().invoke(cli.main, ["run"])
     assert result.exit_code == 0, result.output
-    [(_, _, context, _)] = served
+    [(_, _, context, _, prometheus)] = served
+    assert prometheus == promclient.Options()  # the default Prometheus through the service proxy
     assert context.storage_initializer_image == settings.DEFAULT_STORAGE_INITIALIZER_IMAGE
     assert context.scrape_interval == base.DEFAULT_SCRAPE_INTERVAL
     assert (context.router, context.ingress_namespace_labels, context.monitoring) == (

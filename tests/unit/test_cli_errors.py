@@ -235,9 +235,25 @@ def test_well_formed_addresses_still_reach_the_manager(
 ) -> None:
     result = invoke(["run", "--health-probe-bind-address", value, "--metrics-bind-address", value])
     assert result.exit_code == 0, result.output
-    [(process, leases, _, _)] = served
+    [(process, leases, _, _, _)] = served
     manager_options = operator._manager_options(process, leases)
     assert manager_options.health_probe_address == manager_options.metrics_address == address
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--prometheus-ca-file", "ca.pem"], "go with --prometheus-url"),
+        (["--prometheus", "prometheus"], "--prometheus: 'prometheus' is not NAMESPACE/SERVICE:PORT"),
+        (["--prometheus-url", "ftp://prom"], "--prometheus-url"),
+    ],
+)
+def test_run_refuses_prometheus_flags_that_do_not_go_together(
+    served: list[tuple[Any, ...]], args: list[str], says: str
+) -> None:
+    result = invoke(["run", *args])
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert served == []
 
 
 def test_the_webhook_builds_with_a_bracketed_ipv6_address() -> None:

@@ -11,8 +11,10 @@ import click
 from mlops_platform.cli import options, settings, webhook
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
+    from mlops_platform import promclient
     from mlops_platform.controllers.inferenceservice.children.base import BuildContext
     from mlops_platform.runtime.control import manager as rmanager
+    from mlops_platform.runtime.transport import client as rclient
 
 
 @click.command()
@@ -143,10 +145,12 @@ if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
 )
 @click.option("--log-level", default="info")
 @webhook.webhook_options
+@options.prometheus_options
 def run(**flags: Any) -> None:
     """Run the operator until SIGTERM/SIGINT (graceful: in-flight reconciles finish, Lease released).
 
     Every replica also serves the conversion webhook at once, leader or not (``--webhook-*``)."""
+    from mlops_platform import promclient
     from mlops_platform.runtime.observability import logs
 
     leases = options.take(LeaseFlags, flags)
@@ -155,10 +159,12 @@ def run(**flags: Any) -> None:
     logs.setup_logging(level=process.log_level)
     operator_settings = settings.build_context(options.take(settings.SettingsFlags, flags))
     hook = options.take(webhook.WebhookFlags, flags)
+    prometheus = options.take(promclient.Options, flags)
+    options.prometheus_endpoint(prometheus)  # a usage error before anything starts
     if flags:
         raise TypeError(f"run: flags of no group: {sorted(flags)}")
     try:
-        asyncio.run(_serve(process, leases, operator_settings, hook))
+        asyncio.run(_serve(process, leases, operator_settings, hook, prometheus))
     except OSError as e:  # the probe or metrics server could not listen (the webhook: webhook.serve)
         if e.errno not in options.CANNOT_LISTEN:
             raise
@@ -243,24 +249,37 @@ async def _serve(
     leases: LeaseFlags,
     operator_settings: BuildContext,
     hook_flags: webhook.WebhookFlags,
+    prometheus: promclient.Options,
 ) -> None:
     """The manager with the InferenceService controller, and the conversion webhook beside it (unless
-    ``--webhook-bind-address off``), until SIGTERM/SIGINT."""
+    ``--webhook-bind-address off``), until SIGTERM/SIGINT. The canary analyses' Prometheus client
+    (``--prometheus*``) lives as long as the manager: its measurements are cancelled, then it closes."""
+    from mlops_platform import promclient
     from mlops_platform.controllers.inferenceservice import controller
-    from mlops_platform.runtime import background
     from mlops_platform.runtime.control import manager as rmanager
     from mlops_platform.runtime.transport import client as rclient
 
     async with rclient.Client.from_kubeconfig(process.kubeconfig, context=process.context) as c:
         mgr = rmanager.Manager(c, _manager_options(process, leases))
-        controller.setup(mgr, settings=operator_settings, workers=process.workers)
-        hook = webhook.build(c, hook_flags, mgr.metrics.registry)
-        if hook is None:
-            await mgr.run_until_signal()
-            return
-        mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
-        async with background.task(webhook.serve(hook, hook_flags)) as serving:
-            # the webhook ending (it failed: it runs until cancelled) stops the manager, and its error
-            # is raised at the block's end: the operator does not run on without its webhook
-            serving.add_done_callback(lambda _: mgr.stop())
-            await mgr.run_until_signal()
+        queries = promclient.QueryClient.from_options(prometheus, api=c)
+        rec = controller.setup(mgr, settings=operator_settings, workers=process.workers, prometheus=queries)
+        try:
+            await _run(mgr, c, hook_flags)
+        finally:
+            rec.analysis.measurer.close()
+            await queries.close()
+
+
+async def _run(mgr: rmanager.Manager, c: rclient.Client, hook_flags: webhook.WebhookFlags) -> None:
+    from mlops_platform.runtime import background
+
+    hook = webhook.build(c, hook_flags, mgr.metrics.registry)
+    if hook is None:
+        await mgr.run_until_signal()
+        return
+    mgr.add_readyz_check("conversion-webhook", hook.ready.is_set)
+    async with background.task(webhook.serve(hook, hook_flags)) as serving:
+        # the webhook ending (it failed: it runs until cancelled) stops the manager, and its error
+        # is raised at the block's end: the operator does not run on without its webhook
+        serving.add_done_callback(lambda _: mgr.stop())
+        await mgr.run_until_signal()

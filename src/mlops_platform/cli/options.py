@@ -191,8 +191,8 @@ def take(cls: type[D], flags: dict[str, Any]) -> D:
 
 
 def prometheus_options(f: F) -> F:
-    """The ``--prometheus*`` flags of the operator's Prometheus queries (the canary analysis; not on
-    ``run`` until the reconciler acts on analyses), into ``promclient.Options`` (:func:`take`);
+    """The ``--prometheus*`` flags of the operator's Prometheus queries (the canary analysis, on
+    ``run``), into ``promclient.Options`` (:func:`take`);
     flags that do not go together are a usage error naming them (:func:`prometheus_endpoint`)."""
     from mlops_platform import promapi
 

@@ -21,10 +21,23 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from mlops_platform import promapi
 from mlops_platform.api import internal
 from mlops_platform.controllers.inferenceservice import analysis_checks as checks
 from mlops_platform.controllers.inferenceservice import analysis_queries
+from mlops_platform.runtime import rbac
 
+RBAC = (
+    rbac.requires(
+        "",
+        "services/proxy",
+        ["get"],
+        why="the canary analysis asks Prometheus through the API server's service proxy (--prometheus: "
+        "the default Service's name; a namespaced install that does not watch Prometheus' namespace "
+        "grants it there, promapi.read_rule, or uses --prometheus-url)",
+        resource_names=[promapi.read_rule()["resourceNames"][0]],
+    ),
+)
 Key = tuple[str, str]
 #: (the InferenceService, spec hash, step index, the interval's start)
 Ident = tuple[Key, str, int, str]

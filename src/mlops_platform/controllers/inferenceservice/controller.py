@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlops_platform.controllers.inferenceservice import children, labels, pods_and_slices, reconciler
+from mlops_platform.controllers.inferenceservice import (
+    analysis_measure,
+    analysis_queries,
+    analysis_run,
+    children,
+    labels,
+    pods_and_slices,
+    reconciler,
+)
 from mlops_platform.controllers.inferenceservice.children import base
 from mlops_platform.runtime import rbac
 from mlops_platform.runtime.caching import cache as rcache
@@ -46,18 +54,25 @@ def setup(
     *,
     workers: int = 16,
     settings: base.BuildContext | None = None,
+    prometheus: analysis_queries.Querier | None = None,
 ) -> reconciler.InferenceServiceReconciler:
     """Register the controller. The cache holds only what it needs: pods and children it labelled.
 
     Children of optional kinds (their CRDs may be absent) are watched while their CRDs exist.
-    ``settings`` are the operator-wide defaults (the model-server table among them).
+    ``settings`` are the operator-wide defaults (the model-server table among them); ``prometheus``
+    the query client of the canary analyses (None: their measurements hold, saying so). Its
+    measurements run beside the workers; each enqueues its InferenceService when it is done.
     """
     ctx = settings or base.BuildContext()
     _cache_what_the_reconciler_reads(mgr.cache)
     recorder = mgr.event_recorder("mlops-platform", correlation_annotation=labels.RECONCILE_ID_ANNOTATION)
-    rec = reconciler.InferenceServiceReconciler(mgr.cache, mgr.client, recorder, mgr.optional_kinds, ctx)
+    measurer = analysis_measure.Measurer(prometheus)
+    rec = reconciler.InferenceServiceReconciler(
+        mgr.cache, mgr.client, recorder, mgr.optional_kinds, ctx, analysis_run.AnalysisRun(measurer)
+    )
     ctl = _controller(mgr, rec, workers)
     mgr.add(ctl)
+    measurer.wake = lambda key: ctl.queue.add(Request(*key))
 
     def denial_changed(_: rclient.Resource, old: Exception | None, new: Exception | None) -> None:
         # a reconcile that ran before an informer's first 403 (or after its last) would otherwise
