@@ -646,7 +646,7 @@ async def test_json_shape() -> None:
     assert list(out) == [
         "name", "namespace", "summary", "serving", "generation", "observedGeneration", "upToDate", "url",
         "conditions", "traffic", "rollout", "settings", "specProblem", "caveats", "children", "wouldChange",
-        "pods", "events", "eventsTotal", "errors", "health",
+        "pods", "events", "eventsTotal", "errors", "health", "analysis",
     ]  # fmt: skip
     assert (out["name"], out["namespace"], out["serving"], out["url"]) == ("bert", "ml", False, None)
     assert (out["generation"], out["observedGeneration"], out["upToDate"]) == (1, 1, True)

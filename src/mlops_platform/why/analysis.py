@@ -20,8 +20,9 @@ import dataclasses
 import datetime
 
 from mlops_platform import api
-from mlops_platform.api import internal
+from mlops_platform.api import analysis_status, internal
 from mlops_platform.controllers.inferenceservice import (
+    analysis_run,
     children,
     labels,
     pods_and_slices,
@@ -35,7 +36,7 @@ from mlops_platform.runtime.caching import kinds
 from mlops_platform.runtime.control import childsync
 from mlops_platform.runtime.objects import Obj
 from mlops_platform.runtime.transport import resources
-from mlops_platform.why import observed, reading, report, summary
+from mlops_platform.why import analysis_view, observed, reading, report, summary
 
 #: Events shown by default (newest first)
 MAX_EVENTS = 20
@@ -72,6 +73,8 @@ class _Comparison:
     children: tuple[report.ChildReport, ...] = ()
     #: (kind, name) of every child slot compared (their Events are about the InferenceService)
     names: frozenset[tuple[str, str]] = frozenset()
+    #: the canary analysis in the status (None: none)
+    analysis: report.AnalysisReport | None = None
 
 
 def analyze(
@@ -119,6 +122,7 @@ def analyze(
         errors=dict(snap.errors),
         caveats=compared.caveats,
         health=health,
+        analysis=compared.analysis,
     )
     return dataclasses.replace(partial, summary=summary.summary(partial))
 
@@ -126,13 +130,19 @@ def analyze(
 def _compare(snap: reading.Snapshot, ctx: base.BuildContext) -> _Comparison:
     """Decode and validate the spec as the reconciler does, decide the rollout, and compare every
     child slot of it with the live objects."""
+    st = snap.raw.get("status") or {}
     try:
         isvc = api.decode(snap.raw)
         servers.validate(isvc, ctx.servers)  # the reconciler's runtime validation
     except api.ValidationError as e:
-        return _Comparison(spec_problem=f"InvalidSpec: {e}")
+        return _Comparison(spec_problem=f"InvalidSpec: {e}", analysis=analysis_view.report_of(st, None))
+    progress = analysis_view.report_of(st, isvc)
     if objects.deleting(snap.raw):
-        return _Comparison(spec_problem="being deleted: the garbage collector removes the children")
+        return _Comparison(
+            spec_problem="being deleted: the garbage collector removes the children", analysis=progress
+        )
+    # what the reconciler builds while the canary analysis is where its status says (analysis_run)
+    isvc = analysis_run.effective(isvc, analysis_status.decode(st.get("analysis")))
     rollout = _rollout(isvc, ctx, snap)
     kids: list[report.ChildReport] = []
     names: set[tuple[str, str]] = set()
@@ -148,6 +158,7 @@ def _compare(snap: reading.Snapshot, ctx: base.BuildContext) -> _Comparison:
         caveats=_caveats(isvc, snap),
         children=tuple(kids),
         names=frozenset(names),
+        analysis=progress,
     )
 
 

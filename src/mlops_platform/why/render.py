@@ -21,7 +21,7 @@ import click
 from mlops_platform.controllers.inferenceservice import labels
 from mlops_platform.runtime import clock
 from mlops_platform.runtime.objects import Obj
-from mlops_platform.why import report
+from mlops_platform.why import analysis_view, report
 
 #: pods shown in the human output (those with a problem first); the JSON lists all of them
 MAX_PODS = 10
@@ -85,6 +85,7 @@ def to_json(r: report.Report) -> Obj:
         "eventsTotal": r.events_total,
         "errors": dict(r.errors),
         "health": None if r.health is None else _health_json(r.health),
+        "analysis": None if r.analysis is None else dict(r.analysis.raw),
     }
 
 
@@ -237,6 +238,8 @@ def render_text(r: report.Report, *, width: int = 100, color: bool = False) -> s
     out.wrapped(r.summary, 0, {"bold": True, **(_GOOD if r.serving else _BAD)})
     _render_isvc(out, r)
     _render_conditions(out, r)
+    if r.analysis is not None:
+        analysis_view.render(out, r.analysis)
     _render_children(out, r)
     _render_pods(out, r)
     if r.health is not None:

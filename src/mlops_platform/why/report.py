@@ -149,6 +149,27 @@ class HealthReport:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AnalysisReport:
+    """``status.analysis`` as read (issue 42): where the canary analysis is, why its step holds, the
+    values of the last judged interval and the last transitions with the values that decided them."""
+
+    phase: str
+    #: "2 of 3" (the spec's steps), or "2" when the spec no longer has the analysis
+    step: str
+    weight: int
+    failed_checks: int
+    #: the spec's failureLimit (None: the spec no longer has the analysis)
+    failure_limit: int | None
+    step_start_time: str | None
+    #: "Reason: message (since TIME)" while the step holds, else ""
+    hold: str
+    measurements: tuple[Obj, ...]
+    history: tuple[Obj, ...]
+    #: ``status.analysis`` as written (the JSON output)
+    raw: Obj
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Report:
     namespace: str
     name: str
@@ -176,6 +197,8 @@ class Report:
     caveats: tuple[str, ...] = ()
     #: what Prometheus says (None: monitoring off, or not asked)
     health: HealthReport | None = None
+    #: the canary analysis (None: none in the status)
+    analysis: AnalysisReport | None = None
 
     @property
     def changes(self) -> tuple[ChildReport, ...]:

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from tests.unit.controllers import test_reconciler as tr
 
-from mlops_platform import promapi, promclient
+from mlops_platform import promapi, promclient, why
 from mlops_platform.api import analysis_status, conversion, internal
 from mlops_platform.controllers.inferenceservice import analysis_checks as checks
 from mlops_platform.controllers.inferenceservice import (
@@ -26,7 +26,9 @@ from mlops_platform.controllers.inferenceservice import (
     labels,
     reconciler,
 )
-from mlops_platform.controllers.inferenceservice.children import virtualservice
+from mlops_platform.controllers.inferenceservice.children import monitoring, virtualservice
+from mlops_platform.runtime.transport import resources
+from mlops_platform.testing import fakes
 
 Obj = dict[str, Any]
 T0 = datetime.datetime(2026, 12, 24, 12, 0, tzinfo=datetime.UTC)
@@ -381,3 +383,43 @@ def test_effective_builds_the_stable_from_the_candidate_only_for_this_canary_spe
     traffic = analysis_run.effective(isvc, progressing).traffic
     assert traffic is not None and traffic.percent == 25
     assert labels.CANARY == "canary"
+
+
+def why_of(r: Run) -> why.Report:
+    """``why`` on what the fake cluster stores (the InferenceService with its status, the children)."""
+    raw = copy.deepcopy(r.w.live(tr.ISVC, tr.NAME))
+    raw["status"] = r.w.status
+    kinds = (monitoring.PROMETHEUS_RULE, monitoring.SERVICE_MONITOR, virtualservice.KIND)
+    crds = {k.crd_name: fakes.crd(k) for k in kinds}
+    children = {
+        (tr.CHILD_RESOURCES[plural].group_resource, name): obj
+        for (plural, _, name), obj in r.w.client.objects.items()
+        if plural in tr.CHILD_RESOURCES
+    }
+    slices, pods = r.w.cache.list(resources.ENDPOINT_SLICE), r.w.cache.list(resources.POD)
+    return why.analyze(why.Snapshot(raw, crds, children, slices, pods), now=r.now)
+
+
+async def test_why_shows_the_analysis_its_values_and_compares_the_children_the_operator_builds() -> None:
+    r = Run(prom=FakeProm(BAD))
+    await r.settle()
+    await r.after(60)
+    report = why_of(r)
+    assert report.analysis is not None and report.changes == ()  # the children as the analysis has them
+    text = why.render_text(report, width=120)
+    section = text[text.index("Canary analysis (") : text.index("Children (")]
+    assert "step    1 of 3: 10 % to the candidate since" in section
+    assert "1 of 2 evaluation(s)" in section
+    assert "errorRatio  0.2" in section and "FAILED" in section
+    assert "-> Progressing  CheckFailed" in section
+    await r.after(60)
+    report = why_of(r)
+    assert report.changes == ()  # rolled back: no canary built, none live
+    assert why.to_json(report)["analysis"]["phase"] == "RolledBack"
+    assert "ChecksFailed" in why.render_text(report, width=120)
+    good = Run()
+    await good.settle()
+    for _ in range(4):
+        await good.after(120)
+    assert good.analysis["phase"] == "Promoted"
+    assert why_of(good).changes == ()  # the stable built from the candidate, as the operator does
