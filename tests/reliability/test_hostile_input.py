@@ -5,7 +5,8 @@ bring to a stable state whose status explains itself, without crashing or wedgin
 - Invalid (:func:`manifests.invalid`, every served version): one field of a valid object made wrong
   (wrong JSON types, numbers out of range, bad quantities, strings and maps far over their bounds
   up to close to the API server's 3 MiB request limit, unknown fields, bad model URIs and
-  endpoints, unicode tricks in names, labels and annotations, broken cross-field rules). Each is
+  endpoints, unicode tricks in names, labels and annotations, broken cross-field rules, the canary
+  analysis' bounds and CEL rules). Each is
   POSTed with ``fieldValidation=Strict`` and ``dryRun=All`` (the full validation, nothing stored);
   a sample of them, and every one over 1 MiB (etcd refuses requests over 1.5 MiB: only a real write
   gets there), without the dry run. Each must be refused (4xx) with the field's path in the

@@ -7,7 +7,9 @@
   ``metadata.name``). The categories (:data:`CATEGORIES`): wrong JSON types, numbers out of range,
   bad quantities, strings and maps far over their bounds (the biggest close to the API server's
   3 MiB request limit), unknown fields (rejected with ``fieldValidation=Strict``), bad model URIs
-  and endpoints, unicode tricks in names, labels and annotations, and cross-field (CEL) rules.
+  and endpoints, unicode tricks in names, labels and annotations, and cross-field (CEL) rules;
+  the canary analysis' fields (v1beta1, v1: bounds, durations, types, and its CEL rules:
+  decreasing weights, a percent beside it, no check, a check without a bound) among them.
   Every one of them is invalid by the API's own contract: :func:`mlops_platform.api.decode` (the
   operator's reading of an object) refuses it too.
 - :func:`valid` draws valid objects of every served version with at most :data:`MAX_REPLICAS`

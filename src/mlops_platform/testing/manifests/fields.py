@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from mlops_platform.api import internal, v1_rules
+from mlops_platform.api import internal, v1_analysis, v1_rules
 from mlops_platform.testing.manifests import objects, values
 
 Path = tuple[str, ...]
@@ -98,8 +98,58 @@ def _model_fields(at: Path, needs: objects.JSON | None = None) -> tuple[Field, .
     )  # fmt: skip
 
 
+#: a valid analysis (issue 42) with every check, beside which one field is made invalid
+ANALYSIS: objects.JSON = {
+    "steps": [{"weight": 10}, {"weight": 50}],
+    "errorRatio": {"max": 0.05, "maxAboveStable": 0.01},
+    "latency": {"maxSeconds": 0.5, "maxTimesStable": 1.5},
+}
+WITH_ANALYSIS: objects.JSON = {
+    "spec": {"canary": {**_MODEL_OF_CANARY, "trafficPercent": 0, "analysis": ANALYSIS}}
+}
+_A: Path = ("spec", "canary", "analysis")
+
+
+def _fractions(
+    lo: float, hi: float, *, open_lo: bool = False, open_hi: bool = False
+) -> Callable[[], st.SearchStrategy[Any]]:
+    """Numbers outside [lo, hi] (or the open ends themselves)."""
+
+    def bad() -> st.SearchStrategy[Any]:
+        below = st.floats(max_value=lo, exclude_max=not open_lo, allow_nan=False, allow_infinity=False)
+        above = st.floats(min_value=hi, exclude_min=not open_hi, allow_nan=False, allow_infinity=False)
+        return st.one_of(below, above)
+
+    return bad
+
+
+def _analysis_fields() -> tuple[Field, ...]:
+    """``spec.canary.analysis`` (v1beta1, v1): its bounds and types, beside a valid analysis."""
+    w = WITH_ANALYSIS
+    return (
+        Field((*_A, "interval"), "string",
+              _strings(v1_analysis.INTERVAL_PATTERN, 16, "", "5s", "9s", "25h", "1h1h", "5x", "1.5m"),
+              "bad-string", w),
+        Field((*_A, "minRequests"), "integer", _ints(0, 1_000_000), "out-of-range", w),
+        Field((*_A, "failureLimit"), "integer", _ints(1, 100), "out-of-range", w),
+        Field((*_A, "paused"), "boolean", None, "wrong-type", w),
+        Field((*_A, "errorRatio", "max"), "number", _fractions(0, 1), "out-of-range", w),
+        Field((*_A, "errorRatio", "maxAboveStable"), "number", _fractions(0, 1), "out-of-range", w),
+        Field((*_A, "latency", "quantile"), "number", _fractions(0, 1, open_lo=True, open_hi=True),
+              "out-of-range", w),
+        Field((*_A, "latency", "maxSeconds"), "number",
+              lambda: st.floats(max_value=0, allow_nan=False, allow_infinity=False), "out-of-range", w),
+        Field((*_A, "latency", "maxTimesStable"), "number", _fractions(1, 100), "out-of-range", w),
+        Field((*_A, "steps"), "array", None, "wrong-type", w),
+        Field((*_A, "errorRatio"), "object", None, "wrong-type", w),
+        Field((*_A, "latency"), "object", None, "wrong-type", w),
+        Field(_A, "object", None, "wrong-type", w),
+    )  # fmt: skip
+
+
 def _hub_fields(version: str) -> tuple[Field, ...]:
     fields: list[Field] = [
+        *_analysis_fields(),
         *_model_fields((*_P, "model")),
         *_model_fields(("spec", "canary", "model"), {"spec": {"canary": _MODEL_OF_CANARY}}),
         Field((*_P, "runtime"), "string", _strings(v1_rules.RUNTIME_PATTERN, 63, "Triton", "my_runtime"),

@@ -167,12 +167,44 @@ def _cross_field(draw: st.DrawFn, version: str, obj: objects.JSON) -> objects.In
     ]
     if version == "v1":
         cases.append("scale-to-zero")
+    cases += list(_ANALYSIS_CASES)
     case = draw(st.sampled_from(cases))
+    if case in _ANALYSIS_CASES:
+        return _broken_analysis(version, obj, case)
     if case in ("replicas", "scale-to-zero"):
         return _broken_scaling(draw, version, obj, predictor, case)
     if case in ("resources", "extended"):
         return _broken_resources(draw, version, obj, predictor, case)
     return _broken_model(draw, version, obj, predictor["model"], case)
+
+
+#: the analysis' CEL rules (issue 42): case -> (the field named, what is broken); the query
+#: variables are the operator's to check (CEL cannot), so they are no case here
+_ANALYSIS_CASES = {
+    "analysis-weights": ("spec.canary.analysis.steps", "weights 50 then 10"),
+    "analysis-percent": ("spec.canary.trafficPercent", "trafficPercent 10 beside an analysis"),
+    "analysis-no-check": ("spec.canary.analysis", "no check"),
+    "analysis-error-ratio": ("spec.canary.analysis.errorRatio", "errorRatio without a bound"),
+    "analysis-latency": ("spec.canary.analysis.latency", "latency without a bound"),
+}
+
+
+def _broken_analysis(version: str, obj: objects.JSON, case: str) -> objects.Invalid:
+    objects.merge(obj, fields.WITH_ANALYSIS)
+    canary = obj["spec"]["canary"]
+    a = canary["analysis"]
+    if case == "analysis-weights":
+        a["steps"] = [{"weight": 50}, {"weight": 10}]
+    elif case == "analysis-percent":
+        canary["trafficPercent"] = 10
+    elif case == "analysis-no-check":
+        del a["errorRatio"], a["latency"]
+    elif case == "analysis-error-ratio":
+        a["errorRatio"] = {}
+    else:
+        a["latency"] = {"quantile": 0.9}
+    field, what = _ANALYSIS_CASES[case]
+    return objects.Invalid("cross-field", version, field, obj, what)
 
 
 def _cross_field_alpha(draw: st.DrawFn, version: str, obj: objects.JSON) -> objects.Invalid:
