@@ -423,3 +423,30 @@ async def test_why_shows_the_analysis_its_values_and_compares_the_children_the_o
         await good.after(120)
     assert good.analysis["phase"] == "Promoted"
     assert why_of(good).changes == ()  # the stable built from the candidate, as the operator does
+
+
+async def test_removing_only_the_analysis_hands_the_canary_back_to_its_percent() -> None:
+    r = Run()
+    await r.settle()
+    by_hand = manifest()
+    del by_hand["spec"]["canary"]["analysis"]
+    by_hand["spec"]["canary"]["trafficPercent"] = 40
+    r.edit(by_hand)
+    await r.settle()
+    assert "analysis" not in r.w.status
+    assert r.weights() == {"predictor": 60, "canary": 40}
+    assert not any(c["type"] == "CanaryAnalysis" for c in r.w.status["conditions"])
+
+
+def test_setup_gives_the_reconciler_the_query_client_and_a_measurement_enqueues_its_service() -> None:
+    from mlops_platform.controllers.inferenceservice import controller
+    from mlops_platform.runtime.control import manager as rmanager
+
+    mgr = rmanager.Manager(fakes.FakeClient(), rmanager.Options())
+    prom = FakeProm()
+    rec = controller.setup(mgr, prometheus=prom)
+    measurer = rec.analysis.measurer
+    assert measurer.client is prom and measurer.wake is not None
+    measurer.wake((tr.NS, tr.NAME))
+    [ctl] = [c for c in mgr.controllers if c.name == controller.NAME]
+    assert ctl.queue.len() == 1

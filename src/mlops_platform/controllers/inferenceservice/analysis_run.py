@@ -19,7 +19,8 @@ One reconcile, :meth:`AnalysisRun.run`:
    it 0);
 3. ``manual`` (:func:`manual`): the user's own edit wins: the predictor set to the candidate's model
    (a manual promote), or the analysis or the canary removed from the spec (a manual rollback, or a
-   promote when the canary left serves the predictor's model);
+   promote when the canary left serves the predictor's model); the analysis removed while the canary
+   stays: the user sets its percent by hand, and ``status.analysis`` goes;
 4. decide; at the end of an interval the step's window is measured OFF the worker
    (:class:`~.analysis_measure.Measurer`: a task per interval, its InferenceService enqueued when it
    is done) and decided again with the measurement on a later reconcile;
@@ -214,6 +215,10 @@ class AnalysisRun:
             spec = isvc.traffic.analysis  # the predictor is the candidate: a manual promote
         if spec is None and read is None:
             return Progress(isvc)
+        if spec is None and isvc.traffic is not None and isvc.traffic.model_uri not in (None, isvc.model_uri):
+            return Progress(
+                isvc, drop=True
+            )  # the analysis removed, the canary kept: the user sets its percent
         now_rollout = rollout(effective(isvc, read))
         if spec is None:
             assert read is not None
