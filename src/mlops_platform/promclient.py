@@ -1,4 +1,4 @@
-"""The operator's Prometheus queries (the canary analysis, issue 42; not wired into ``run`` yet):
+"""The operator's Prometheus queries (the canary analysis, issue 42; ``run``'s ``--prometheus*``):
 instant queries with a deadline and bounded retries, on the transport every other request of the
 operator uses (:mod:`mlops_platform.runtime.transport`), parsed by :mod:`mlops_platform.promapi`.
 

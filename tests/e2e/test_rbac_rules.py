@@ -86,6 +86,11 @@ EXPECT: dict[str, tuple[str | None, str | None]] = {
 #: rules only the conversion webhook uses (its certificate Secret): the reconciler never needs them,
 #: so removing one shows nothing on an InferenceService (the webhook's own tests cover them)
 WEBHOOK_ONLY = {"secrets"}
+#: the canary analysis' Prometheus queries (issue 42): the cases' InferenceService has no analysis,
+#: and a namespaced case's Role could not reach Prometheus' namespace anyway; without the rule an
+#: analysis holds with CanaryAnalysis=False/PrometheusUnreachable naming the 403 (the progressive
+#: delivery e2e is to prove it)
+ANALYSIS_ONLY = {"services/proxy"}
 
 #: how long a case's manager waits for its caches before it starts degraded (or fails, without its
 #: primary kind): the cases' conditions can show only after it
@@ -202,7 +207,7 @@ async def pod_cases(
 
 def test_every_generated_rule_has_a_case() -> None:
     names = {r.name for r in deploy_rbac.declared_rules()}  # a name may have several rules (resourceNames)
-    assert sorted(EXPECT) == sorted(names - WEBHOOK_ONLY)
+    assert sorted(EXPECT) == sorted(names - WEBHOOK_ONLY - ANALYSIS_ONLY)
 
 
 async def _reconciled(admin: rclient.Client, ns: str) -> dict[str, Any]:

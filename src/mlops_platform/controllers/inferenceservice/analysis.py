@@ -1,7 +1,7 @@
 """The canary analysis' state machine (pure: no I/O, no clock of its own): from the analysis spec,
 the last analysis status, the time, what the cluster shows, the measured checks and a manual action,
-the next status, the candidate's weight and the transition to record (issue 42; not wired into the
-reconciler yet, ``docs/progressive-delivery.md``).
+the next status, the candidate's weight and the transition to record (issue 42,
+``docs/progressive-delivery.md``; the reconciler runs it through :mod:`.analysis_run`).
 
 Phases (``api.analysis_status.PHASES``): ``Progressing`` at step k (the candidate gets
 ``steps[k].weight`` %), ``Paused`` (the same weight, no evaluation), ``Promoting`` (the candidate
