@@ -207,6 +207,9 @@ async def test_steady_state_with_an_analysis_makes_no_call_at_all() -> None:
     r.edit(paused)
     await r.settle()
     assert r.analysis["phase"] == "Paused"
+    r.w.client.reset_calls()
+    assert await r.w.rec.reconcile(tr.REQ) == reconciler.Result()  # paused: nothing to wait for
+    assert r.w.client.calls == [] and r.weights()["canary"] == 10
     for finish in ("Promoted", "RolledBack"):
         r = Run(prom=FakeProm(GOOD if finish == "Promoted" else BAD))
         await r.settle()
@@ -450,3 +453,19 @@ def test_setup_gives_the_reconciler_the_query_client_and_a_measurement_enqueues_
     measurer.wake((tr.NS, tr.NAME))
     [ctl] = [c for c in mgr.controllers if c.name == controller.NAME]
     assert ctl.queue.len() == 1
+
+
+async def test_waiting_for_the_route_polls_since_the_echo_of_our_own_route_write_is_not_enqueued() -> None:
+    r = Run()
+    await r.settle()
+    r.now += datetime.timedelta(seconds=60)
+    await r.w.rec.reconcile(tr.REQ)  # the interval is over: measuring
+    await r.w.rec.analysis.measurer.drain()
+    await r.w.rec.reconcile(tr.REQ)  # judged: step 2, 25 %, and the route rewritten
+    assert (r.analysis["weight"], "stepStartTime" in r.analysis) == (25, False)
+    result = await r.w.rec.reconcile(tr.REQ)  # the cache does not hold the new route yet
+    assert "stepStartTime" not in r.analysis
+    assert result.requeue_after == analysis_run.WAIT_POLL_SECONDS
+    r.w.mirror()
+    await r.w.rec.reconcile(tr.REQ)  # the poll finds the route applied: the interval begins
+    assert r.analysis["stepStartTime"] == tr_time(r.now)

@@ -65,6 +65,10 @@ ASK = {
     analysis.FAILED: "fix the analysis or remove spec.canary",
 }
 _FINAL = frozenset({analysis.PROMOTED, analysis.ROLLED_BACK, analysis.FAILED})
+#: how soon a decision that waits for the cluster (the route, the stable rollout) is taken again: the
+#: watch event that ends the wait may be the echo of the operator's own write, which is not enqueued
+WAIT_POLL_SECONDS = 5.0
+_WAITING = frozenset({"wait-route", "promoting", "rolling-back"})
 Rollout = Callable[[internal.InferenceService], traffic.Rollout]
 
 
@@ -244,6 +248,8 @@ class AnalysisRun:
                 d = dataclasses.replace(d, requeue_after=self.measurer.fallback_seconds)
             else:
                 d = analysis.decide(dataclasses.replace(inp, measurement=sample))
+        if d.row in _WAITING and d.requeue_after is None:
+            d = dataclasses.replace(d, requeue_after=WAIT_POLL_SECONDS)
         return Progress(effective(isvc, d.status), d)
 
     @staticmethod
