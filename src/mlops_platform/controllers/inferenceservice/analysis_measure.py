@@ -6,7 +6,8 @@ when its interval began). The first ask starts one task (:func:`~.analysis_queri
 step's queries at once, each within the query client's deadline and bounded retries) and answers
 None; the reconcile requeues, and the task's end enqueues the InferenceService (``wake``) so the
 next reconcile decides with its result. A result is kept for ``reuse_seconds`` (a step that holds is
-decided again from it, not measured again at every reconcile), then measured afresh.
+decided again from it, not measured again at every reconcile; at most half the step's interval, as
+the state machine's hold retry), then measured afresh.
 
 Contract:
 
@@ -18,6 +19,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 
@@ -38,6 +40,7 @@ RBAC = (
         resource_names=[promapi.read_rule()["resourceNames"][0]],
     ),
 )
+log = logging.getLogger("mlops_platform.controllers.inferenceservice")
 Key = tuple[str, str]
 #: (the InferenceService, spec hash, step index, the interval's start)
 Ident = tuple[Key, str, int, str]
@@ -70,7 +73,8 @@ class Measurer:
         """The measurement of ``ident``'s interval, or None while it is in flight (started now)."""
         key = ident[0]
         kept = self._results.get(key)
-        if kept is not None and kept[0] == ident and self._monotonic() - kept[1] < self.reuse_seconds:
+        reuse = min(self.reuse_seconds, step.seconds / 2)  # as often as a held step retries
+        if kept is not None and kept[0] == ident and self._monotonic() - kept[1] < reuse:
             return kept[2]
         if self.client is None:
             return checks.Unreachable("no Prometheus is configured for the canary analysis")
@@ -113,5 +117,6 @@ def _outcome(task: asyncio.Task[Result]) -> Result:
         return checks.Unreachable("the measurement was cancelled")
     error = task.exception()
     if error is not None:
+        log.warning("canary analysis measurement failed", exc_info=error)
         return checks.Unreachable(f"the measurement failed: {type(error).__name__}: {error}")
     return task.result()
