@@ -191,9 +191,8 @@ def condition(d: analysis.Decision) -> isvc_conditions.Condition:
         return isvc_conditions.Condition(CONDITION, "False", s.hold.reason, s.hold.message)
     ask = ASK.get(s.phase)
     message = analysis_messages.bounded(f"{d.message}; {ask}" if ask else d.message)
-    ok: isvc_conditions.Status = "False" if s.phase in (analysis.ROLLED_BACK, analysis.FAILED) else "True"
-    if s.phase == analysis.ROLLING_BACK:
-        ok = "False"
+    stopped = s.phase in (analysis.ROLLING_BACK, analysis.ROLLED_BACK, analysis.FAILED)
+    ok: isvc_conditions.Status = "False" if stopped else "True"
     return isvc_conditions.Condition(CONDITION, ok, s.phase, message)
 
 
@@ -213,25 +212,21 @@ class AnalysisRun:
         self, key: tuple[str, str], raw: Obj, isvc: internal.InferenceService, rollout: Rollout, dialect: str
     ) -> Progress:
         read = analysis_status.decode((raw.get("status") or {}).get("analysis"))
-        t = candidate(isvc)
-        spec = t.analysis if t is not None else None
-        if spec is None and isvc.traffic is not None and isvc.traffic.analysis is not None:
-            spec = isvc.traffic.analysis  # the predictor is the candidate: a manual promote
+        t = isvc.traffic
+        spec = t.analysis if t is not None else None  # with the predictor on the candidate: a manual promote
         if spec is None and read is None:
             return Progress(isvc)
-        if spec is None and isvc.traffic is not None and isvc.traffic.model_uri not in (None, isvc.model_uri):
-            return Progress(
-                isvc, drop=True
-            )  # the analysis removed, the canary kept: the user sets its percent
+        if spec is None and t is not None and t.model_uri not in (None, isvc.model_uri):
+            return Progress(isvc, drop=True)  # the analysis removed, the canary kept: its percent applies
+        if read is None and candidate(isvc) is None:
+            return Progress(isvc)  # the predictor is already the candidate: nothing to analyse
         now_rollout = rollout(effective(isvc, read))
         if spec is None:
             assert read is not None
-            if read.phase in _FINAL:
+            if read.phase in _FINAL:  # over: it goes with the last of the canary
                 gone = now_rollout.plan.phase is canary_plan.Phase.STABLE
                 return Progress(isvc, None if gone else self._keep(read), drop=gone)
             spec = _remembered(read)
-        elif read is None and candidate(isvc) is None:
-            return Progress(isvc)  # the predictor is already the candidate: nothing to analyse
         inp = analysis.Inputs(
             analysis=spec,
             status=read,
