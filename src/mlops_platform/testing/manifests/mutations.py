@@ -10,6 +10,7 @@ run after run (the reliability suite reports and replays by seed).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -192,7 +193,7 @@ _ANALYSIS_CASES = {
 def _broken_analysis(version: str, obj: objects.JSON, case: str) -> objects.Invalid:
     objects.merge(obj, fields.WITH_ANALYSIS)
     canary = obj["spec"]["canary"]
-    a = canary["analysis"]
+    canary["analysis"] = a = copy.deepcopy(fields.ANALYSIS)  # not merged with a drawn one (its queries)
     if case == "analysis-weights":
         a["steps"] = [{"weight": 50}, {"weight": 10}]
     elif case == "analysis-percent":
