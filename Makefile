@@ -60,8 +60,9 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check (the CRD
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
 
-# The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the fresh
-# test clusters start. The cluster tiers (integration, e2e, reliability) mostly wait on the control
+# The unit tier needs no cluster: it runs in two processes (pytest-xdist: the clusters serve after
+# ~50 s, and the single-threaded unit tier then left one core idle for ~100 s of the pre-phase) while
+# lint runs and the fresh test clusters start. The cluster tiers (integration, e2e, reliability) mostly wait on the control
 # plane's controllers (a fifth of a core on average), so they run in TEST_SHARDS groups side by side,
 # each on its own cluster (three: four saturate the 2 cores, load average 31, and the timing-bound
 # tests fail: the soak's churn rate, why's one second), split by whole
@@ -84,7 +85,7 @@ test: venv binaries ## everything CI runs: lint and unit tests while fresh local
 	@echo "make test: starting clusters $(TEST_CLUSTER)-{$(SHARD_IDS)} and the unit tier (logs: $(TEST_LOGS)/) while lint runs"
 	@ups=(); for i in $(SHARD_IDS); do \
 	    $(CLI) dev up --name $(TEST_CLUSTER)-$$i > $(TEST_LOGS)/cluster-up-$$i.log 2>&1 & ups+=($$!); done; \
-	  $(BIN)/pytest -v --durations=10 -m unit > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
+	  $(BIN)/pytest -v --durations=10 -m unit -n 2 > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
 	  lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
 	  urc=0; wait $$unit || urc=$$?; cat $(TEST_LOGS)/unit.log; \
 	  crc=0; for i in $(SHARD_IDS); do wait $${ups[$$((i - 1))]} || crc=$$?; cat $(TEST_LOGS)/cluster-up-$$i.log; done; \
