@@ -60,18 +60,17 @@ lint: venv ## ruff, mypy --strict, import-linter, generated-files check (the CRD
 unit: venv ## unit tests only (no cluster)
 	$(BIN)/pytest -m unit
 
-# The unit tier needs no cluster: it runs (single-threaded, like lint) while lint runs and the fresh
-# test clusters start; each group of the cluster tiers starts as soon as its cluster serves (lint and
-# the unit tier finish beside the first tests: the pre-phase was ~170 s of waiting on its slowest
-# part), and a lint or unit failure fails the run at its end. The cluster tiers (integration, e2e, reliability) mostly wait on the control
-# plane's controllers (a fifth of a core on average), so they run in TEST_SHARDS groups side by side,
-# each on its own cluster (three: four saturate the 2 cores, load average 31, and the timing-bound
-# tests fail: the soak's churn rate, why's one second), split by whole
+# Lint runs while the fresh test clusters start (they serve after ~50 s). The cluster tiers
+# (integration, e2e, reliability) mostly wait on the control plane's controllers, so they run in
+# TEST_SHARDS groups side by side, each on its own cluster (three: four saturate the 2 cores, load
+# average 31, and were no faster), split by whole
 # modules (mlops_platform.testing.modulesplit: a module's fixtures, a model store, an operator, a
 # monitoring stack, run once, not once per group that got one of its tests) from the durations
 # pytest-split measured in $(TEST_DURATIONS) (refresh: `make test-durations`), the costliest module
 # first to the least loaded group. Group 1 prints as it runs; the others' output is kept in
-# $(TEST_LOGS)/ and printed when they end.
+# $(TEST_LOGS)/ and printed when they end. Beside the groups, one lane runs what needs no group's
+# cluster: bench-smoke, $(OWN_CLUSTER_TESTS), then the unit tier (one process: it ends long before
+# the groups, and kept out of the pre-phase it no longer holds the groups' start back by ~100 s).
 TEST_LOGS := .test-logs
 TEST_SHARDS ?= 3
 TEST_DURATIONS := tests/cluster-durations.json
@@ -80,33 +79,36 @@ CLUSTER_TIERS := integration or e2e or reliability
 # after it, not in a group (it needs no group's cluster, and the groups are the critical path)
 OWN_CLUSTER_TESTS := tests/e2e/test_docs_install.py
 SHARD_IDS = $(shell seq 1 $(TEST_SHARDS))
-test: venv binaries ## everything CI runs: fresh local clusters start while lint and the unit tier run, and each group of integration + e2e + reliability starts on its cluster as soon as it serves; bench-smoke beside them
+test: venv binaries ## everything CI runs: lint while fresh local clusters start, then integration + e2e + reliability split over them, and bench-smoke and the unit tier beside them
 	@mkdir -p $(TEST_LOGS)
-	@for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i; done  # fresh: no state left by an earlier run
-	@echo "make test: starting clusters $(TEST_CLUSTER)-{$(SHARD_IDS)}, each group on its cluster once it serves, and the unit tier (logs: $(TEST_LOGS)/) while lint runs"
-	@shard() { MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-$$1 $(BIN)/pytest -v --durations=15 -m '$(CLUSTER_TIERS)' \
+	@echo "make test: [$$(date +%T)] taking down what an earlier run left"; \
+	  for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i & done; wait  # fresh: no state left by an earlier run
+	@echo "make test: [$$(date +%T)] starting clusters $(TEST_CLUSTER)-{$(SHARD_IDS)} (logs: $(TEST_LOGS)/) while lint runs"
+	@ups=(); for i in $(SHARD_IDS); do \
+	    $(CLI) dev up --name $(TEST_CLUSTER)-$$i > $(TEST_LOGS)/cluster-up-$$i.log 2>&1 & ups+=($$!); done; \
+	  lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	  crc=0; for i in $(SHARD_IDS); do wait $${ups[$$((i - 1))]} || crc=$$?; cat $(TEST_LOGS)/cluster-up-$$i.log; done; \
+	  if [ $$lint -ne 0 ] || [ $$crc -ne 0 ]; then \
+	    echo "make test: lint rc=$$lint, cluster start rc=$$crc"; \
+	    for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i & done; wait; exit 1; fi
+	@echo "make test: [$$(date +%T)] the cluster tiers in $(TEST_SHARDS) groups; bench-smoke, $(OWN_CLUSTER_TESTS) and the unit tier beside them"; \
+	  shard() { MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-$$1 $(BIN)/pytest -v --durations=15 -m '$(CLUSTER_TIERS)' \
 	    --ignore=$(OWN_CLUSTER_TESTS) \
 	    --module-splits $(TEST_SHARDS) --module-group $$1 --module-durations $(TEST_DURATIONS); }; \
-	  group() { s=$$SECONDS; $(CLI) dev up --name $(TEST_CLUSTER)-$$1 > $(TEST_LOGS)/cluster-up-$$1.log 2>&1 || { \
-	      cat $(TEST_LOGS)/cluster-up-$$1.log; echo "make test: cluster $(TEST_CLUSTER)-$$1 did not start"; return 1; }; \
-	    echo "make test: cluster $(TEST_CLUSTER)-$$1 serving after $$((SECONDS - s)) s ($(TEST_LOGS)/cluster-up-$$1.log)"; shard $$1; }; \
-	  lane() { r=0; $(MAKE) --no-print-directory bench-smoke || r=1; $(BIN)/pytest -v -m e2e $(OWN_CLUSTER_TESTS) || r=1; return $$r; }; \
-	  pids=(); for i in $(SHARD_IDS); do group $$i > $(TEST_LOGS)/cluster-tier-$$i.log 2>&1 & pids+=($$!); done; \
-	  $(BIN)/pytest -v --durations=10 -m unit > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
-	  lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
-	  urc=0; wait $$unit || urc=$$?; cat $(TEST_LOGS)/unit.log; \
-	  if [ $$urc -eq 5 ]; then echo "pytest collected no unit tests: failing"; fi; \
-	  echo "make test: lint rc=$$lint, unit tests rc=$$urc; bench-smoke starts"; \
-	  lane > $(TEST_LOGS)/bench-smoke.log 2>&1 & bench=$$!; \
-	  echo "==== cluster tiers, group 1 of $(TEST_SHARDS) ($(TEST_LOGS)/cluster-tier-1.log, printed as it runs) ===="; \
-	  tail -n +1 -f --pid=$${pids[0]} $(TEST_LOGS)/cluster-tier-1.log || true; \
-	  rcs=(); for i in $(SHARD_IDS); do r=0; wait $${pids[$$((i - 1))]} || r=$$?; rcs+=($$r); [ $$i -eq 1 ] && continue; \
+	  lane() { r=0; $(MAKE) --no-print-directory bench-smoke || r=1; $(BIN)/pytest -v -m e2e $(OWN_CLUSTER_TESTS) || r=1; \
+	    echo "make test: [$$(date +%T)] the unit tier"; u=0; $(BIN)/pytest -v --durations=10 -m unit || u=$$?; \
+	    if [ $$u -eq 5 ]; then echo "pytest collected no unit tests: failing"; fi; [ $$u -eq 0 ] || r=1; return $$r; }; \
+	  pids=(); for i in $(SHARD_IDS); do [ $$i -eq 1 ] || { shard $$i > $(TEST_LOGS)/cluster-tier-$$i.log 2>&1 & pids+=($$!); }; done; \
+	  lane > $(TEST_LOGS)/lane.log 2>&1 & lane=$$!; \
+	  rcs=(); r=0; shard 1 || r=$$?; rcs+=($$r); \
+	  for i in $(SHARD_IDS); do [ $$i -eq 1 ] && continue; r=0; wait $${pids[$$((i - 2))]} || r=$$?; rcs+=($$r); \
 	    echo "==== cluster tiers, group $$i of $(TEST_SHARDS) ($(TEST_LOGS)/cluster-tier-$$i.log) ===="; cat $(TEST_LOGS)/cluster-tier-$$i.log; done; \
-	  for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i || rcs+=(1); done; \
-	  brc=0; wait $$bench || brc=$$?; echo "==== bench-smoke, then $(OWN_CLUSTER_TESTS) ($(TEST_LOGS)/bench-smoke.log) ===="; cat $(TEST_LOGS)/bench-smoke.log; \
+	  echo "make test: [$$(date +%T)] the groups ended; taking their clusters down"; \
+	  downs=(); for i in $(SHARD_IDS); do $(CLI) dev down --name $(TEST_CLUSTER)-$$i & downs+=($$!); done; \
+	  for p in "$${downs[@]}"; do wait $$p || rcs+=(1); done; \
+	  lrc=0; wait $$lane || lrc=$$?; echo "==== bench-smoke, $(OWN_CLUSTER_TESTS), the unit tier ($(TEST_LOGS)/lane.log) ===="; cat $(TEST_LOGS)/lane.log; \
 	  rc=0; for r in "$${rcs[@]}"; do if [ $$r -eq 5 ]; then echo "a group collected no tests: failing"; fi; [ $$r -eq 0 ] || rc=1; done; \
-	  echo "make test: lint rc=$$lint, unit tests rc=$$urc, cluster tier groups rc=$${rcs[*]}, bench-smoke and $(OWN_CLUSTER_TESTS) rc=$$brc"; \
-	  for r in $$lint $$urc $$brc; do [ $$r -eq 0 ] || rc=1; done; exit $$rc
+	  echo "make test: [$$(date +%T)] cluster tier groups rc=$${rcs[*]}, bench-smoke, $(OWN_CLUSTER_TESTS) and the unit tier rc=$$lrc"; [ $$lrc -eq 0 ] || rc=1; exit $$rc
 
 test-durations: venv binaries ## measure the cluster tiers' test durations on one fresh cluster, for make test's split
 	@$(CLI) dev down --name $(TEST_CLUSTER)-durations

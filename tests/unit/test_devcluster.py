@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from mlops_platform.devcluster import binaries, cluster, clusterconfig, kwokctl, nodes
+from mlops_platform.devcluster.realnode import fabric
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -421,6 +422,39 @@ def test_monitoring_go_modules_pin_the_versions_in_versions_env() -> None:
     )
     assert 'cmd/prometheus"' in (ROOT / "hack/promtool/tools.go").read_text()
     assert binaries.monitoring_tool_dir("prometheus").name == f"prometheus-{v['PROMTOOL_VERSION']}"
+
+
+def test_a_failed_kwokctl_create_is_deleted_and_created_once_more(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Under load kube-apiserver can serve after kwokctl gave up loading kwok's CRDs: the cluster is
+    taken down and created once more from nothing; a second failure is raised."""
+    monkeypatch.setattr(cluster, "workdir", lambda: tmp_path)
+    monkeypatch.setattr(
+        clusterconfig, "kwokctl_config", lambda *args, **kwargs: "kind: KwokctlConfiguration\n"
+    )
+    monkeypatch.setattr(fabric, "claim_block", lambda workdir, name: 0)
+    calls: list[str] = []
+
+    def create(*args: Any) -> None:
+        calls.append("create")
+        if calls.count("create") in fails:
+            raise RuntimeError('kwokctl create cluster x failed (exit 1):\n{"msg": "Execute exit"}')
+
+    def down(name: str) -> None:
+        calls.append(f"down {name}")
+
+    monkeypatch.setattr(kwokctl, "create", create)
+    monkeypatch.setattr(cluster, "down", down)
+    fails = {1}
+    cluster._create(binaries.Binaries({}), "x", 10, 0.0, False, False)
+    assert calls == ["create", "down x", "create"]
+    assert not cluster._creating_marker("x").exists()
+    calls.clear()
+    fails = {1, 2}
+    with pytest.raises(RuntimeError, match="kwokctl create cluster x failed"):
+        cluster._create(binaries.Binaries({}), "x", 10, 0.0, False, False)
+    assert calls == ["create", "down x", "create"]
 
 
 def test_a_cluster_interrupted_while_being_created_is_created_again(

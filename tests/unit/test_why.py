@@ -914,3 +914,11 @@ def test_a_container_that_stopped_silently_is_explained_by_its_previous_logs_las
     report = why.observed.pod_report(pod, {("p", "predictor"): line})
     predictor = next(c for c in report.containers if c.name == "predictor")
     assert predictor.last_message == f"its log: {line}"
+
+
+def test_why_names_a_scrape_interval_that_is_not_the_default_among_its_settings() -> None:
+    """The ServiceMonitor it compares carries ``--scrape-interval``: a reader must see which it assumed."""
+    from mlops_platform.why import analysis
+
+    assert "--scrape-interval" not in analysis.settings_of(base.BuildContext())
+    assert analysis.settings_of(base.BuildContext(scrape_interval="10s"))["--scrape-interval"] == "10s"

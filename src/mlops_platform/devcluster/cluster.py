@@ -281,6 +281,23 @@ def import_images(name: str, names: list[str]) -> list[str]:
 def _create(
     bins: binaries.Binaries, name: str, wait: float, started: float, unthrottled: bool, metrics_server: bool
 ) -> None:
+    """Create the cluster; once more, from nothing, when kwokctl failed: on a loaded machine
+    kube-apiserver can take longer to serve than kwokctl waits before it loads kwok's CRDs
+    (``failed to init crds ... resource not handled`` after 40 s of refused connections)."""
+    try:
+        _create_once(bins, name, wait, started, unthrottled, metrics_server)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        _log(f"{first}: deleting {name!r} and creating it once more (its last lines: see below)", started)
+        for line in str(e).splitlines()[-3:]:
+            _log(f"  {kwokctl.message(line)}", started)
+        down(name)
+        _create_once(bins, name, wait, started, unthrottled, metrics_server)
+
+
+def _create_once(
+    bins: binaries.Binaries, name: str, wait: float, started: float, unthrottled: bool, metrics_server: bool
+) -> None:
     workdir().mkdir(parents=True, exist_ok=True)
     block = fabric.claim_block(workdir(), name)
     config_file = workdir() / f"{name}.kwokctl.yaml"
