@@ -69,7 +69,10 @@ def test_the_error_ratio_and_requests_are_the_canary_alerts_own_expressions(dial
     [candidate] = q[(checks.ERROR_RATIO, checks.CANDIDATE)]
     [stable] = q[(checks.ERROR_RATIO, checks.STABLE)]
     [requests] = q[(checks.REQUESTS, checks.CANDIDATE)]
-    assert f"({candidate} > ({stable}) + 0.01)" in canary_alert
+    server = alert_queries.SERVERS[dialect]
+    whole = alerts.request_query(NS, NAME, STEP.interval).component(alert_settings.CANARY_COMPONENT)
+    assert candidate == server.served_error_ratio(whole)  # the alert's ratio, 0 without failure series
+    assert f"({server.errors(whole)} > ({stable}) + 0.01)" in canary_alert
     assert f"and ({requests} > 0)" in canary_alert
     assert (
         'mlops_platform_component="canary"' in candidate and 'mlops_platform_component="predictor"' in stable
@@ -195,6 +198,42 @@ def test_promtool_evaluates_them_per_component(promtool: Path, tmp_path: Path, d
         "rule_files": [rules_file.name],
         "evaluation_interval": "1m",
         "tests": [{"interval": "30s", "input_series": series, "promql_expr_test": tests}],
+    }
+    test = tmp_path / "test.yaml"
+    test.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dialect", ["seldon", "torchserve"])
+def test_a_candidate_without_failure_series_has_a_ratio_of_0_once_it_served_and_none_before(
+    promtool: Path, tmp_path: Path, dialect: str
+) -> None:
+    """MLServer and TorchServe create their failure counter with the first failure: a healthy
+    candidate has none, and its ratio is 0 (else the check would have no data for ever); a
+    candidate that served nothing in the window has no ratio."""
+    step = internal.AnalysisStep(10, "1m", 60)
+    ratio = internal.ErrorRatioCheck(0.05)
+    a = internal.Analysis(steps=(step,), min_requests=0, error_ratio=ratio, spec_hash="h")
+    [q] = analysis_queries.step_queries(a, step, namespace=NS, name=NAME, dialect=dialect)
+    healthy = test_alerts.traffic(dialect, ok=60, failed=0, seconds=0.1, labels=test_alerts.target("canary"),
+                                  failure_series=False)  # fmt: skip
+    idle = test_alerts.traffic(dialect, ok=0, failed=0, seconds=0.1, labels=test_alerts.target("canary"),
+                               failure_series=False)  # fmt: skip
+    cases = [(healthy, [{"labels": "{}", "value": 0}]), (idle, [])]
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": []}))
+    doc = {
+        "rule_files": [rules_file.name],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": series,
+                "promql_expr_test": [{"expr": q.expr, "eval_time": "10m", "exp_samples": expected}],
+            }
+            for series, expected in cases
+        ],
     }
     test = tmp_path / "test.yaml"
     test.write_text(yaml.safe_dump(doc, sort_keys=False))

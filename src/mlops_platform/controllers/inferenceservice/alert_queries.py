@@ -85,6 +85,13 @@ class Server:
             return f"{values[0]} > {num(threshold)}"
         return " or ".join(f"({v} > {num(threshold)})" for v in values)
 
+    def served_error_ratio(self, q: Query) -> str:
+        """The error ratio where requests were served in the window but no failure series exists
+        (MLServer and TorchServe create theirs with the first failure: a healthy server has none)
+        counts as 0; no request in the window gives no value: the canary candidate's, as an
+        analysis judges it."""
+        return f"(({self.errors(q)}) >= 0) or (({self.requests(q)}) > 0) * 0"
+
     def error_baseline(self, q: Query) -> str:
         """The error ratio where a ratio without a value (no failure series yet, or no request in
         the window: 0/0) counts as 0: the stable model's, as a canary is compared with it."""

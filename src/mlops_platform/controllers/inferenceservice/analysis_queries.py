@@ -5,8 +5,10 @@ interval as the rate window; and the custom queries with their ``$(variables)`` 
 
 - ``requests`` (candidate): the request rate of the KEDA trigger and the canary alert's guard
   (:meth:`.alert_queries.Server.requests`); times the window it is the step's request count;
-- ``errorRatio``: the candidate's ratio of ``InferenceServiceHighErrorRatio``; the stable's as the
-  canary alert's baseline (:meth:`~.alert_queries.Server.error_baseline`: no ratio counts as 0);
+- ``errorRatio``: the candidate's ratio of ``InferenceServiceHighErrorRatio``, 0 where it served
+  requests and has no failure series yet (:meth:`~.alert_queries.Server.served_error_ratio`: a
+  healthy MLServer or TorchServe has none); the stable's as the canary alert's baseline
+  (:meth:`~.alert_queries.Server.error_baseline`: no ratio counts as 0);
 - ``latency``: each latency value of ``InferenceServiceHighLatency``
   (:meth:`~.alert_queries.Server.latencies`) with the check's quantile, for the candidate and, for
   a relative bound, the stable model.
@@ -70,7 +72,7 @@ def step_queries(
     if server is not None and a.min_requests > 0:
         out.append(PromQuery(checks.REQUESTS, checks.CANDIDATE, server.requests(candidate)))
     if server is not None and a.error_ratio is not None:
-        out.append(PromQuery(checks.ERROR_RATIO, checks.CANDIDATE, server.errors(candidate)))
+        out.append(PromQuery(checks.ERROR_RATIO, checks.CANDIDATE, server.served_error_ratio(candidate)))
         if a.error_ratio.max_above_stable is not None:
             out.append(PromQuery(checks.ERROR_RATIO, checks.STABLE, server.error_baseline(stable)))
     if server is not None and a.latency is not None:
