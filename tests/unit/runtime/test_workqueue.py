@@ -258,6 +258,18 @@ def test_add_after_adds_when_the_delay_has_passed() -> None:
     assert q.waiting_len() == 0
 
 
+def test_waiting_lists_the_items_soonest_first_and_nothing_due_ignores_them() -> None:
+    clock = FakeClock()
+    q: DelayingQueue[str] = DelayingQueue(clock=clock)
+    q.add_after("late", 30.0)
+    q.add_after("soon", 5.0)
+    q.add_after("late", 10.0)  # the earlier ready time wins
+    assert q.waiting() == ["soon", "late"]
+    assert q.nothing_due() and not q.idle()
+    clock.step(5.0)
+    assert q.waiting() == ["late"] and not q.nothing_due()
+
+
 async def test_idle_means_nothing_queued_processing_or_waiting_for_its_time() -> None:
     clock = FakeClock()
     q: DelayingQueue[str] = DelayingQueue(clock=clock)

@@ -80,9 +80,17 @@ class DelayingQueue(Queue[T]):
         """Number of items waiting for their ready time (informational only)."""
         return len(self._waiting_by_item)
 
+    def waiting(self) -> list[T]:
+        """The items waiting for their ready time, soonest first (informational, O(n log n))."""
+        return [e.item for e in sorted(self._waiting_by_item.values())]
+
     def idle(self) -> bool:
         """Nothing waits, not even for its ready time (a retry's backoff), and nothing is processed."""
         return super().idle() and not self._waiting_by_item
+
+    def nothing_due(self) -> bool:
+        """Nothing is ready or processed: items may wait for a later ready time (:meth:`waiting`)."""
+        return super().idle()
 
     def idle_for(self) -> float:
         """0 also while an item waits for its ready time (work is due)."""
