@@ -3,9 +3,7 @@
 the real node) routes every request by it. Version 1 of the demo iris model answers [1, 1] to the
 quickstart input, version 2 (the canary) [2, 2], so every answer says who served it.
 
-Requests go to Traefik's Service through the API server's service proxy (which passes the Host
-header on) with the InferenceService's hostname (its ``status.url``), as a client of the Gateway
-sends them; never to a cluster address directly.
+Requests go through the Gateway as its clients send them (:mod:`mlops_platform.testing.gatewayroute`).
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
-import urllib.parse
 from typing import Any
 
 import pytest
@@ -23,15 +19,11 @@ from mlops_platform import api, infer
 from mlops_platform.controllers.inferenceservice.children import base, httproute
 from mlops_platform.devcluster import demo, gateway
 from mlops_platform.runtime.transport import client as rclient
-from mlops_platform.testing import probes, serving, wait
+from mlops_platform.testing import gatewayroute, probes, serving, wait
 
 STABLE, CANARY = [1, 1], [2, 2]
 REQUESTS = 1000
 SHARE = 0.2
-#: Traefik's Service through the API server's service proxy
-PROXY = (
-    f"/api/v1/namespaces/{gateway.NAMESPACE}/services/http:{gateway.NAME}:{gateway.SERVICE_PORT_NAME}/proxy"
-)
 
 
 @pytest.fixture(scope="module")
@@ -44,39 +36,7 @@ async def serving_settings(local_cluster_name: str) -> base.BuildContext:
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """Where a client of the Gateway sends requests for one InferenceService."""
-
-    host: str  # the HTTPRoute's hostname, from the InferenceService's status.url
-    path: str  # the model's inference path
-
-
-async def route_of(c: rclient.Client, ns: str, name: str) -> Route:
-    live = await c.get(api.RESOURCE, name, ns)
-    host = urllib.parse.urlsplit(live["status"]["url"]).hostname
-    assert host, live["status"]
-    return Route(host, infer.target(live).path)
-
-
-async def send(c: rclient.Client, route: Route) -> list[int]:
-    """One request through the Gateway; its answer's classes (``infer.InferError`` when it failed)."""
-    body = json.dumps(serving.v2(serving.QUICKSTART)).encode()
-    try:
-        answer = await c.request_text(
-            PROXY + route.path,
-            method="POST",
-            content=body,
-            accept="application/json",
-            headers={"Host": route.host},
-            resource="services/proxy",
-        )
-    except (rclient.ApiError, ConnectionError) as e:
-        raise infer.InferError(str(e)[:300]) from None
-    return serving.answer(json.loads(answer))
-
-
-async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
+async def canary_routed(c: rclient.Client, ns: str, name: str) -> gatewayroute.Route:
     """``name`` created with a canary of version 2 and Ready; then the canary is Ready, the HTTPRoute
     carries its weight and Traefik accepted it, and requests through the Gateway reach both
     versions. Traefik applies a route some time after accepting it, and a backend whose endpoints it
@@ -97,13 +57,13 @@ async def canary_routed(c: rclient.Client, ns: str, name: str) -> Route:
         )
 
     await wait.until(split, timeout=serving.READY_TIMEOUT, what="CanaryReady=True/Canary, route accepted")
-    route = await route_of(c, ns, name)
+    route = await gatewayroute.route_of(c, ns, name)
 
     async def both_answer() -> bool:
         answers = []
         for _ in range(10):  # 1 in 5 is the canary's under Traefik's weighted round robin
             with contextlib.suppress(infer.InferError):
-                answers.append(await send(c, route))
+                answers.append(await gatewayroute.send(c, route))
         return STABLE in answers and CANARY in answers
 
     await wait.until(both_answer, timeout=60, what="both versions answering through the Gateway")
@@ -114,14 +74,16 @@ async def test_a_20_percent_canary_behind_traefik_answers_its_share_and_promotes
     admin_client: rclient.Client, ns: str
 ) -> None:
     route = await canary_routed(admin_client, ns, "iris")
-    answers = [await send(admin_client, route) for _ in range(REQUESTS)]
+    answers = [await gatewayroute.send(admin_client, route) for _ in range(REQUESTS)]
     canary = answers.count(CANARY)
     low, high = serving.binomial_interval(REQUESTS, SHARE)
     print(f"canary share through Traefik: {canary} of {REQUESTS}, 99.999 % interval [{low:.1f}, {high:.1f}]")
     assert answers.count(STABLE) + canary == REQUESTS, {tuple(a) for a in answers}
     assert low <= canary <= high, f"{canary} of {REQUESTS} from the canary, not in [{low:.0f}, {high:.0f}]"
 
-    async with serving.load(admin_client, ns, "iris", lambda: send(admin_client, route)) as traffic:
+    async with serving.load(
+        admin_client, ns, "iris", lambda: gatewayroute.send(admin_client, route)
+    ) as traffic:
         await traffic.more(10)
         await admin_client.patch(api.RESOURCE, "iris", serving.promotion("s3://models/iris/2"), namespace=ns)
         # the canary goes once the stable component serves version 2 (then the old pods go)
@@ -139,7 +101,9 @@ async def test_a_rollback_behind_traefik_under_load_fails_no_request(
     admin_client: rclient.Client, ns: str
 ) -> None:
     route = await canary_routed(admin_client, ns, "iris")
-    async with serving.load(admin_client, ns, "iris", lambda: send(admin_client, route)) as traffic:
+    async with serving.load(
+        admin_client, ns, "iris", lambda: gatewayroute.send(admin_client, route)
+    ) as traffic:
         await traffic.more(10)
         await admin_client.patch(api.RESOURCE, "iris", {"spec": {"canary": None}}, namespace=ns)
         await wait.until(lambda: _canary_gone(admin_client, ns), timeout=120, what="the canary gone")
