@@ -8,7 +8,12 @@ Writes under ``OUT`` what the model store holds (``s3://models/<key>``):
 - ``iris/2/model.joblib``: the same with strong regularisation (``C=0.01``): ``[2, 2]`` for that
   input, so a rollout from version 1 to 2 shows in the answers;
 - ``xgboost-iris/1/model.ubj``: an XGBoost classifier (10 trees of depth 2) on the same data;
-- ``broken/1/model.joblib``: bytes no server can load (what a corrupt upload looks like).
+- ``broken/1/model.joblib``: bytes no server can load (what a corrupt upload looks like);
+- ``iris-3-features/1/model.joblib``: ``LogisticRegression`` on the first three features only: it
+  loads and serves, and every request of four features fails (a new version whose input changed);
+- ``iris-slow/1/``: version 1 under a custom MLServer runtime (``slow.py`` beside its
+  ``model-settings.json``, which MLServer imports from the model's directory) that waits
+  :data:`SLOW_SECONDS` before each answer: a slow candidate with the right answers.
 
 Each model checks its own quickstart answer before it is written: a library upgrade that changed
 them fails here, not in a test far away.
@@ -16,8 +21,10 @@ them fails here, not in a test far away.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import joblib
 import xgboost
@@ -25,6 +32,19 @@ from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
 QUICKSTART = [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6]]
+#: how long ``iris-slow`` waits before each answer
+SLOW_SECONDS = 2.0
+SLOW_RUNTIME = f"""
+import asyncio
+
+from mlserver_sklearn import SKLearnModel
+
+
+class SlowSKLearnModel(SKLearnModel):
+    async def predict(self, payload):
+        await asyncio.sleep({SLOW_SECONDS})
+        return await super().predict(payload)
+"""
 
 
 def main(out: Path) -> None:
@@ -40,8 +60,32 @@ def main(out: Path) -> None:
     booster.save_model(out / "xgboost-iris" / "1" / "model.ubj")
     (out / "broken" / "1").mkdir(parents=True, exist_ok=True)
     (out / "broken" / "1" / "model.joblib").write_bytes(b"not a model\n")
+    _three_features(x, y, out / "iris-3-features" / "1")
+    _slow(x, y, out / "iris-slow" / "1")
     for f in sorted(p for p in out.rglob("*") if p.is_file()):
         print(f"trained {f.relative_to(out)} ({f.stat().st_size} bytes)", flush=True)
+
+
+def _three_features(x: Any, y: Any, out: Path) -> None:
+    model = LogisticRegression(max_iter=1000).fit(x[:, :3], y)
+    if model.n_features_in_ != 3:
+        raise SystemExit(f"iris-3-features: trained on {model.n_features_in_} features")
+    out.mkdir(parents=True, exist_ok=True)
+    joblib.dump(model, out / "model.joblib")
+
+
+def _slow(x: Any, y: Any, out: Path) -> None:
+    model = LogisticRegression(max_iter=1000).fit(x, y)
+    _check("iris-slow/1", model.predict(QUICKSTART).tolist(), [1, 1])
+    out.mkdir(parents=True, exist_ok=True)
+    joblib.dump(model, out / "model.joblib")
+    (out / "slow.py").write_text(SLOW_RUNTIME)
+    settings = {
+        "name": "iris-slow",
+        "implementation": "slow.SlowSKLearnModel",
+        "parameters": {"uri": "./model.joblib"},
+    }
+    (out / "model-settings.json").write_text(json.dumps(settings, indent=2) + "\n")
 
 
 def _check(name: str, got: list[int], expect: list[int]) -> None:
