@@ -9,8 +9,9 @@ asks Prometheus through the API server's service proxy (the analysis' own rule: 
 ``services/proxy`` of Prometheus' Service).
 
 - ``faulty``'s candidate (``iris-3-features``: trained on three features) fails every request: rolled
-  back on the error ratio within one interval of its first step, the errors' share of all requests
-  bounded by that step's weight;
+  back on the error ratio at the end of its first step (one interval, and half of one more when
+  Prometheus had not scraped enough of the new pod yet), the errors' share of all requests bounded
+  by that step's weight;
 - ``slow``'s candidate (``iris-slow``: the right answers, 2 s late) is rolled back on the latency;
 - ``good``'s candidate (version 2) walks every step and is promoted with no failed request, while
   Prometheus is stopped mid-analysis (the step holds and says why, then resumes) and the operator is
@@ -299,11 +300,14 @@ async def test_a_candidate_that_answers_errors_is_rolled_back_within_one_interva
         f"  since step 1's interval began: first failure {first - began:+.1f}s, last {last - began:+.1f}s,"
         f" the transitions {history}; holds: {world.holds('faulty')}"
     )
-    # decided at the end of the step that saw the failures, and they stopped then
-    assert history["ChecksFailed"] <= INTERVAL + DECISION_SLACK, (history, world.seen["faulty"])
-    assert last - began <= INTERVAL + DECISION_SLACK, (
-        f"failures until {last - began:.1f}s: {world.seen['faulty']}"
-    )
+    # decided at the end of the step that saw the failures (once it had minRequests), and they
+    # stopped then: Prometheus scrapes a new pod 10-30 s after it starts (the Prometheus Operator
+    # writes the target, its reloader reloads, the first scrape), so the step's first measurement
+    # may find too few requests: the step holds, measured again half an interval later
+    within = INTERVAL + (INTERVAL / 2 if world.holds("faulty") else 0) + DECISION_SLACK
+    assert set(world.holds("faulty")) <= {"NotEnoughRequests"}, world.seen["faulty"]
+    assert history["ChecksFailed"] <= within, (history, world.seen["faulty"])
+    assert last - began <= within, f"failures until {last - began:.1f}s: {world.seen['faulty']}"
     assert len(failed) <= high, f"{len(failed)} of {len(during)} failed: more than step 1's {WEIGHTS[0]} %"
     # rolled back: the stable model answers everything
     load = world.loads["faulty"]
