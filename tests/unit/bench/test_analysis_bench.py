@@ -69,11 +69,12 @@ def test_weights_rise_from_10_to_90() -> None:
     assert analysis.analysis_spec(3, 30)["steps"] == [{"weight": 10}, {"weight": 50}, {"weight": 90}]
 
 
-def test_bucket_quantile_interpolates_as_histogram_quantile() -> None:
-    buckets = [(0.025, 0.0), (0.05, 100.0), (float("inf"), 100.0)]
-    assert analysis.bucket_quantile(0.99, buckets) == pytest.approx(0.025 + 0.025 * 0.99)
-    assert analysis.bucket_quantile(0.5, [(0.1, 0.0), (float("inf"), 10.0)]) == 0.1
-    assert analysis.bucket_quantile(0.99, [(0.1, 0.0)]) is None
+def test_bucket_bound_is_the_upper_bound_of_the_quantiles_bucket() -> None:
+    buckets = [(0.1, 98.0), (0.2, 99.0), (0.4, 100.0), (float("inf"), 100.0)]
+    assert analysis.bucket_bound(0.99, buckets) == 0.2
+    assert analysis.bucket_bound(0.5, buckets) == 0.1
+    assert analysis.bucket_bound(0.99, [(0.1, 0.0), (float("inf"), 10.0)]) == float("inf")
+    assert analysis.bucket_bound(0.99, [(0.1, 0.0)]) is None
 
 
 def reading(at: float, cpu: float, queries: float, busy: float = 0.0) -> analysis.Reading:
@@ -91,9 +92,13 @@ def test_window_figures() -> None:
     assert w["rss_mib"] == 64.0
     assert w["reconciles_per_second"] == 1.0
     assert w["query_mean_ms"] == pytest.approx(4.0)
-    assert w["query_p99_ms"] == pytest.approx(99.0)
+    assert w["query_p99_at_most_ms"] == pytest.approx(100.0)
     idle = analysis.window(reading(0.0, 1.0, 5.0), reading(60.0, 1.0, 5.0))
-    assert idle["queries_per_second"] == 0 and idle["query_mean_ms"] is None and idle["query_p99_ms"] is None
+    assert (
+        idle["queries_per_second"] == 0
+        and idle["query_mean_ms"] is None
+        and idle["query_p99_at_most_ms"] is None
+    )
 
 
 def test_steps_passed_and_promotions() -> None:
