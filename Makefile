@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-node bench-serving bench-wake bench-conversion test-conversion test-reliability test-durations
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-node bench-serving bench-wake bench-analysis bench-conversion test-conversion test-reliability test-durations
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -142,6 +142,9 @@ bench-serving: venv binaries ## serving on the real node: cold start and request
 
 bench-wake: venv binaries ## wake from zero through the activator: cold wake p50/p95 over 5 wakes and where the time goes, warm requests past it: docs/benchmarks/wake.md
 	$(BIN)/python -m bench.wake $(BENCH_ARGS)
+
+bench-analysis: venv binaries ## progressive delivery's cost: queries/s to Prometheus, operator CPU and RSS for N=100 canaries in analysis vs without (kwok pods, synthetic series): docs/benchmarks/analysis.md
+	$(BIN)/python -m bench.analysis $(BENCH_ARGS)
 
 bench-conversion: venv binaries ## conversion webhook latency vs the SLO (p99 <= 50 ms per object), N=1000: docs/benchmarks/
 	$(BIN)/python -m bench.conversion $(BENCH_ARGS)

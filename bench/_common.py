@@ -249,10 +249,12 @@ def dev_cluster_down(name: str) -> None:
 
 
 @contextlib.contextmanager
-def cluster_for(name: str | None, default: str, *, keep: bool = False) -> Iterator[tuple[str, str]]:
+def cluster_for(
+    name: str | None, default: str, *, keep: bool = False, options: Sequence[str] = ()
+) -> Iterator[tuple[str, str]]:
     """(name, kubeconfig path) of the cluster a benchmark runs on: ``name``, an existing local
-    cluster, kept; else ``default``, started fresh (an earlier one taken down first) and taken down
-    after unless ``keep``."""
+    cluster, kept; else ``default``, started fresh (``dev up`` with ``options``; an earlier one taken
+    down first) and taken down after unless ``keep``."""
     from mlops_platform.devcluster import cluster
 
     if name is not None:
@@ -260,7 +262,7 @@ def cluster_for(name: str | None, default: str, *, keep: bool = False) -> Iterat
         return
     dev_cluster_down(default)
     try:
-        yield default, dev_cluster_up(default)[0]
+        yield default, dev_cluster_up(default, *options)[0]
     finally:
         if not keep:
             dev_cluster_down(default)
