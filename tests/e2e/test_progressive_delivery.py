@@ -274,7 +274,7 @@ async def _rolled_back(c: rclient.Client, world: World, name: str) -> tuple[dict
     return a, cond
 
 
-async def test_a_candidate_that_answers_errors_is_rolled_back_within_one_interval(
+async def test_a_candidate_that_answers_errors_is_rolled_back_at_the_end_of_its_first_step(
     admin_client: rclient.Client, world: World
 ) -> None:
     a, cond = await _rolled_back(admin_client, world, "faulty")
