@@ -243,7 +243,11 @@ def test_well_formed_addresses_still_reach_the_manager(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--prometheus-ca-file", "ca.pem"], "go with --prometheus-url"),
+        (["--prometheus-ca-file", __file__], "go with --prometheus-url"),
+        (
+            ["--prometheus-url", "https://prom:9090", "--prometheus-ca-file", "no-such-ca.pem"],
+            "'--prometheus-ca-file'",
+        ),
         (["--prometheus", "prometheus"], "--prometheus: 'prometheus' is not NAMESPACE/SERVICE:PORT"),
         (["--prometheus-url", "ftp://prom"], "--prometheus-url"),
     ],

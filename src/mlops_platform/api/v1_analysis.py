@@ -1,5 +1,5 @@
-"""``spec.canary.analysis`` of v1 and v1beta1: progressive delivery on live metrics (issue 42; the
-operator does not act on it yet, ``docs/progressive-delivery.md``).
+"""``spec.canary.analysis`` of v1 and v1beta1: progressive delivery on live metrics (issue 42,
+``docs/progressive-delivery.md``).
 
 The candidate walks ``steps`` of traffic weights (10 -> 25 -> 50, then it is promoted); each step
 lasts its ``interval`` (or the analysis' ``interval``), at whose end the checks are evaluated over

@@ -267,6 +267,7 @@ async def _serve(
             await _run(mgr, c, hook_flags)
         finally:
             rec.analysis.measurer.close()
+            await rec.analysis.measurer.drain()  # the cancelled measurements end before their client
             await queries.close()
 
 

@@ -213,7 +213,7 @@ def prometheus_options(f: F) -> F:
         ),
         click.option(
             "--prometheus-ca-file",
-            type=click.Path(dir_okay=False),
+            type=click.Path(exists=True, dir_okay=False),
             help="CA bundle verifying an https --prometheus-url (default: the system's)",
         ),
         click.option(

@@ -161,7 +161,8 @@ def judge(a: internal.Analysis, step: internal.AnalysisStep, sample: Sample) -> 
     if a.latency is not None:
         checks.append((_latency(a.latency, sample), "<="))
     checks += [(_query(q, sample), _COMPARE[q.comparison][1]) for q in a.queries]
-    measurements = (requests, *(m for m, _ in checks))
+    counted = (requests,) if a.min_requests else ()  # minRequests 0: no request query was sent
+    measurements = (*counted, *(m for m, _ in checks))
     failed = [_describe(m, c) for m, c in checks if m.passed is False]
     if failed:
         return Verdict(Outcome.FAILED, measurements, "; ".join(failed))
@@ -170,5 +171,5 @@ def judge(a: internal.Analysis, step: internal.AnalysisStep, sample: Sample) -> 
         reasons = [f"{c}: {sample.failed[c]}" if c in sample.failed else f"{c}: no data" for c in undecided]
         why = "; ".join(reasons)
         return Verdict(Outcome.NO_DATA, measurements, why, why)
-    text = "; ".join([_describe(requests), *(_describe(m, c) for m, c in checks)])
+    text = "; ".join([*(_describe(m) for m in counted), *(_describe(m, c) for m, c in checks)])
     return Verdict(Outcome.PASSED, measurements, text)

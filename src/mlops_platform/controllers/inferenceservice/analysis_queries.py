@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import re
 from collections.abc import Sequence
 from typing import Protocol
@@ -136,6 +135,6 @@ def sample_of(
         elif q.side == checks.QUERY and len(answer) > 1:
             invalid[q.check] = f"gives {len(answer)} series, not one value: aggregate them (sum, max, ...)"
         else:
-            found = tuple(s.value for s in answer if not math.isnan(s.value))
+            found = tuple(s.value for s in promapi.finite(answer))
             values[(q.check, q.side)] = values.get((q.check, q.side), ()) + found
     return checks.Sample(values, invalid, failed)
