@@ -790,8 +790,6 @@ def render(r: Mapping[str, Any]) -> str:
         "Prometheus, the exporter, the benchmark).",
         "",
     ]
-    if "proxy" in r:
-        lines += render_proxy(r["proxy"])
     if "finish" in r:
         fin = r["finish"]
         lines += [
@@ -809,6 +807,8 @@ def render(r: Mapping[str, Any]) -> str:
         "give Prometheus the series count and the operator the queries a real fleet of this size would.",
         "",
     ]
+    if "proxy" in r:
+        lines += render_proxy(r["proxy"])
     return "\n".join(lines)
 
 
@@ -861,7 +861,9 @@ def render_proxy(p: Mapping[str, Any]) -> list[str]:
         "are small; what is measured is the proxy's cost per request (authentication, authorization, "
         "the proxied connection to the pod), which does not depend on what the query selects. The "
         "latency includes Prometheus' own evaluation on the real node. One run on the shared 2-core "
-        "machine: the real node, Prometheus and the rest of the control plane share both CPUs.",
+        "machine: the real node, Prometheus and the rest of the control plane share both CPUs; machine "
+        "busy counts every process on the machine, other work on it included, while the kube-apiserver "
+        "and client figures are those processes' own.",
         "",
     ]
 
