@@ -119,3 +119,72 @@ def test_steps_passed_and_promotions() -> None:
         "phases_at_end": {"Progressing": 1, "Promoting": 1, "Promoted": 1},
         "holds_at_end": {"NotEnoughRequests": 1},
     }
+
+
+# --- --proxy-queries: the API server's service proxy --------------------------------------------------
+
+
+def test_proxy_queries_are_the_operators_measurements_in_turn() -> None:
+    per = analysis.queries_per_measurement(8, 30)
+    exprs = analysis.proxy_queries(3 * per + 2, count=3, steps=8, interval=30)
+    assert len(exprs) == 3 * per + 2
+    isvc = api.decode(analysis.inference_service(1, analysis.analysis_spec(8, 30)))
+    assert isvc.traffic is not None and isvc.traffic.analysis is not None
+    a = isvc.traffic.analysis
+    second = analysis_queries.step_queries(
+        a, a.steps[0], namespace=analysis.NAMESPACE, name=analysis.name_of(1), dialect="seldon"
+    )
+    assert exprs[per : 2 * per] == [q.expr for q in second]
+    assert exprs[3 * per :] == exprs[:2]  # over and over
+    assert len(set(exprs[: 3 * per])) == 3 * per
+
+
+def test_send_times_are_steady() -> None:
+    assert analysis.send_times(4, 2.0) == [0.0, 0.5, 1.0, 1.5]
+    assert analysis.send_times(0, 22.2) == []
+
+
+def cpu(at: float, apiserver: float, client: float = 0.0, busy: float = 0.0) -> analysis.CpuReading:
+    return analysis.CpuReading(at=at, apiserver=apiserver, client=client, machine_busy=busy)
+
+
+def test_cpu_window_and_pooled_idle() -> None:
+    w = analysis.cpu_window(cpu(10, 5.0, 1.0, 20.0), cpu(110, 8.0, 1.5, 120.0))
+    assert w == pytest.approx(
+        {"seconds": 100, "apiserver_cpu_per_second": 0.03, "client_cpu_per_second": 0.005,
+         "machine_busy_per_second": 1.0}
+    )  # fmt: skip
+    short = analysis.cpu_window(cpu(0, 0.0), cpu(50, 3.0))
+    both = analysis.pooled(w, short)
+    assert both["seconds"] == 150
+    assert both["apiserver_cpu_per_second"] == pytest.approx((3.0 + 3.0) / 150)
+    assert both["client_cpu_per_second"] == pytest.approx(0.5 / 150)
+
+
+def test_proxy_figures_per_query_and_at_n100() -> None:
+    idle = {"seconds": 240.0, "apiserver_cpu_per_second": 0.03, "client_cpu_per_second": 0.0}
+    load = {"seconds": 120.0, "apiserver_cpu_per_second": 0.10, "client_cpu_per_second": 0.04}
+    latencies = [float(i) for i in range(1, 101)]
+    f = analysis.proxy_figures(idle, load, 2400, latencies, at_rate=22.2)
+    assert f["queries_per_second"] == pytest.approx(20.0)
+    assert f["apiserver_extra_cpu_per_second"] == pytest.approx(0.07)
+    assert f["apiserver_cpu_ms_per_query"] == pytest.approx(3.5)  # 0.07 s/s over 20 queries/s
+    assert f["client_cpu_ms_per_query"] == pytest.approx(2.0)
+    assert f["apiserver_extra_cpu_per_second_at_rate"] == pytest.approx(0.0035 * 22.2)
+    assert (f["latency_p50_ms"], f["latency_p99_ms"], f["latency_max_ms"]) == (50.0, 99.0, 100.0)
+
+
+def test_the_proxy_section_renders() -> None:
+    idle = {"seconds": 240.0, "apiserver_cpu_per_second": 0.03, "client_cpu_per_second": 0.0,
+            "machine_busy_per_second": 1.0}  # fmt: skip
+    load = idle | {"seconds": 120.0, "apiserver_cpu_per_second": 0.1}
+    proxy = {
+        "idle_before": idle, "idle_after": idle, "idle": idle, "load": load,
+        "outcomes": {"ok": 2400}, "endpoint": "monitoring/prometheus-operated:9090",
+        "query_shapes": 700, "queries_per_measurement": 7, "command": "python -m bench.analysis",
+        "machine": {"cpus": 2}, "arguments": {"proxy_rate": 22.2, "proxy_idle": 120, "count": 100},
+        "figures": analysis.proxy_figures(idle, load, 2400, [8.0, 9.0]),
+    }  # fmt: skip
+    text = "\n".join(analysis.render_proxy(proxy))
+    assert "**3.50 ms of CPU per query**" in text
+    assert "failures none" in text
