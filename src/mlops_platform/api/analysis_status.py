@@ -67,9 +67,7 @@ class Measurement(_Base, frozen=True):
 class Hold(_Base, frozen=True):
     """Why the current step is not decided although its interval is over."""
 
-    reason: Annotated[
-        _REASON, Meta(description="PrometheusUnreachable, NotEnoughRequests or NoData.")
-    ]
+    reason: Annotated[_REASON, Meta(description="PrometheusUnreachable, NotEnoughRequests or NoData.")]
     message: Annotated[str, Meta(max_length=MAX_MESSAGE, description="What is missing, in a sentence.")]
     since: Annotated[_TIME, Meta(description="When the step began to hold for this reason (RFC 3339).")]
 
