@@ -260,6 +260,14 @@ def show(**flags: Any) -> None:
     click.echo(f"{type(endpoint).__name__} {endpoint!r}")
 
 
+def in_a_directory_with_a_ca_file(args: list[str]) -> Any:
+    """``show`` run where ``ca.pem`` exists (``--prometheus-ca-file`` must name a file)."""
+    runner = CliRunner()
+    with runner.isolated_filesystem():
+        Path("ca.pem").write_text("a CA bundle\n")
+        return runner.invoke(show, args)
+
+
 @pytest.mark.parametrize(
     ("args", "out"),
     [
@@ -272,7 +280,7 @@ def show(**flags: Any) -> None:
     ],
 )  # fmt: skip
 def test_the_flags_name_where_prometheus_is(args: list[str], out: str) -> None:
-    result = CliRunner().invoke(show, args)
+    result = in_a_directory_with_a_ca_file(args)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == out
 
@@ -288,11 +296,12 @@ def test_the_flags_name_where_prometheus_is(args: list[str], out: str) -> None:
         (["--prometheus-url", "http://p:9090", "--prometheus-ca-file", "ca.pem"], "need an https URL"),
         (["--prometheus-insecure-skip-tls-verify"], "go with --prometheus-url"),
         (["--prometheus-timeout", "0"], "--prometheus-timeout"),
+        (["--prometheus-url", "https://p:9090", "--prometheus-ca-file", "no.pem"], "'--prometheus-ca-file'"),
         (["--prometheus-retries", "11"], "--prometheus-retries"),
     ],
 )
 def test_flags_that_do_not_fit_are_a_usage_error_naming_them(args: list[str], error: str) -> None:
-    result = CliRunner().invoke(show, args)
+    result = in_a_directory_with_a_ca_file(args)
     assert result.exit_code == 2
     assert error in result.output, result.output
 
