@@ -84,8 +84,10 @@ WRITE_TIMEOUT = 120.0
 #: is longer): the operator's informers back off through the outage (0.8 s doubling, a 503 until the
 #: API server has installed every path), the writes held up by the outage land after it, and the
 #: Deployment controller rolls out what was written
-#: (the full suite writes five times as many objects per repetition)
-CONVERGE_WITHIN = reliability.scale(120, 60)
+#: (the full suite writes five times as many objects per repetition; make test's reduced run shares
+#: the 2 cores with two other groups' clusters: there the 13 watches' relists after a compaction took
+#: 35 s once and the whole converged in 64.4 s, so its bound is 90 s, not 60)
+CONVERGE_WITHIN = reliability.scale(120, 90)
 CONVERGE_TIMEOUT = reliability.scale(300, 180)
 API_TIMEOUT = 90.0
 #: the readiness check not waited for: the restarted API server reconciles the default RBAC roles,
