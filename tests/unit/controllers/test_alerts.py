@@ -757,18 +757,23 @@ def test_the_request_rate_counts_whichever_counters_exist(
     series_ = traffic(
         framework, ok=30, failed=15, seconds=0.1, success_series=success_series, failure_series=failure_series
     )
+    expected = [] if per_second is None else [{"labels": "{}", "value": per_second}]
+    promql_tests(
+        promtool, tmp_path, [(series_, [{"expr": expr, "eval_time": "10m", "exp_samples": expected}])]
+    )
+
+
+def promql_tests(promtool: Path, tmp_path: Path, cases: list[tuple[list[Obj], list[Obj]]]) -> None:
+    """promtool evaluates each case's PromQL expression tests (``promql_expr_test`` items) over its
+    input series (a sample every 30 s; no rules loaded); a mismatch fails with promtool's output."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": []}))
-    expected = [] if per_second is None else [{"labels": "{}", "value": per_second}]
     doc = {
         "rule_files": [rules.name],
         "evaluation_interval": "1m",
         "tests": [
-            {
-                "interval": "30s",
-                "input_series": series_,
-                "promql_expr_test": [{"expr": expr, "eval_time": "10m", "exp_samples": expected}],
-            }
+            {"interval": "30s", "input_series": series_, "promql_expr_test": tests}
+            for series_, tests in cases
         ],
     }
     test = tmp_path / "test.yaml"

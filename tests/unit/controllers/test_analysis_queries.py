@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from tests.unit.controllers import test_alerts
 
 from mlops_platform import promapi, promclient
@@ -192,17 +190,7 @@ def test_promtool_evaluates_them_per_component(promtool: Path, tmp_path: Path, d
             strict=True,
         )
     ]
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(yaml.safe_dump({"groups": []}))
-    doc = {
-        "rule_files": [rules_file.name],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "30s", "input_series": series, "promql_expr_test": tests}],
-    }
-    test = tmp_path / "test.yaml"
-    test.write_text(yaml.safe_dump(doc, sort_keys=False))
-    out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    test_alerts.promql_tests(promtool, tmp_path, [(series, tests)])
 
 
 @pytest.mark.parametrize("dialect", ["seldon", "torchserve"])
@@ -220,25 +208,14 @@ def test_a_candidate_without_failure_series_has_a_ratio_of_0_once_it_served_and_
                                   failure_series=False)  # fmt: skip
     idle = test_alerts.traffic(dialect, ok=0, failed=0, seconds=0.1, labels=test_alerts.target("canary"),
                                failure_series=False)  # fmt: skip
-    cases = [(healthy, [{"labels": "{}", "value": 0}]), (idle, [])]
-    rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text(yaml.safe_dump({"groups": []}))
-    doc = {
-        "rule_files": [rules_file.name],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "30s",
-                "input_series": series,
-                "promql_expr_test": [{"expr": q.expr, "eval_time": "10m", "exp_samples": expected}],
-            }
-            for series, expected in cases
+    test_alerts.promql_tests(
+        promtool,
+        tmp_path,
+        [
+            (series, [{"expr": q.expr, "eval_time": "10m", "exp_samples": expected}])
+            for series, expected in ((healthy, [{"labels": "{}", "value": 0}]), (idle, []))
         ],
-    }
-    test = tmp_path / "test.yaml"
-    test.write_text(yaml.safe_dump(doc, sort_keys=False))
-    out = subprocess.run([str(promtool), "test", "rules", str(test)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    )
 
 
 # -- measuring a step ---------------------------------------------------------------------------------
