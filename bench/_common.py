@@ -286,6 +286,16 @@ def stamped(
     return out
 
 
+def write_page(out: Path, name: str, text: str) -> int:
+    """Write a benchmark's results page ``out/name`` (``out`` created), say where, print it; the
+    benchmark's exit code (0)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(text)
+    log(f"wrote {out / name}")
+    print(text)
+    return 0
+
+
 def command_line(module: str, argv: list[str] | None) -> str:
     """``python -m MODULE ARGS`` for a results page, without ``--json FILE`` (where the run was also
     written, not how it was measured: a path of the machine)."""

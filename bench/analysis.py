@@ -339,11 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         log_dir.mkdir(parents=True, exist_ok=True)
         result = asyncio.run(measure(a, kubeconfig, Path(tmp), log_dir))
     result = common.stamped(a, result, (machine, arguments), "bench.analysis", argv, figures)
-    text = render(result)
-    (out / "analysis.md").write_text(text)
-    common.log(f"wrote {out / 'analysis.md'}")
-    print(text)
-    return 0
+    return common.write_page(out, "analysis.md", render(result))
 
 
 if __name__ == "__main__":

@@ -221,7 +221,4 @@ def run_proxy(a: argparse.Namespace, out: Path, provenance: tuple[dict[str, Any]
     if a.json:
         common.write_json(a.json, result)
     text = render(result) if "analysis" in result else "\n".join(render_proxy(proxy))
-    (out / "analysis.md").write_text(text)
-    common.log(f"wrote {out / 'analysis.md'}")
-    print(text)
-    return 0
+    return common.write_page(out, "analysis.md", text)

@@ -315,10 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.realnode " + " ".join(argv or sys.argv[1:]),
     }
     common.write_json(out / "realnode.json", result)
-    (out / "realnode.md").write_text(render(result))
-    common.log(f"wrote {out / 'realnode.md'}")
-    print(render(result))
-    return 0
+    return common.write_page(out, "realnode.md", render(result))
 
 
 if __name__ == "__main__":

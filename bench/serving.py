@@ -1211,12 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_report(result: Mapping[str, Any], out: Path) -> int:
-    text = render(result)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "serving.md").write_text(text)
-    common.log(f"wrote {out / 'serving.md'}")
-    print(text)
-    return 0
+    return common.write_page(out, "serving.md", render(result))
 
 
 if __name__ == "__main__":

@@ -238,12 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-wake-") as tmp:
             result = asyncio.run(measure(a, kubeconfig, Path(tmp)))
     result = common.stamped(a, result, (machine, arguments), "bench.wake", argv, figures)
-    text = render(result)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "wake.md").write_text(text)
-    common.log(f"wrote {out / 'wake.md'}")
-    print(text)
-    return 0
+    return common.write_page(out, "wake.md", render(result))
 
 
 if __name__ == "__main__":
