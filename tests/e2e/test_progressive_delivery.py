@@ -314,7 +314,7 @@ async def test_a_candidate_that_answers_errors_is_rolled_back_at_the_end_of_its_
         f"  since step 1's interval began: first failure {first - began:+.1f}s, last {last - began:+.1f}s,"
         f" the transitions {history}; holds: {world.holds('faulty')}"
     )
-    # decided at the end of the step that saw the failures, and they stopped then (measured: at
+    # decided at the end of the step that saw the failures, and they stopped then (one run: at
     # 30.0 s, no hold). The candidate's pods join its ServiceMonitor's targets within seconds; were
     # the step's first window still short of minRequests on a loaded machine, the step would hold
     # once, measured again half an interval later: allowed, and printed
