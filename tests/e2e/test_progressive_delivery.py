@@ -73,6 +73,9 @@ PACE = 4.0
 #: a decision takes the measurement (queries within 5 s), the status and route writes and Traefik
 #: applying the route, after the interval: slack for that on a loaded machine
 DECISION_SLACK = 30.0
+#: requests in a row answered: the gateway sends none to the rolled-back candidate (were it still
+#: sending 20 % there, 40 in a row would miss it with probability 0.8^40 = 0.01 %)
+SETTLED = 40
 TIMEOUT = 420.0
 
 
@@ -297,6 +300,13 @@ async def test_a_candidate_that_answers_errors_is_rolled_back_at_the_end_of_its_
         "measurements"
     ]
     assert a["failedChecks"] == 1 and a["history"][-2]["stepIndex"] == 0, a  # the first step decided
+    # the route says 0 % for the candidate; Traefik applies it a moment later (requests already on
+    # their way to the candidate fail too): every failure counts once the gateway sends none there
+    await wait.until(
+        lambda: _answered_by_stable_since(world.sent["faulty"], SETTLED),
+        timeout=DECISION_SLACK,
+        what=f"faulty's last {SETTLED} requests answered (the gateway off the candidate)",
+    )
     sent = world.sent["faulty"].at
     failed = [t for t, ok in sent if not ok]
     assert failed, "the faulty candidate never got a request"
@@ -312,7 +322,8 @@ async def test_a_candidate_that_answers_errors_is_rolled_back_at_the_end_of_its_
     history = {t["reason"]: round(_seconds(t["time"]) - began, 1) for t in a["history"]}
     print(
         f"  since step 1's interval began: first failure {first - began:+.1f}s, last {last - began:+.1f}s,"
-        f" the transitions {history}; holds: {world.holds('faulty')}"
+        f" the transitions {history}; holds: {world.holds('faulty')}; the last failure sent"
+        f" {last - began - history['RolledBack']:+.1f}s from RolledBack (the gateway applying the route)"
     )
     # decided at the end of the step that saw the failures, and they stopped then (one run: at
     # 30.0 s, no hold). The candidate's pods join its ServiceMonitor's targets within seconds; were
@@ -326,8 +337,13 @@ async def test_a_candidate_that_answers_errors_is_rolled_back_at_the_end_of_its_
     # rolled back: the stable model answers everything
     load = world.loads["faulty"]
     errors_then = len(load.errors)
-    after = await load.then(20)
+    after = await load.then(SETTLED)
     assert len(load.errors) == errors_then and all(x == STABLE for x in after), load.summary()
+
+
+def _answered_by_stable_since(sent: Sent, n: int) -> bool:
+    """The last ``n`` requests were answered (the faulty candidate answers none)."""
+    return len(sent.at) >= n and all(ok for _, ok in sent.at[-n:])
 
 
 async def test_a_slow_candidate_is_rolled_back_on_its_latency(
