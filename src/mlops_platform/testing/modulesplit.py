@@ -4,12 +4,15 @@ pytest-split balances single tests; a module's module-scoped fixtures (a model s
 a monitoring stack) then run once in every group that got one of its tests. Here whole modules are
 assigned, the costliest first, each to the group with the least measured time so far (the greedy
 least-duration balance), from the durations pytest-split stores (``--module-durations``, a test
-without one counts the average). Deselected tests are reported as such.
+without one counts the average). Deselected tests are reported as such. At the end the group prints
+each module's wall time in this run (first test's start to last test's end, its fixtures' set-up and
+teardown included) beside the measured cost it was split on: how far the make-test load stretched it.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -54,6 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.nodeid.split("::", 1)[0]
         costs[module] = costs.get(module, 0.0) + durations.get(item.nodeid, average)
     groups = assign(costs, splits)
+    _costs.update(costs)
     keep = [i for i in items if groups[i.nodeid.split("::", 1)[0]] == group - 1]
     dropped = [i for i in items if groups[i.nodeid.split("::", 1)[0]] != group - 1]
     if dropped:
@@ -66,3 +70,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reporter.write_line(
             f"module split: group {group} of {splits}: {len(mine)} modules, about {total:.0f}s measured"
         )
+
+
+class ModuleClock:
+    """Each module's wall time: its first test's start to its last test's end."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[float]] = {}
+
+    def started(self, nodeid: str, now: float) -> None:
+        self.spans.setdefault(nodeid.split("::", 1)[0], [now, now])
+
+    def finished(self, nodeid: str, now: float) -> None:
+        span = self.spans.get(nodeid.split("::", 1)[0])
+        if span is not None:
+            span[1] = now
+
+    def lines(self, costs: Mapping[str, float]) -> list[str]:
+        """Module by module, the longest first: its wall time and the cost it was split on."""
+        walls = {m: end - start for m, (start, end) in self.spans.items()}
+        out = []
+        for m in sorted(walls, key=lambda m: (-walls[m], m)):
+            cost = costs.get(m)
+            was = f" (split on {cost:.0f}s: x{walls[m] / cost:.2f})" if cost else ""
+            out.append(f"{walls[m]:7.0f}s {m}{was}")
+        return out
+
+
+_clock = ModuleClock()
+_costs: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    _clock.started(nodeid, time.monotonic())
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    _clock.finished(nodeid, time.monotonic())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if not config.getoption("module_splits") or not _clock.spans:
+        return
+    terminalreporter.section("module wall times in this group")
+    for line in _clock.lines(_costs):
+        terminalreporter.write_line(line)

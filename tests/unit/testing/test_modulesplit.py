@@ -16,3 +16,11 @@ def test_modules_go_whole_to_the_least_loaded_group() -> None:
 
 def test_one_group_takes_everything() -> None:
     assert set(modulesplit.assign({"x.py": 1.0, "y.py": 2.0}, 1).values()) == {0}
+
+
+def test_the_clock_gives_each_module_its_first_start_to_last_end() -> None:
+    clock = modulesplit.ModuleClock()
+    for nodeid, start, end in (("a.py::x", 0.0, 10.0), ("a.py::y", 10.0, 30.0), ("b.py::z", 30.0, 35.0)):
+        clock.started(nodeid, start)
+        clock.finished(nodeid, end)
+    assert clock.lines({"a.py": 20.0}) == ["     30s a.py (split on 20s: x1.50)", "      5s b.py"]
