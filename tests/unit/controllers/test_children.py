@@ -390,6 +390,25 @@ def test_resources_from_spec(resources: Obj | None, want: Obj) -> None:
     assert container(isvc)["resources"] == want
 
 
+@pytest.mark.parametrize(
+    ("resources", "workers"),
+    [
+        (None, "0"),  # the default request, one core: inference in the serving process
+        ({"cpuRequest": "1500m"}, "0"),
+        ({"cpuRequest": "2"}, "2"),
+        ({"cpuRequest": "2", "cpuLimit": "4"}, "4"),  # the limit is what it may use
+        ({"cpuLimit": "1"}, "0"),
+        ({"cpuRequest": 3}, "3"),
+    ],
+)
+def test_mlserver_runs_one_inference_worker_per_core_from_two_cores(
+    resources: Obj | None, workers: str
+) -> None:
+    isvc = make(framework="seldon", resources=resources) if resources else make(framework="seldon")
+    env = {e["name"]: e["value"] for e in container(isvc)["env"]}
+    assert env["MLSERVER_PARALLEL_WORKERS"] == workers
+
+
 def test_integer_quantities_reach_the_container_as_strings() -> None:
     """Quantities may be plain integers on the wire; the Deployment must carry them as quantities."""
     t = make(resources={"cpuRequest": 2, "memoryLimit": 1073741824})

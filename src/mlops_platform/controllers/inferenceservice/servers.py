@@ -5,9 +5,9 @@ Contract:
   command line, ports, health endpoints, the model formats it serves and the dialect of its
   request metrics (sources and caveats: ``docs/serving-runtimes.md``).
 - Command, args, env values and probe paths are templates: ``{port}`` (``spec.predictor.port``),
-  ``{model_dir}``, ``{model_name}`` (the name the server gives the model: the InferenceService's)
-  and ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
-  ``{{``/``}}`` are literal braces.
+  ``{model_dir}``, ``{model_name}`` (the name the server gives the model: the InferenceService's),
+  ``{cpu_workers}`` (:func:`cpu_workers` of the container's CPU) and ``{<name>_port}`` for every
+  named port of the runtime are substituted by :func:`render`; ``{{``/``}}`` are literal braces.
 - Overrides of the table (``--runtime-config``, a ConfigMap's ``runtimes.yaml``):
   :mod:`~.runtime_overrides`.
 - :func:`validate` is what only the table can tell about an InferenceService (its runtime exists,
@@ -23,6 +23,7 @@ from typing import Literal, get_args
 
 from mlops_platform import api
 from mlops_platform.api import internal
+from mlops_platform.runtime import quantity
 
 DEFAULT_MODEL_DIR = "/mnt/models"
 
@@ -104,8 +105,9 @@ class ServingRuntime:
     def image_for(self, gpu_per_replica: int) -> str:
         return self.gpu_image if gpu_per_replica > 0 and self.gpu_image else self.image
 
-    def placeholders(self, port: int, model_name: str) -> dict[str, str]:
+    def placeholders(self, port: int, model_name: str, workers: int = 0) -> dict[str, str]:
         values = {"port": str(port), "model_dir": self.model_dir, "model_name": model_name}
+        values["cpu_workers"] = str(workers)
         for name, number in {**self.internal_ports, **self.ports}.items():
             values[f"{name}_port"] = str(number)
         return values
@@ -119,6 +121,20 @@ class ServingRuntime:
 
 
 ServingRuntimeTable = Mapping[str, ServingRuntime]
+
+
+def cpu_workers(compute: Mapping[str, Mapping[str, str]]) -> int:
+    """The inference worker processes a server should run beside its serving process, from the
+    container's CPU (``compute``: its ``requests`` and ``limits``; the limit, else the request): one
+    per whole core from two cores up, none below. On one core a worker process would only add a
+    second copy of the model and a hop per request, no parallelism (and the CPU and memory of a
+    second Python process with the framework imported); with N cores N workers keep them busy while
+    the serving process answers (Seldon's advice for MLServer's ``parallel_workers``)."""
+    cpu = (compute.get("limits") or {}).get("cpu") or (compute.get("requests") or {}).get("cpu")
+    cores = int(quantity.parse(cpu)) if cpu is not None else 0
+    return cores if cores >= 2 else 0
+
+
 # liveness fails after 3 x 10 s; startup allows 300 x 2 s = 10 min for model loading before it
 STARTUP_FAILURES = 300
 #: the startup probe looks every 2 s (300 x 2 s = 10 minutes for loading): a pod is Ready within ~2 s
@@ -220,6 +236,9 @@ def _mlserver(live: Probe) -> ServingRuntime:
             MLSERVER_GRPC_PORT="{grpc_port}",
             MLSERVER_METRICS_PORT="{metrics_port}",
             MLSERVER_MODELS_DIR="{model_dir}",
+            # inference in the serving process on less than two cores (MLServer's default: one
+            # worker process, whatever the CPU)
+            MLSERVER_PARALLEL_WORKERS="{cpu_workers}",
         ),
         ports=MappingProxyType({"grpc": 8081, "metrics": 8082}),
         readiness_probe=Probe(model_ready),

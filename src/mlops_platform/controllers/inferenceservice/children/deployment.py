@@ -139,7 +139,8 @@ def _pod_spec(target: base.Target, rt: servers.ServingRuntime, ctx: base.BuildCo
 def _container(target: base.Target, rt: servers.ServingRuntime, wiring: model_mount.Wiring) -> base.Obj:
     isvc = target.isvc
     port = isvc.port
-    values = rt.placeholders(port, isvc.name) | {"model_dir": wiring.model_dir}
+    compute = _resources(isvc, rt)
+    values = rt.placeholders(port, isvc.name, servers.cpu_workers(compute)) | {"model_dir": wiring.model_dir}
     env = [{"name": "MODEL_URI", "value": target.component.model_uri}]
     env += [{"name": k, "value": servers.render(v, values)} for k, v in rt.env.items() if k != "MODEL_URI"]
     ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -155,7 +156,6 @@ def _container(target: base.Target, rt: servers.ServingRuntime, wiring: model_mo
         "livenessProbe": _probe(rt.liveness_probe, values),
         "startupProbe": _probe(rt.startup_probe, values),
     }
-    compute = _resources(isvc, rt)
     if compute:
         container["resources"] = compute
     if rt.drain_seconds:  # keep serving until every load balancer has seen the endpoint go
