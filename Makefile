@@ -11,7 +11,7 @@ CLI := $(BIN)/mlops-platform
 TEST_CLUSTER ?= mlops-test
 DEMO_CLUSTER ?= mlops-dev
 
-.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-node bench-serving bench-wake bench-analysis bench-conversion test-conversion test-reliability test-durations
+.PHONY: help venv binaries cluster-up cluster-down demo test lint unit integration e2e fmt clean bench bench-smoke bench-node bench-serving bench-wake bench-analysis bench-conversion test-conversion test-reliability test-durations test-balance
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -67,7 +67,8 @@ unit: venv ## unit tests only (no cluster)
 # modules (mlops_platform.testing.modulesplit: a module's fixtures, a model store, an operator, a
 # monitoring stack, run once, not once per group that got one of its tests) from the durations
 # pytest-split measured in $(TEST_DURATIONS) (refresh: `make test-durations`), the costliest module
-# first to the least loaded group. Group 1 prints as it runs; the others' output is kept in
+# first to the least loaded group, a module measured in an earlier make test at its time there
+# ($(TEST_MODULE_TIMES), `make test-balance` after a make test). Group 1 prints as it runs; the others' output is kept in
 # $(TEST_LOGS)/ and printed when they end. Beside the groups, one lane runs what needs no group's
 # cluster: bench-smoke, $(OWN_CLUSTER_TESTS), then the unit tier (one process at nice 10: kept out
 # of the pre-phase it no longer holds the groups' start back by ~110 s, and niced it takes the cores
@@ -76,6 +77,8 @@ unit: venv ## unit tests only (no cluster)
 TEST_LOGS := .test-logs
 TEST_SHARDS ?= 3
 TEST_DURATIONS := tests/cluster-durations.json
+# each module's wall time in a make test (its groups write them; `make test-balance` keeps them)
+TEST_MODULE_TIMES := tests/cluster-module-times.json
 CLUSTER_TIERS := integration or e2e or reliability
 # a test that starts a cluster of its own (docs/install.md's, word for word): run beside bench-smoke,
 # after it, not in a group (it needs no group's cluster, and the groups are the critical path)
@@ -96,7 +99,8 @@ test: venv binaries ## everything CI runs: lint while fresh local clusters start
 	@echo "make test: [$$(date +%T)] the cluster tiers in $(TEST_SHARDS) groups; bench-smoke, $(OWN_CLUSTER_TESTS) and the unit tier beside them"; \
 	  shard() { MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-$$1 $(BIN)/pytest -v --durations=15 -m '$(CLUSTER_TIERS)' \
 	    --ignore=$(OWN_CLUSTER_TESTS) \
-	    --module-splits $(TEST_SHARDS) --module-group $$1 --module-durations $(TEST_DURATIONS); }; \
+	    --module-splits $(TEST_SHARDS) --module-group $$1 --module-durations $(TEST_DURATIONS) \
+	    --module-times $(TEST_MODULE_TIMES) --module-times-out $(TEST_LOGS)/module-times-$$1.json; }; \
 	  lane() { r=0; $(MAKE) --no-print-directory bench-smoke || r=1; $(BIN)/pytest -v -m e2e $(OWN_CLUSTER_TESTS) || r=1; \
 	    echo "make test: [$$(date +%T)] the unit tier (nice 10)"; u=0; nice -n 10 $(BIN)/pytest -v --durations=10 -m unit || u=$$?; \
 	    if [ $$u -eq 5 ]; then echo "pytest collected no unit tests: failing"; fi; [ $$u -eq 0 ] || r=1; return $$r; }; \
@@ -117,6 +121,9 @@ test-durations: venv binaries ## measure the cluster tiers' test durations on on
 	@rc=0; MLOPS_TEST_CLUSTER=$(TEST_CLUSTER)-durations $(BIN)/pytest -q -m '$(CLUSTER_TIERS)' \
 	    --store-durations --clean-durations --durations-path $(TEST_DURATIONS) || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER)-durations || rc=$${rc:-1}; exit $$rc
+
+test-balance: venv ## keep the module wall times the last make test measured, for the next runs' split
+	$(BIN)/python -m mlops_platform.testing.modulesplit $(TEST_MODULE_TIMES) $(TEST_LOGS)/module-times-*.json
 
 RELIABILITY_CLUSTER ?= mlops-reliability
 test-reliability: venv binaries ## the full reliability suite on its own fresh cluster; writes its table into docs/reliability.md

@@ -2,18 +2,26 @@
 
 pytest-split balances single tests; a module's module-scoped fixtures (a model store, an operator,
 a monitoring stack) then run once in every group that got one of its tests. Here whole modules are
-assigned, the costliest first, each to the group with the least measured time so far (the greedy
-least-duration balance), from the durations pytest-split stores (``--module-durations``, a test
-without one counts the average). Deselected tests are reported as such. At the end the group prints
-each module's wall time in this run (first test's start to last test's end, its fixtures' set-up and
-teardown included) beside the measured cost it was split on: how far the make-test load stretched it.
+assigned, the costliest first, each to the group with the least cost so far (the greedy
+least-duration balance). A module's cost is its wall time measured in an earlier ``make test``
+(``--module-times``: the groups run side by side on 2 cores, which stretches modules unevenly, a
+Helm install far more than a fast integration module); a module not measured there costs the sum of
+its tests' single-cluster durations that pytest-split stores (``--module-durations``, a test without
+one counts the average), scaled by how much the measured modules were stretched. Deselected tests
+are reported as such.
+
+At the end a group prints each module's wall time in this run (its first test's start to its last
+test's end, its fixtures' set-up and teardown included) beside the cost it was split on, and writes
+them to ``--module-times-out``; ``python -m mlops_platform.testing.modulesplit OUT IN...`` merges
+the groups' files into the ``--module-times`` of the next runs (``make test-balance``).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,6 +35,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--module-group", type=int, default=0, help="the group (1..N) to run")
     group.addoption(
         "--module-durations", default="tests/cluster-durations.json", help="measured test durations (JSON)"
+    )
+    group.addoption(
+        "--module-times",
+        default="tests/cluster-module-times.json",
+        help="module wall times measured in make test (JSON), preferred to --module-durations",
+    )
+    group.addoption(
+        "--module-times-out", default=None, help="write this group's module wall times here (JSON)"
     )
 
 
@@ -42,6 +58,25 @@ def assign(costs: Mapping[str, float], groups: int) -> dict[str, int]:
     return out
 
 
+def module_costs(
+    nodeids: Sequence[str], durations: Mapping[str, float], times: Mapping[str, float]
+) -> dict[str, float]:
+    """Each module's cost: its time in ``times``, else its tests' ``durations`` (the average for a
+    test without one) times the stretch of the modules in both (their times over their durations)."""
+    average = sum(durations.values()) / len(durations) if durations else 1.0
+    summed: dict[str, float] = {}
+    for nodeid in nodeids:
+        module = nodeid.split("::", 1)[0]
+        summed[module] = summed.get(module, 0.0) + durations.get(nodeid, average)
+    both = [m for m in summed if m in times]
+    stretch = sum(times[m] for m in both) / sum(summed[m] for m in both) if both else 1.0
+    return {m: times[m] if m in times else cost * stretch for m, cost in summed.items()}
+
+
+def _json(path: str | None) -> dict[str, float]:
+    return json.loads(Path(path).read_text()) if path and Path(path).is_file() else {}
+
+
 @pytest.hookimpl(trylast=True)  # after the marker and keyword selection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     splits, group = config.getoption("module_splits"), config.getoption("module_group")
@@ -49,13 +84,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     if not 1 <= group <= splits:
         raise pytest.UsageError(f"--module-group must be 1..{splits}, got {group}")
-    path = Path(config.getoption("module_durations"))
-    durations: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
-    average = sum(durations.values()) / len(durations) if durations else 1.0
-    costs: dict[str, float] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        costs[module] = costs.get(module, 0.0) + durations.get(item.nodeid, average)
+    durations, times = _json(config.getoption("module_durations")), _json(config.getoption("module_times"))
+    costs = module_costs([i.nodeid for i in items], durations, times)
     groups = assign(costs, splits)
     _costs.update(costs)
     keep = [i for i in items if groups[i.nodeid.split("::", 1)[0]] == group - 1]
@@ -68,7 +98,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(
-            f"module split: group {group} of {splits}: {len(mine)} modules, about {total:.0f}s measured"
+            f"module split: group {group} of {splits}: {len(mine)} modules, about {total:.0f}s"
+            f" ({sum(m in times for m in mine)} of them measured in make test)"
         )
 
 
@@ -86,9 +117,12 @@ class ModuleClock:
         if span is not None:
             span[1] = now
 
+    def walls(self) -> dict[str, float]:
+        return {m: round(end - start, 1) for m, (start, end) in self.spans.items()}
+
     def lines(self, costs: Mapping[str, float]) -> list[str]:
         """Module by module, the longest first: its wall time and the cost it was split on."""
-        walls = {m: end - start for m, (start, end) in self.spans.items()}
+        walls = self.walls()
         out = []
         for m in sorted(walls, key=lambda m: (-walls[m], m)):
             cost = costs.get(m)
@@ -115,3 +149,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     terminalreporter.section("module wall times in this group")
     for line in _clock.lines(_costs):
         terminalreporter.write_line(line)
+    out = config.getoption("module_times_out")
+    if out:
+        Path(out).write_text(json.dumps(_clock.walls(), indent=1, sort_keys=True) + "\n")
+
+
+def merge(paths: Sequence[str]) -> dict[str, float]:
+    """The module times of several groups' files, one object."""
+    merged: dict[str, float] = {}
+    for path in paths:
+        merged |= _json(path)
+    return dict(sorted(merged.items()))
+
+
+if __name__ == "__main__":  # python -m mlops_platform.testing.modulesplit OUT IN...
+    Path(sys.argv[1]).write_text(json.dumps(merge(sys.argv[2:]), indent=1) + "\n")
