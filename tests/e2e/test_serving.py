@@ -364,7 +364,9 @@ async def test_an_hpa_on_real_cpu_scales_up_under_load_and_back_without_the_oper
         return int(d["spec"].get("replicas", 0))
 
     url = f"http://iris-predictor.{ns}.svc:8080/v2/models/iris/infer"
-    await admin_client.create(resources.POD, rn.pod("loadgen", ["python3", "-c", LOADGEN, url, "4"]), ns)
+    # one request at a time keeps the servers far above the target (50 % of a 100m request) and
+    # burns at most one core of the machine, whatever the replicas
+    await admin_client.create(resources.POD, rn.pod("loadgen", ["python3", "-c", LOADGEN, url, "1"]), ns)
     await wait.until(lambda: _at(replicas, high), timeout=300, what=f"the HPA scales to {high} on real CPU")
     await admin_client.delete(resources.POD, "loadgen", ns)
     await wait.until(lambda: _at(replicas, low), timeout=300, what=f"the HPA back to {low} without load")
