@@ -176,7 +176,7 @@ spec:
             - {name: MLSERVER_GRPC_PORT, value: "8081"}
             - {name: MLSERVER_METRICS_PORT, value: "8082"}
             - {name: MLSERVER_MODELS_DIR, value: /mnt/models}
-            - {name: MLSERVER_PARALLEL_WORKERS, value: "0"}
+            - {name: MLSERVER_PARALLEL_WORKERS, value: "1"}
           ports:
             - {name: http, containerPort: 8080, protocol: TCP}
             - {name: grpc, containerPort: 8081, protocol: TCP}

@@ -393,17 +393,16 @@ def test_resources_from_spec(resources: Obj | None, want: Obj) -> None:
 @pytest.mark.parametrize(
     ("resources", "workers"),
     [
-        (None, "0"),  # the default request, one core: inference in the serving process
-        ({"cpuRequest": "1500m"}, "0"),
+        (None, "1"),  # the default request, one core: MLServer's default, one worker
+        ({"cpuRequest": "500m"}, "1"),
+        ({"cpuRequest": "1500m"}, "1"),
         ({"cpuRequest": "2"}, "2"),
         ({"cpuRequest": "2", "cpuLimit": "4"}, "4"),  # the limit is what it may use
-        ({"cpuLimit": "1"}, "0"),
+        ({"cpuLimit": "1"}, "1"),
         ({"cpuRequest": 3}, "3"),
     ],
 )
-def test_mlserver_runs_one_inference_worker_per_core_from_two_cores(
-    resources: Obj | None, workers: str
-) -> None:
+def test_mlserver_runs_one_inference_worker_per_core(resources: Obj | None, workers: str) -> None:
     isvc = make(framework="seldon", resources=resources) if resources else make(framework="seldon")
     env = {e["name"]: e["value"] for e in container(isvc)["env"]}
     assert env["MLSERVER_PARALLEL_WORKERS"] == workers

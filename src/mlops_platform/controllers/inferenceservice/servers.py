@@ -6,8 +6,9 @@ Contract:
   request metrics (sources and caveats: ``docs/serving-runtimes.md``).
 - Command, args, env values and probe paths are templates: ``{port}`` (``spec.predictor.port``),
   ``{model_dir}``, ``{model_name}`` (the name the server gives the model: the InferenceService's),
-  ``{cpu_workers}`` (:func:`cpu_workers` of the container's CPU) and ``{<name>_port}`` for every
-  named port of the runtime are substituted by :func:`render`; ``{{``/``}}`` are literal braces.
+  ``{cpu_workers}`` (:func:`cpu_workers`: the container's whole cores, at least 1) and
+  ``{<name>_port}`` for every named port of the runtime are substituted by :func:`render`;
+  ``{{``/``}}`` are literal braces.
 - Overrides of the table (``--runtime-config``, a ConfigMap's ``runtimes.yaml``):
   :mod:`~.runtime_overrides`.
 - :func:`validate` is what only the table can tell about an InferenceService (its runtime exists,
@@ -105,7 +106,7 @@ class ServingRuntime:
     def image_for(self, gpu_per_replica: int) -> str:
         return self.gpu_image if gpu_per_replica > 0 and self.gpu_image else self.image
 
-    def placeholders(self, port: int, model_name: str, workers: int = 0) -> dict[str, str]:
+    def placeholders(self, port: int, model_name: str, workers: int = 1) -> dict[str, str]:
         values = {"port": str(port), "model_dir": self.model_dir, "model_name": model_name}
         values["cpu_workers"] = str(workers)
         for name, number in {**self.internal_ports, **self.ports}.items():
@@ -126,13 +127,16 @@ ServingRuntimeTable = Mapping[str, ServingRuntime]
 def cpu_workers(compute: Mapping[str, Mapping[str, str]]) -> int:
     """The inference worker processes a server should run beside its serving process, from the
     container's CPU (``compute``: its ``requests`` and ``limits``; the limit, else the request): one
-    per whole core from two cores up, none below. On one core a worker process would only add a
-    second copy of the model and a hop per request, no parallelism (and the CPU and memory of a
-    second Python process with the framework imported); with N cores N workers keep them busy while
-    the serving process answers (Seldon's advice for MLServer's ``parallel_workers``)."""
+    per whole core, at least one (Seldon's advice for MLServer's ``parallel_workers``: in line with
+    the pod's cores; MLServer's own default is one whatever the CPU).
+
+    Not none on one core, though the worker process then adds a second interpreter and a hop and no
+    parallelism: MLServer 1.7 answers a model's exception raised in its serving process (no worker)
+    with its debug traceback as a 500 (in one make test run such an answer arrived truncated through
+    the API server's proxy), where a worker's exception is a JSON ``{"error": ...}`` naming the
+    model's own message."""
     cpu = (compute.get("limits") or {}).get("cpu") or (compute.get("requests") or {}).get("cpu")
-    cores = int(quantity.parse(cpu)) if cpu is not None else 0
-    return cores if cores >= 2 else 0
+    return max(1, int(quantity.parse(cpu))) if cpu is not None else 1
 
 
 # liveness fails after 3 x 10 s; startup allows 300 x 2 s = 10 min for model loading before it
@@ -236,8 +240,7 @@ def _mlserver(live: Probe) -> ServingRuntime:
             MLSERVER_GRPC_PORT="{grpc_port}",
             MLSERVER_METRICS_PORT="{metrics_port}",
             MLSERVER_MODELS_DIR="{model_dir}",
-            # inference in the serving process on less than two cores (MLServer's default: one
-            # worker process, whatever the CPU)
+            # one inference worker process per core (MLServer's default: one, whatever the CPU)
             MLSERVER_PARALLEL_WORKERS="{cpu_workers}",
         ),
         ports=MappingProxyType({"grpc": 8081, "metrics": 8082}),
