@@ -122,8 +122,8 @@ test-durations: venv binaries ## measure the cluster tiers' test durations on on
 	    --store-durations --clean-durations --durations-path $(TEST_DURATIONS) || rc=$$?; \
 	  $(CLI) dev down --name $(TEST_CLUSTER)-durations || rc=$${rc:-1}; exit $$rc
 
-test-balance: venv ## keep the module wall times the last make test measured, for the next runs' split
-	$(BIN)/python -m mlops_platform.testing.modulesplit $(TEST_MODULE_TIMES) $(TEST_LOGS)/module-times-*.json
+test-balance: venv ## keep the module wall times the last make test measured (the mean with the kept ones), for the next runs' split
+	$(BIN)/python -m mlops_platform.testing.modulesplit $(TEST_MODULE_TIMES) $(TEST_MODULE_TIMES) $(TEST_LOGS)/module-times-*.json
 
 RELIABILITY_CLUSTER ?= mlops-reliability
 test-reliability: venv binaries ## the full reliability suite on its own fresh cluster; writes its table into docs/reliability.md

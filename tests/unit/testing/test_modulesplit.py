@@ -46,3 +46,6 @@ def test_merge_joins_the_groups_files(tmp_path: Path) -> None:
         "a.py": 1.0,
         "b.py": 2.0,
     }
+    kept = tmp_path / "kept.json"
+    kept.write_text('{"a.py": 3.0, "c.py": 5.0}')
+    assert modulesplit.merge([str(kept), str(one), str(two)]) == {"a.py": 2.0, "b.py": 2.0, "c.py": 5.0}
