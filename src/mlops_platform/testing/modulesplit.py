@@ -4,10 +4,11 @@ pytest-split balances single tests; a module's module-scoped fixtures (a model s
 a monitoring stack) then run once in every group that got one of its tests. Here whole modules are
 assigned, the costliest first, each to the group with the least cost so far (the greedy
 least-duration balance). A module's cost is its wall time measured in an earlier ``make test``
-(``--module-times``: the groups run side by side on 2 cores, which stretches modules unevenly, a
-Helm install far more than a fast integration module); a module not measured there costs the sum of
-its tests' single-cluster durations that pytest-split stores (``--module-durations``, a test without
-one counts the average), scaled by how much the measured modules were stretched. Deselected tests
+(``--module-times``: the groups run side by side on 2 cores, which stretches modules unevenly: in
+one run quick integration modules x2-10, the replica-canary module x0.74); a module not measured
+there costs the sum of its tests' single-cluster durations that pytest-split stores
+(``--module-durations``, a test without one counts the average), scaled by how much the measured
+modules were stretched. Deselected tests
 are reported as such.
 
 At the end a group prints each module's wall time in this run (its first test's start to its last
