@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import ipaddress
 import json
+import py_compile
 import re
 import tomllib
 from pathlib import Path
@@ -189,6 +190,23 @@ def test_images_carry_the_local_registry_name_and_change_key_with_their_inputs(
     pins.write_text("mlserver==1.7.2\n")
     monkeypatch.setattr(imagebuild, "_requirements", lambda recipe: pins)
     assert images.MLSERVER.key() != before  # a pin changed: another image
+    python_key = images.PYTHON.key()
+    monkeypatch.setattr(imagebuild, "_PIP_STEP_VERSION", "next")
+    assert images.MLSERVER.key() != before and images.PYTHON.key() == python_key  # pip step: pip images only
+
+
+def test_an_image_s_bytecode_checked_by_source_mtime_is_found(tmp_path: Path) -> None:
+    """Packing rounds mtimes, so bytecode an image holds must be checked by its source's hash."""
+    for name, mode in (
+        ("by_hash", py_compile.PycInvalidationMode.CHECKED_HASH),
+        ("by_mtime", py_compile.PycInvalidationMode.TIMESTAMP),
+    ):
+        (tmp_path / "pkg").mkdir(exist_ok=True)
+        source = tmp_path / "pkg" / f"{name}.py"
+        source.write_text("X = 1\n")
+        py_compile.compile(str(source), invalidation_mode=mode, doraise=True)
+    stale = imagebuild.timestamp_checked_bytecode(tmp_path)
+    assert [p.name.split(".")[0] for p in stale] == ["by_mtime"]
 
 
 def _rsa_ca() -> tuple[bytes, bytes]:
