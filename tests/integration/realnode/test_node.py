@@ -188,7 +188,8 @@ async def test_an_image_that_is_not_on_the_node_is_never_pulled_from_anywhere(
     admin_client: rclient.Client, namespace: str, policy: str, reason: str
 ) -> None:
     """No registry is reachable from the node (its fabric has no route out): a missing image gets the
-    kubelet's own reason."""
+    kubelet's own reason. A pull asks the node's own resolver (its loopback, which refuses), never
+    the machine's."""
     manifest = rn.pod("absent", ["true"], image="mlops.local/absent:1", pull_policy=policy)
     await admin_client.create(resources.POD, manifest, namespace)
     reasons: set[str] = set()
@@ -201,6 +202,15 @@ async def test_an_image_that_is_not_on_the_node_is_never_pulled_from_anywhere(
 
     await rn.wait_pod(admin_client, namespace, "absent", waiting, what=reason)
     assert reasons <= {reason, "ErrImagePull", "ContainerCreating"}, reasons
+    if policy != "Never":  # the kubelet's event of the failed pull (sent after the status, batched)
+
+        async def lookups() -> list[str]:
+            events = (await admin_client.list(resources.EVENT, namespace))["items"]
+            messages = [e.get("note", "") for e in events if e.get("reason") == "Failed"]
+            return [m for m in messages if "lookup mlops.local" in m]
+
+        failed = await wait.until(lookups, timeout=30, what="the failed pull's event")
+        assert all("on 127.0.0.1:53" in m for m in failed), failed
 
 
 async def test_metrics_server_reports_the_real_cpu_of_a_pod(

@@ -10,7 +10,8 @@
   behind its Service, as in a cluster whose control plane runs kube-proxy.
 - Each node: a network namespace (``eth0`` on the fabric's bridge, default route via the fabric) and
   a persistent mount namespace where ``/var/lib``, ``/var/log`` and ``/run`` are the node's own
-  directories (its CNI configuration is a directory of its own, named in containerd's config) and
+  directories (its CNI configuration is a directory of its own, named in containerd's config),
+  ``/etc/resolv.conf`` names only the node's loopback (:data:`NODE_RESOLV_CONF`) and
   the global sysctls the kubelet would rewrite are masked read-only with
   the values it wants (:data:`configs.KUBELET_SYSCTLS`). Processes enter both with ``nsenter``
   (``ip netns exec`` remounts ``/sys`` and would hide the cgroup hierarchies), and join the node's
@@ -190,6 +191,13 @@ def node_net_down(block: Block, index: int) -> None:
         run("ip", "netns", "del", node_netns(block, index))
 
 
+#: the node's own /etc/resolv.conf: the node's daemons resolve no name (kubelet, containerd and
+#: kube-router reach the API server by its address; pods get the cluster DNS from the kubelet). Its
+#: loopback refuses at once, so a pull of an image the node lacks fails in seconds instead of after
+#: the machine's resolver timed out several times (~50 s), and no query heads for that resolver.
+NODE_RESOLV_CONF = "# the node resolves no name (mlops-platform dev cluster)\nnameserver 127.0.0.1\n"
+
+
 class MountNamespace:
     """The node's persistent mount namespace, held by a bind mount of ``holder``."""
 
@@ -219,6 +227,12 @@ class MountNamespace:
         self.holder.touch()
         run("unshare", f"--mount={self.holder}", "--propagation", "slave", "true")
         binds = [f"mount --bind {shlex.quote(str(fs / d))} /{d}" for d in private]
+        resolv = self.root / "resolv.conf"
+        resolv.write_text(NODE_RESOLV_CONF)
+        # over the host's file only (a symlink into /run now points into the node's own /run, where
+        # nothing is: resolvers then ask the loopback, the same as here)
+        over = f"mount --bind -o ro {shlex.quote(str(resolv))} /etc/resolv.conf"
+        binds.append(f"if [ -f /etc/resolv.conf ]; then {over}; fi")
         for key, value in configs.KUBELET_SYSCTLS.items():
             f = self.sysctls / key.replace("/", ".")
             f.write_text(value + "\n")
