@@ -6,7 +6,8 @@ lists, the Debian suite, its base's key, this module's version of the steps) has
 from) and ``image.tar`` (what ``ctr images import`` reads), built once (:func:`archive`) and
 imported into every node. Root filesystems come from Debian's packages (mmdebstrap, with the
 machine's apt sources), Python packages from PyPI as wheels at pinned versions (``pip wheel`` on
-this machine, installed into the image offline, no pip left in it), a tool's binary from its cache
+this machine, installed into the image offline, no pip left in it; their bytecode checked by its
+source's hash, which no packing changes), a tool's binary from its cache
 directory (``binaries``); umoci packs the OCI image (an image built on another adds one layer) and
 skopeo writes the archive. No image JSON is written by hand. Next to each: ``packages.txt``, what it
 holds (``dpkg-query`` and ``pip freeze`` of its root filesystem).
