@@ -190,9 +190,9 @@ def test_images_carry_the_local_registry_name_and_change_key_with_their_inputs(
     pins.write_text("mlserver==1.7.2\n")
     monkeypatch.setattr(imagebuild, "_requirements", lambda recipe: pins)
     assert images.MLSERVER.key() != before  # a pin changed: another image
-    python_key = images.PYTHON.key()
-    monkeypatch.setattr(imagebuild, "_PIP_STEP_VERSION", "next")
-    assert images.MLSERVER.key() != before and images.PYTHON.key() == python_key  # pip step: pip images only
+    pinned, python_key = images.MLSERVER.key(), images.PYTHON.key()
+    monkeypatch.setattr(imagebuild, "_PIP_STEP_VERSION", "next")  # the pip step changed: pip's images only
+    assert images.MLSERVER.key() != pinned and images.PYTHON.key() == python_key
 
 
 def test_an_image_s_bytecode_checked_by_source_mtime_is_found(tmp_path: Path) -> None:
