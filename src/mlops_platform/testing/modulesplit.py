@@ -158,8 +158,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 
 def merge(paths: Sequence[str]) -> dict[str, float]:
     """The module times of several files as one object: a module in several, their mean (the kept
-    times and a new run's groups: one run's time of a module varies by ~10 % with what the other
-    groups run beside it)."""
+    times and a new run's groups: one run's time of a module varies with what the other groups run
+    beside it, most by ~10 %, a few up to x2)."""
     seen: dict[str, list[float]] = {}
     for path in paths:
         for module, wall in _json(path).items():
